@@ -1,0 +1,1 @@
+//! SKELETON: the agent layer.

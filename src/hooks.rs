@@ -1,0 +1,1 @@
+//! SKELETON: command hooks.

@@ -1,0 +1,13 @@
+//! toolgate: a daemon that hosts a coding agent's tools and executes model-produced
+//! tool calls behind a chain of guards.
+//!
+//! Modules in reading order, from the transport-free core upwards (a module only
+//! reaches downwards); see ARCHITECTURE.md for the layer map and its invariants.
+
+pub mod tools;
+
+pub mod permission;
+
+pub mod hooks;
+
+pub mod agent;

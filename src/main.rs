@@ -1,0 +1,5 @@
+//! The `toolgate` command line.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! SKELETON: the permission engine.

@@ -1,0 +1,8 @@
+//! SKELETON: replaced by the real tool.
+use std::sync::Arc;
+
+use crate::tools::{Safety, Tool};
+
+pub fn tool() -> Arc<dyn Tool> {
+    super::placeholder("run_command", Safety::SideEffect)
+}

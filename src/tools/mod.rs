@@ -1,0 +1,518 @@
+//! The tool contract: what a tool declares, what a call carries, the environment a
+//! call runs in, and the one structured result every outcome becomes.
+//!
+//! This layer is transport-free. Nothing here knows about JSON-RPC, MCP or HTTP; the
+//! types that cross the wire derive `Serialize` because they *are* the wire payloads
+//! (a serializable type is part of some IPC boundary), not because this layer speaks
+//! a protocol.
+//!
+//! The model only ever sees a [`Definition`]. Everything it sends back arrives as a
+//! [`Call`] and is untrusted until [`Registry::execute`] has checked it.
+
+pub mod builtin;
+pub mod fs;
+pub mod process;
+pub mod registry;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+pub use registry::{RegisterError, Registry};
+
+/// Whether a tool can change anything outside itself.
+///
+/// This must be conservative: a tool that writes anything at all is `SideEffect`. A
+/// wrong `ReadOnly` would let the tool run concurrently with others and in plan mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Safety {
+    ReadOnly,
+    SideEffect,
+}
+
+impl Safety {
+    pub fn is_read_only(self) -> bool {
+        self == Safety::ReadOnly
+    }
+}
+
+/// What a tool declares about itself; the only part of a tool the model ever sees.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Definition {
+    pub name: String,
+    pub description: String,
+    /// A JSON Schema (2020-12) object describing the `arguments` of a call.
+    pub input_schema: Value,
+    pub safety: Safety,
+    /// Control-plane tools: always listed, never subject to allowlists or permission
+    /// rules (they still pass hooks and the registry guard).
+    #[serde(default)]
+    pub system: bool,
+    /// The tool's own deadline, overriding the session's default timeout.
+    #[serde(
+        default,
+        rename = "timeout_ms",
+        with = "duration_ms_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<u64>")]
+    pub timeout: Option<Duration>,
+}
+
+/// One tool call as the model produced it. `arguments` is raw text on purpose: it is
+/// untrusted and is only parsed (and schema-checked) at the registry boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+impl Call {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Call {
+        Call { id: id.into(), name: name.into(), arguments: arguments.into() }
+    }
+
+    /// Builds a call from already-parsed JSON arguments (transports that received a
+    /// JSON object rather than a string).
+    pub fn from_value(id: impl Into<String>, name: impl Into<String>, arguments: &Value) -> Call {
+        let arguments = match arguments {
+            Value::Null => "{}".to_owned(),
+            other => other.to_string(),
+        };
+        Call { id: id.into(), name: name.into(), arguments }
+    }
+}
+
+/// Stable wire codes for why a call did not succeed. Clients must tolerate codes they
+/// do not know: unknown codes deserialize to [`ErrorType::Unknown`]. A code is never
+/// reused for another meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorType {
+    // The registry boundary.
+    UnknownTool,
+    InvalidArguments,
+    Timeout,
+    Canceled,
+    InternalError,
+    // The agent layer: the tool never ran.
+    HookBlocked,
+    PermissionDenied,
+    PermissionCanceled,
+    ToolNotAllowed,
+    // The tools.
+    NotFound,
+    NotUnique,
+    CommandFailed,
+    AccessDenied,
+    StaleFile,
+    BinaryFile,
+    TooLarge,
+    IsDirectory,
+    IoError,
+    UpstreamError,
+    /// A code this build does not know (sent by a newer peer).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::UnknownTool => "unknown_tool",
+            ErrorType::InvalidArguments => "invalid_arguments",
+            ErrorType::Timeout => "timeout",
+            ErrorType::Canceled => "canceled",
+            ErrorType::InternalError => "internal_error",
+            ErrorType::HookBlocked => "hook_blocked",
+            ErrorType::PermissionDenied => "permission_denied",
+            ErrorType::PermissionCanceled => "permission_canceled",
+            ErrorType::ToolNotAllowed => "tool_not_allowed",
+            ErrorType::NotFound => "not_found",
+            ErrorType::NotUnique => "not_unique",
+            ErrorType::CommandFailed => "command_failed",
+            ErrorType::AccessDenied => "access_denied",
+            ErrorType::StaleFile => "stale_file",
+            ErrorType::BinaryFile => "binary_file",
+            ErrorType::TooLarge => "too_large",
+            ErrorType::IsDirectory => "is_directory",
+            ErrorType::IoError => "io_error",
+            ErrorType::UpstreamError => "upstream_error",
+            ErrorType::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Content beyond text that a result can carry (the MCP face turns these into image,
+/// audio and resource blocks). `ToolResult::content` stays the text rendering.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Attachment {
+    Image {
+        mime_type: String,
+        /// Base64 (standard alphabet, padded).
+        data: String,
+    },
+    Audio {
+        mime_type: String,
+        /// Base64 (standard alphabet, padded).
+        data: String,
+    },
+    Resource {
+        uri: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        text: String,
+    },
+}
+
+/// The one structured observation every outcome becomes: success, a tool's business
+/// error, a guard's refusal, a timeout or a panic.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolResult {
+    pub ok: bool,
+    /// The tool that was called (filled in by the registry for every result).
+    pub tool: String,
+    /// The text rendering of the outcome; what a text-only model reads.
+    #[serde(default)]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<ErrorType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Structured facts about the outcome. Always holds `call_id`.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    /// Rich content (images, audio, resources); omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+impl ToolResult {
+    /// A successful result with a text rendering.
+    pub fn success(content: impl Into<String>) -> ToolResult {
+        ToolResult {
+            ok: true,
+            tool: String::new(),
+            content: content.into(),
+            error_type: None,
+            error: None,
+            metadata: Map::new(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// A failed result with a stable error code and a message for the model.
+    pub fn failure(error_type: ErrorType, message: impl Into<String>) -> ToolResult {
+        ToolResult {
+            ok: false,
+            tool: String::new(),
+            content: String::new(),
+            error_type: Some(error_type),
+            error: Some(message.into()),
+            metadata: Map::new(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// Adds one metadata entry (builder style).
+    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> ToolResult {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Replaces the text rendering (builder style).
+    pub fn with_content(mut self, content: impl Into<String>) -> ToolResult {
+        self.content = content.into();
+        self
+    }
+
+    pub fn with_attachment(mut self, attachment: Attachment) -> ToolResult {
+        self.attachments.push(attachment);
+        self
+    }
+
+    pub fn call_id(&self) -> Option<&str> {
+        self.metadata.get("call_id").and_then(Value::as_str)
+    }
+
+    /// Stamps the tool name and call id; done by the registry and the agent layer on
+    /// every result so that no result is ever anonymous.
+    pub fn stamp(mut self, tool: &str, call_id: &str) -> ToolResult {
+        if self.tool.is_empty() {
+            self.tool = tool.to_owned();
+        }
+        self.metadata.insert("call_id".to_owned(), Value::String(call_id.to_owned()));
+        self
+    }
+}
+
+impl From<FsError> for ToolResult {
+    fn from(err: FsError) -> ToolResult {
+        ToolResult::failure(err.error_type(), err.to_string())
+    }
+}
+
+pub use fs::FsError;
+
+/// Which variables of the daemon's environment a child process inherits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvPolicy {
+    /// Inherit the daemon's environment (minus the secret-looking names below).
+    pub inherit: bool,
+    /// Substrings (case-insensitive) of variable names that are never inherited.
+    pub exclude_patterns: Vec<String>,
+    /// Variables set explicitly for every child, after filtering.
+    pub set: Vec<(String, String)>,
+}
+
+impl Default for EnvPolicy {
+    fn default() -> EnvPolicy {
+        EnvPolicy {
+            inherit: true,
+            exclude_patterns: ["TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            set: Vec::new(),
+        }
+    }
+}
+
+impl EnvPolicy {
+    /// Whether a variable of the daemon's own environment may reach a child.
+    pub fn inherits(&self, name: &str) -> bool {
+        if !self.inherit {
+            return false;
+        }
+        let upper = name.to_ascii_uppercase();
+        !self.exclude_patterns.iter().any(|pattern| upper.contains(&pattern.to_ascii_uppercase()))
+    }
+
+    /// The complete environment for a child process: filtered inheritance plus the
+    /// explicit variables.
+    pub fn build(&self) -> Vec<(String, String)> {
+        let mut vars: Vec<(String, String)> =
+            std::env::vars().filter(|(name, _)| self.inherits(name)).collect();
+        for (name, value) in &self.set {
+            vars.retain(|(existing, _)| existing != name);
+            vars.push((name.clone(), value.clone()));
+        }
+        vars
+    }
+}
+
+/// Default deadline for a call when neither the session nor the tool says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest deadline anything may ask for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Captured command output kept per call (head and tail together).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Largest file read_file will load.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The environment one session's calls run in. Local configuration, trusted.
+///
+/// Tools never read the daemon's current directory: every relative path is resolved
+/// against `cwd`, and every path must stay inside `roots`.
+#[derive(Clone, Debug)]
+pub struct Env {
+    pub session_id: String,
+    /// Absolute, canonical working directory; inside one of the roots.
+    pub cwd: PathBuf,
+    /// Absolute, canonical directories the session may touch.
+    pub roots: Vec<PathBuf>,
+    /// Default deadline of a call.
+    pub timeout: Duration,
+    /// Upper bound for any deadline (a tool's own or one asked for in arguments).
+    pub max_timeout: Duration,
+    pub max_output_bytes: usize,
+    pub max_read_bytes: u64,
+    pub env_policy: EnvPolicy,
+    /// What this session has read, for stale-write checks. Shared by every clone of
+    /// the session's Env.
+    pub files: Arc<fs::FileTracker>,
+}
+
+impl Env {
+    /// An Env confined to one root, with that root as cwd and default limits.
+    /// The root is canonicalized; fails if it does not exist.
+    pub fn for_root(root: impl AsRef<Path>) -> std::io::Result<Env> {
+        let root = std::fs::canonicalize(root.as_ref())?;
+        Ok(Env {
+            session_id: String::new(),
+            cwd: root.clone(),
+            roots: vec![root],
+            timeout: DEFAULT_TIMEOUT,
+            max_timeout: MAX_TIMEOUT,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            env_policy: EnvPolicy::default(),
+            files: Arc::new(fs::FileTracker::default()),
+        })
+    }
+
+    /// Fills unset values with the defaults (the registry's step 3).
+    pub(crate) fn with_defaults(&self) -> Option<Env> {
+        let needs_fix = self.timeout.is_zero()
+            || self.max_timeout.is_zero()
+            || self.max_output_bytes == 0
+            || self.max_read_bytes == 0
+            || self.cwd.as_os_str().is_empty();
+        if !needs_fix {
+            return None;
+        }
+        let mut env = self.clone();
+        if env.max_timeout.is_zero() {
+            env.max_timeout = MAX_TIMEOUT;
+        }
+        if env.timeout.is_zero() {
+            env.timeout = DEFAULT_TIMEOUT.min(env.max_timeout);
+        }
+        if env.max_output_bytes == 0 {
+            env.max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES;
+        }
+        if env.max_read_bytes == 0 {
+            env.max_read_bytes = DEFAULT_MAX_READ_BYTES;
+        }
+        if env.cwd.as_os_str().is_empty() {
+            if let Some(root) = env.roots.first() {
+                env.cwd = root.clone();
+            }
+        }
+        Some(env)
+    }
+}
+
+/// Which stream a chunk of live output came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// Receives live output of a running call (the agent layer numbers the chunks and
+/// turns them into `tool_output` events). Must not block: it is called from the task
+/// that reads the child's pipes.
+#[derive(Clone)]
+pub struct OutputSink(Option<Arc<dyn Fn(OutputStream, &str) + Send + Sync>>);
+
+impl OutputSink {
+    /// A sink that drops everything.
+    pub fn discard() -> OutputSink {
+        OutputSink(None)
+    }
+
+    pub fn new(f: impl Fn(OutputStream, &str) + Send + Sync + 'static) -> OutputSink {
+        OutputSink(Some(Arc::new(f)))
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn emit(&self, stream: OutputStream, text: &str) {
+        if let Some(f) = &self.0 {
+            f(stream, text);
+        }
+    }
+}
+
+impl std::fmt::Debug for OutputSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_active() { "OutputSink(active)" } else { "OutputSink(discard)" })
+    }
+}
+
+/// Everything a tool gets for one execution besides its (already validated) arguments.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub call_id: String,
+    /// The session's Env with defaults filled in.
+    pub env: Arc<Env>,
+    /// Canceled when the call is canceled *or* its deadline passes. A tool that does
+    /// blocking work must check it; a tool that spawns processes must kill them.
+    pub cancel: CancellationToken,
+    /// The deadline the registry enforces for this call.
+    pub timeout: Duration,
+    pub output: OutputSink,
+}
+
+/// A tool: a Definition bound to its execution. Tools are stateless values; one
+/// instance serves every session, each call bringing its own Env.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn definition(&self) -> &Definition;
+
+    /// A deadline the call itself asks for (e.g. run_command's `timeout_ms`); the
+    /// registry clamps it to the Env's maximum.
+    fn requested_timeout(&self, _args: &Value) -> Option<Duration> {
+        None
+    }
+
+    /// Runs the tool. `args` has already been checked against `input_schema`.
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult;
+}
+
+/// Serde helper: `Option<Duration>` as integer milliseconds.
+pub(crate) mod duration_ms_opt {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+/// Parses a tool's arguments into its typed struct after schema validation. A
+/// mismatch here means the schema and the struct disagree: reported, never a panic.
+pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolResult> {
+    serde_json::from_value(args).map_err(|err| {
+        ToolResult::failure(ErrorType::InvalidArguments, format!("invalid arguments: {err}"))
+    })
+}
+
+/// Builds an input schema from a typed argument struct (schemars), as a plain
+/// 2020-12 JSON Schema object.
+pub fn schema_for<T: JsonSchema>() -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let schema = generator.root_schema_for::<T>();
+    let mut value = serde_json::to_value(schema).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+        map.remove("title");
+    }
+    value
+}

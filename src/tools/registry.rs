@@ -1,0 +1,383 @@
+//! The one runtime catalogue of tools, and the boundary where untrusted calls become
+//! execution.
+//!
+//! [`Registry::execute`] applies its guards in a fixed order (see DESIGN section 1):
+//! unknown name, JSON validity, JSON Schema validity, Env defaults, the effective
+//! deadline, cancellation versus timeout, panic isolation, and finally stamping the
+//! tool name and call id on the result. No other code path runs a tool.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Call, Definition, Env, ErrorType, OutputSink, Safety, Tool, ToolContext, ToolResult};
+
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegisterError {
+    #[error("no tool given")]
+    Missing,
+    #[error("a tool name must not be blank")]
+    BlankName,
+    #[error("a tool named {0:?} is already registered")]
+    Duplicate(String),
+    #[error("the input schema of {name:?} is not a valid JSON Schema: {reason}")]
+    InvalidSchema { name: String, reason: String },
+}
+
+/// A registered tool with its compiled argument validator.
+#[derive(Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: Arc<jsonschema::Validator>,
+}
+
+/// The catalogue. Cheap to share behind an `Arc`; lookups take a short read lock that
+/// is never held across an await.
+pub struct Registry {
+    /// Sorted by name, so `definitions()` is stable for prompts.
+    tools: RwLock<BTreeMap<String, Entry>>,
+    /// Bumped on every change after start-up; transports turn it into
+    /// `tools_list_changed`.
+    generation: watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry::new()
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("tools", &self.names()).finish()
+    }
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry { tools: RwLock::new(BTreeMap::new()), generation: watch::Sender::new(0) }
+    }
+
+    /// A registry holding the built-in tools.
+    pub fn with_builtins() -> Registry {
+        let registry = Registry::new();
+        for tool in super::builtin::all() {
+            // The built-ins have distinct, valid names and schemas; a failure here is
+            // a programming error caught by the registry tests.
+            if let Err(err) = registry.register(Some(tool)) {
+                tracing::error!(%err, "built-in tool failed to register");
+            }
+        }
+        registry
+    }
+
+    /// Adds a tool. Rejects a missing tool, a blank name, a duplicate name and an
+    /// input schema that does not compile; never silently overrides.
+    pub fn register(&self, tool: Option<Arc<dyn Tool>>) -> Result<(), RegisterError> {
+        let entry = Self::entry_for(tool)?;
+        let name = entry.tool.definition().name.clone();
+        let mut tools = self.write();
+        if tools.contains_key(&name) {
+            return Err(RegisterError::Duplicate(name));
+        }
+        tools.insert(name, entry);
+        Ok(())
+    }
+
+    /// Adds or replaces a tool. For hot reload only (config-defined tools, proxied
+    /// servers); every call bumps the change generation.
+    pub fn register_or_replace(&self, tool: Arc<dyn Tool>) -> Result<(), RegisterError> {
+        let entry = Self::entry_for(Some(tool))?;
+        let name = entry.tool.definition().name.clone();
+        self.write().insert(name, entry);
+        self.generation.send_modify(|generation| *generation += 1);
+        Ok(())
+    }
+
+    /// Removes a tool (hot reload). Returns whether it was there.
+    pub fn unregister(&self, name: &str) -> bool {
+        let removed = self.write().remove(name).is_some();
+        if removed {
+            self.generation.send_modify(|generation| *generation += 1);
+        }
+        removed
+    }
+
+    /// A receiver that changes whenever the set of tools changes after start-up.
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.read().get(name).map(|entry| entry.tool.clone())
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    /// The safety of a known tool; `None` for an unknown name.
+    pub fn safety(&self, name: &str) -> Option<Safety> {
+        self.read().get(name).map(|entry| entry.tool.definition().safety)
+    }
+
+    /// Whether a known tool is a system (control-plane) tool.
+    pub fn is_system(&self, name: &str) -> bool {
+        self.read().get(name).is_some_and(|entry| entry.tool.definition().system)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// Every definition, sorted by name.
+    pub fn definitions(&self) -> Vec<Definition> {
+        self.read().values().map(|entry| entry.tool.definition().clone()).collect()
+    }
+
+    /// An empty `allowed` list means everything; otherwise the named tools plus every
+    /// system tool, in name order.
+    pub fn definitions_filtered(&self, allowed: &[String]) -> Vec<Definition> {
+        if allowed.is_empty() {
+            return self.definitions();
+        }
+        self.read()
+            .values()
+            .map(|entry| entry.tool.definition())
+            .filter(|def| def.system || allowed.iter().any(|name| name == &def.name))
+            .cloned()
+            .collect()
+    }
+
+    /// Runs one call through the boundary guards, discarding live output.
+    pub async fn execute(
+        &self,
+        call: &Call,
+        env: &Arc<Env>,
+        cancel: &CancellationToken,
+    ) -> ToolResult {
+        self.execute_streaming(call, env, cancel, OutputSink::discard()).await
+    }
+
+    /// Runs one call through the boundary guards, in this order:
+    /// 1. unknown name → `unknown_tool`;
+    /// 2. arguments that are not JSON, or violate the input schema → `invalid_arguments`
+    ///    (naming the JSON pointer of the first violation);
+    /// 3. Env defaults filled;
+    /// 4. the effective deadline: what the call asks for, else the tool's own, else the
+    ///    Env's, never above the Env's maximum;
+    /// 5. deadline → `timeout`, cancellation → `canceled` (distinct codes); the tool's
+    ///    token is canceled either way so that its children die with it;
+    /// 6. a panic → `internal_error`;
+    /// 7. `tool` and `metadata.call_id` stamped on the result.
+    pub async fn execute_streaming(
+        &self,
+        call: &Call,
+        env: &Arc<Env>,
+        cancel: &CancellationToken,
+        output: OutputSink,
+    ) -> ToolResult {
+        self.run_guarded(call, env, cancel, output).await.stamp(&call.name, &call.id)
+    }
+
+    async fn run_guarded(
+        &self,
+        call: &Call,
+        env: &Arc<Env>,
+        cancel: &CancellationToken,
+        output: OutputSink,
+    ) -> ToolResult {
+        // 1. Unknown name.
+        let Some(entry) = self.read().get(&call.name).cloned() else {
+            return ToolResult::failure(
+                ErrorType::UnknownTool,
+                format!("unknown tool: {:?}", call.name),
+            );
+        };
+
+        // 2. JSON, then the schema.
+        let args = match parse_arguments(&call.arguments) {
+            Ok(args) => args,
+            Err(res) => return res,
+        };
+        if let Err(res) = validate(&entry.validator, &args) {
+            return res;
+        }
+
+        // 3. Env defaults.
+        let env = match env.with_defaults() {
+            Some(filled) => Arc::new(filled),
+            None => env.clone(),
+        };
+
+        // 4. The effective deadline.
+        let definition = entry.tool.definition();
+        let timeout = entry
+            .tool
+            .requested_timeout(&args)
+            .or(definition.timeout)
+            .unwrap_or(env.timeout)
+            .min(env.max_timeout);
+
+        // 5. Cancellation and deadline.
+        if cancel.is_cancelled() {
+            return canceled();
+        }
+        let tool_cancel = cancel.child_token();
+        let ctx = ToolContext {
+            call_id: call.id.clone(),
+            env,
+            cancel: tool_cancel.clone(),
+            timeout,
+            output,
+        };
+        // 6. Panics inside the tool's future become `internal_error`.
+        let run = AssertUnwindSafe(entry.tool.execute(args, ctx)).catch_unwind();
+        // The guard cancels the tool's token when this future is dropped early (the
+        // caller gave up), so no tool keeps working after the registry is gone.
+        let _drop_guard = tool_cancel.clone().drop_guard();
+        tokio::select! {
+            biased;
+            outcome = run => match outcome {
+                Ok(res) => res,
+                Err(panic) => {
+                    let message = panic_message(panic.as_ref());
+                    tracing::error!(tool = %call.name, call_id = %call.id, %message, "tool panicked");
+                    ToolResult::failure(
+                        ErrorType::InternalError,
+                        format!("the tool {} failed internally", call.name),
+                    )
+                }
+            },
+            () = cancel.cancelled() => {
+                tool_cancel.cancel();
+                canceled()
+            }
+            () = tokio::time::sleep(timeout) => {
+                tool_cancel.cancel();
+                ToolResult::failure(
+                    ErrorType::Timeout,
+                    format!("{} timed out after {}", call.name, describe_duration(timeout)),
+                )
+                .with_meta("timeout_ms", u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+            }
+        }
+    }
+
+    /// Checks raw arguments against a tool's schema without running it (used by the
+    /// agent layer to re-validate a hook's `updated_input`).
+    pub fn validate_arguments(&self, name: &str, arguments: &str) -> Result<Value, ToolResult> {
+        let Some(entry) = self.read().get(name).cloned() else {
+            return Err(ToolResult::failure(
+                ErrorType::UnknownTool,
+                format!("unknown tool: {name:?}"),
+            ));
+        };
+        let args = parse_arguments(arguments)?;
+        validate(&entry.validator, &args)?;
+        Ok(args)
+    }
+
+    fn entry_for(tool: Option<Arc<dyn Tool>>) -> Result<Entry, RegisterError> {
+        let Some(tool) = tool else {
+            return Err(RegisterError::Missing);
+        };
+        let definition = tool.definition();
+        if definition.name.trim().is_empty() {
+            return Err(RegisterError::BlankName);
+        }
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&definition.input_schema)
+            .map_err(|err| RegisterError::InvalidSchema {
+                name: definition.name.clone(),
+                reason: err.to_string(),
+            })?;
+        Ok(Entry { tool, validator: Arc::new(validator) })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+        // A poisoned lock only means a panic happened while a writer held it; the map
+        // itself is always left consistent (single insert/remove), so keep serving.
+        self.tools.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
+        self.tools.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn canceled() -> ToolResult {
+    ToolResult::failure(ErrorType::Canceled, "the call was canceled")
+}
+
+/// Parses raw argument text. Blank text counts as `{}` (models do send that for tools
+/// without parameters); anything else must be JSON.
+fn parse_arguments(arguments: &str) -> Result<Value, ToolResult> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(arguments).map_err(|err| {
+        ToolResult::failure(
+            ErrorType::InvalidArguments,
+            format!("arguments are not valid JSON: {err}"),
+        )
+    })
+}
+
+fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolResult> {
+    match validator.iter_errors(args).next() {
+        None => Ok(()),
+        Some(err) => {
+            let pointer = err.instance_path.to_string();
+            let shown = if pointer.is_empty() { "/".to_owned() } else { pointer.clone() };
+            Err(ToolResult::failure(
+                ErrorType::InvalidArguments,
+                format!("invalid arguments at {shown}: {}", truncate_message(&err.to_string())),
+            )
+            .with_meta("pointer", pointer))
+        }
+    }
+}
+
+/// Keeps error messages that echo huge argument values readable.
+fn truncate_message(message: &str) -> String {
+    const MAX: usize = 300;
+    if message.len() <= MAX {
+        return message.to_owned();
+    }
+    let mut end = MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+fn describe_duration(duration: Duration) -> String {
+    if duration.as_millis() % 1000 == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;
