@@ -11,3 +11,9 @@ pub mod permission;
 pub mod hooks;
 
 pub mod agent;
+
+pub mod protocol;
+
+pub mod daemon;
+
+pub mod rpc;
