@@ -119,7 +119,7 @@ pub enum HookError {
         index: usize,
         matcher: String,
         #[source]
-        source: Box<regex::Error>,
+        source: regex::Error,
     },
     #[error("{event} hook #{index}: the command is empty")]
     EmptyCommand { event: &'static str, index: usize },
@@ -205,7 +205,8 @@ pub enum HookVerdict {
     Ask,
     /// A hook's JSON decision refused the call (`deny`, or the legacy `block`).
     Deny,
-    /// A hook exited with status 2, or a fail-closed hook failed to run properly.
+    /// A hook exited with status 2 or answered `continue: false`, or a fail-closed hook
+    /// failed to run properly.
     Block,
 }
 
@@ -342,7 +343,7 @@ impl CompiledHook {
                         event: event_key,
                         index,
                         matcher: config.matcher.clone(),
-                        source: Box::new(source),
+                        source,
                     });
                 }
             }
@@ -530,6 +531,8 @@ async fn run_all(
 struct Finished {
     code: i32,
     stdout: String,
+    /// Stdout went over [`MAX_HOOK_OUTPUT_BYTES`] and was cut.
+    stdout_truncated: bool,
     stderr: String,
 }
 
@@ -556,7 +559,9 @@ enum Ending {
 
 /// Kills a hook's process group when dropped (the caller's future was dropped mid-run)
 /// and on demand. The group id stays reserved while any member lives, so killing it
-/// cannot hit an unrelated group.
+/// cannot hit an unrelated group; once the leader is reaped and every member is gone,
+/// the number could only be reused after the pid space wraps around, in the short window
+/// before the guard is disarmed.
 struct GroupGuard {
     pgid: Option<Pid>,
 }
@@ -683,6 +688,7 @@ async fn run_hook(
         Ending::Exited(status) => match status.code() {
             Some(code) => Ok(Finished {
                 code,
+                stdout_truncated: stdout_buf.truncated,
                 stdout: stdout_buf.into_text(),
                 stderr: stderr_buf.into_text(),
             }),
@@ -787,11 +793,16 @@ struct Directive {
 }
 
 /// Parses a hook's stdout. Output that is not a JSON object is plain log text
-/// (`Ok(None)`); a JSON object that is not a valid answer is an error.
-fn parse_directive(stdout: &str) -> Result<Option<Directive>, String> {
+/// (`Ok(None)`); a JSON object that is not a valid answer is an error, and so is an
+/// answer cut at the capture limit (reading it as plain text would silently drop a
+/// decision the hook meant to make).
+fn parse_directive(stdout: &str, truncated: bool) -> Result<Option<Directive>, String> {
     let text = stdout.trim();
     if !text.starts_with('{') {
         return Ok(None);
+    }
+    if truncated {
+        return Err(format!("the answer is longer than {MAX_HOOK_OUTPUT_BYTES} bytes"));
     }
     let value: Value = match serde_json::from_str(text) {
         Ok(value @ Value::Object(_)) => value,
@@ -916,7 +927,7 @@ fn pre_answer(
             return fail(HookFailure::ExitStatus { code, stderr: cap_reason(&finished.stderr) });
         }
     }
-    let directive = match parse_directive(&finished.stdout) {
+    let directive = match parse_directive(&finished.stdout, finished.stdout_truncated) {
         Ok(Some(directive)) => directive,
         Ok(None) => {
             log_plain_stdout(hook, event, &finished.stdout);
@@ -1008,7 +1019,7 @@ fn post_answer(
             return fail(HookFailure::ExitStatus { code, stderr: cap_reason(&finished.stderr) });
         }
     }
-    let directive = match parse_directive(&finished.stdout) {
+    let directive = match parse_directive(&finished.stdout, finished.stdout_truncated) {
         Ok(Some(directive)) => directive,
         Ok(None) => {
             log_plain_stdout(hook, event, &finished.stdout);
@@ -1128,7 +1139,7 @@ mod tests {
 
     #[test]
     fn directives() {
-        let parse = |text: &str| parse_directive(text);
+        let parse = |text: &str| parse_directive(text, /*truncated*/ false);
         assert_eq!(parse("not json"), Ok(None));
         assert_eq!(parse("[1, 2]"), Ok(None));
         assert_eq!(parse("{broken"), Ok(None));
@@ -1171,6 +1182,8 @@ mod tests {
         assert!(parse(r#"{"decision": "maybe"}"#).is_err());
         assert!(parse(r#"{"reason": 5}"#).is_err());
         assert!(parse(r#"{"updated_input": "x"}"#).is_err());
+        assert!(parse_directive(r#"{"decision": "allow"}"#, /*truncated*/ true).is_err());
+        assert_eq!(parse_directive("log line", /*truncated*/ true), Ok(None));
     }
 
     #[test]

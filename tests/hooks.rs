@@ -1,6 +1,6 @@
 //! End-to-end tests of command hooks: real `/bin/sh` processes running small scripts
 //! written into a temporary directory, driven through the public `Hooks` API.
-#![expect(clippy::unwrap_used, reason = "a test helper fails its test by panicking")]
+#![expect(clippy::unwrap_used, reason = "test setup fails its test by panicking")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -322,25 +322,32 @@ async fn timeout_kills_the_whole_process_group() {
             pid_file.display()
         ),
     );
-    // Long enough for the shell to start its child and write the pid even on a loaded
-    // machine; the hook itself never finishes.
-    hook.timeout_ms = 2_000;
-    let res = run_pre(std::slice::from_ref(&hook), &fx.call("read_file")).await;
-    assert_eq!(res.verdict, HookVerdict::Continue);
-    assert_eq!(
-        res.errors,
-        vec![HookRunError {
-            event: HookEvent::PreToolUse,
-            index: 0,
-            command: hook.command.clone(),
-            on_error: OnError::Allow,
-            failure: HookFailure::TimedOut { timeout_ms: 2_000 },
-        }]
-    );
-    assert_eq!(res.errors[0].failure.to_string(), "timed out after 2000 ms");
-
-    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    assert!(wait_until_dead(pid).await, "background child {pid} outlived its hook");
+    // The hook never finishes on its own. It must have written its child's pid before
+    // the deadline for the check to mean anything; should a loaded machine be slower
+    // than that, the run is repeated with a longer deadline instead of failing.
+    for timeout_ms in [1_000, 4_000, 16_000] {
+        hook.timeout_ms = timeout_ms;
+        let res = run_pre(std::slice::from_ref(&hook), &fx.call("read_file")).await;
+        assert_eq!(res.verdict, HookVerdict::Continue);
+        assert_eq!(
+            res.errors,
+            vec![HookRunError {
+                event: HookEvent::PreToolUse,
+                index: 0,
+                command: hook.command.clone(),
+                on_error: OnError::Allow,
+                failure: HookFailure::TimedOut { timeout_ms },
+            }]
+        );
+        assert_eq!(res.errors[0].failure.to_string(), format!("timed out after {timeout_ms} ms"));
+        let Ok(pid) = std::fs::read_to_string(&pid_file) else {
+            continue;
+        };
+        let pid: i32 = pid.trim().parse().unwrap();
+        assert!(wait_until_dead(pid).await, "background child {pid} outlived its hook");
+        return;
+    }
+    panic!("the hook never got to write its child's pid");
 }
 
 #[tokio::test]
@@ -595,6 +602,22 @@ async fn large_output_and_unread_large_input_do_not_stall() {
     );
     let res = run_pre(&[chatty], &fx.call("read_file")).await;
     assert_eq!(res, outcome(HookVerdict::Continue, None));
+
+    // A JSON answer cut at the cap is not silently read as plain output.
+    let long_answer = HookConfig {
+        on_error: OnError::Deny,
+        ..fx.hook(
+            "long.sh",
+            "printf '{\"decision\": \"deny\", \"reason\": \"'\nhead -c 1048576 /dev/zero | tr '\\0' 'x'\necho '\"}'",
+        )
+    };
+    let res = run_pre(&[long_answer], &fx.call("read_file")).await;
+    assert_eq!(res.verdict, HookVerdict::Block);
+    assert!(
+        matches!(&res.errors[0].failure, HookFailure::InvalidOutput(msg) if msg.contains("longer than")),
+        "{:?}",
+        res.errors
+    );
 
     // A 2 MiB result the hook never reads: writing it fails with a broken pipe once the
     // hook exits, and the answer still counts.
