@@ -61,10 +61,20 @@ pub enum Event {
         result: ToolResult,
     },
     /// The last event of a call.
-    ToolCallDone { session_id: String, call_id: String, elapsed_ms: f64 },
-    TodosUpdated { session_id: String, todos: Vec<Todo> },
+    ToolCallDone {
+        session_id: String,
+        call_id: String,
+        elapsed_ms: f64,
+    },
+    TodosUpdated {
+        session_id: String,
+        todos: Vec<Todo>,
+    },
     /// The session's permission mode changed (e.g. after `exit_plan_mode`).
-    ModeChanged { session_id: String, mode: crate::permission::Mode },
+    ModeChanged {
+        session_id: String,
+        mode: crate::permission::Mode,
+    },
     /// The set of tools changed; clients should list them again.
     ToolsListChanged {},
 }

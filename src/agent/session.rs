@@ -10,9 +10,11 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{ApprovalAnswer, ApprovalBroker, PermissionRequest, RequestKind, Unavailable};
+use super::approval::{
+    ApprovalAnswer, ApprovalBroker, PermissionRequest, RequestKind, Unavailable,
+};
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
-use crate::hooks::{HookVerdict, Hooks, PostToolUseInput, PreToolUseInput};
+use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
     CallContext, Decision, Explanation, Layer, Mode, Policy, ToolFacts, Verdict,
 };
@@ -244,7 +246,11 @@ impl Session {
     /// Runs one model turn. Consecutive calls that are known, read_only, allowed in the
     /// current mode and cannot ask run as one concurrent batch; every other call is a
     /// batch of its own. Results come back in call order.
-    pub async fn execute_calls(&self, calls: &[Call], cancel: &CancellationToken) -> Vec<ToolResult> {
+    pub async fn execute_calls(
+        &self,
+        calls: &[Call],
+        cancel: &CancellationToken,
+    ) -> Vec<ToolResult> {
         let mut results = Vec::with_capacity(calls.len());
         let mut start = 0;
         while start < calls.len() {
@@ -365,22 +371,30 @@ impl Session {
         // PreToolUse hooks.
         let mut hook_verdict = HookVerdict::Continue;
         if hooks.has_pre(&call.name) {
-            let input = PreToolUseInput {
-                session_id: self.id.clone(),
-                cwd: self.env.cwd.display().to_string(),
-                tool_name: call.name.clone(),
-                tool_input: arguments_value.clone(),
-                call_id: call.id.clone(),
-                permission_mode: self.mode().to_string(),
-            };
-            let outcome =
-                hooks.run_pre(&input, &self.env.env_policy.build(), &self.env.cwd, cancel).await;
+            let input = ToolCallInput::new(
+                &self.env,
+                call.id.clone(),
+                call.name.clone(),
+                arguments_value.clone(),
+            )
+            .with_permission_mode(self.mode().to_string());
+            let outcome = hooks.run_pre(&input, &self.env.env_policy.build(), cancel).await;
+            for error in &outcome.errors {
+                tracing::warn!(session = %self.id, call_id = %call.id, %error, "PreToolUse hook failed");
+            }
             if let Some(updated) = outcome.updated_input {
                 let text = updated.to_string();
                 if let Err(res) = self.registry.validate_arguments(&call.name, &text) {
                     let res = res.with_meta("source", "hook_updated_input");
                     return self
-                        .finish(&call, &hooks, res, verdict("hook_invalid_input", None), updated, cancel)
+                        .finish(
+                            &call,
+                            &hooks,
+                            res,
+                            verdict("hook_invalid_input", None),
+                            updated,
+                            cancel,
+                        )
                         .await;
                 }
                 call.arguments = text;
@@ -391,7 +405,14 @@ impl Session {
                     let reason = outcome.reason.unwrap_or_else(|| "blocked by a hook".to_owned());
                     let res = ToolResult::failure(ErrorType::HookBlocked, reason);
                     return self
-                        .finish(&call, &hooks, res, verdict("hook_blocked", None), arguments_value, cancel)
+                        .finish(
+                            &call,
+                            &hooks,
+                            res,
+                            verdict("hook_blocked", None),
+                            arguments_value,
+                            cancel,
+                        )
                         .await;
                 }
                 other => hook_verdict = other,
@@ -404,7 +425,14 @@ impl Session {
             let definition = tool.definition().clone();
             if let Some(res) = self.not_allowed(&definition) {
                 return self
-                    .finish(&call, &hooks, res, verdict("not_allowed", None), arguments_value, cancel)
+                    .finish(
+                        &call,
+                        &hooks,
+                        res,
+                        verdict("not_allowed", None),
+                        arguments_value,
+                        cancel,
+                    )
                     .await;
             }
             let decision = self.decide(&definition, &arguments_value);
@@ -447,7 +475,14 @@ impl Session {
             // person was deciding, and a forged call must never slip through.
             if let Some(res) = self.not_allowed(&definition) {
                 return self
-                    .finish(&call, &hooks, res, verdict("not_allowed", None), arguments_value, cancel)
+                    .finish(
+                        &call,
+                        &hooks,
+                        res,
+                        verdict("not_allowed", None),
+                        arguments_value,
+                        cancel,
+                    )
                     .await;
             }
         }
@@ -470,21 +505,21 @@ impl Session {
     ) -> (ToolResult, Verdicts, Value) {
         let mut res = res.stamp(&call.name, &call.id);
         if hooks.has_post(&call.name) {
-            let input = PostToolUseInput {
-                session_id: self.id.clone(),
-                cwd: self.env.cwd.display().to_string(),
-                tool_name: call.name.clone(),
-                tool_input: arguments.clone(),
-                call_id: call.id.clone(),
-                permission_mode: self.mode().to_string(),
-                tool_result: serde_json::to_value(&res).unwrap_or(Value::Null),
-            };
-            // Post hooks still run for a canceled call (they observe the outcome), so
-            // they get a fresh token bounded only by their own timeouts.
+            let input = ToolCallInput::new(
+                &self.env,
+                call.id.clone(),
+                call.name.clone(),
+                arguments.clone(),
+            )
+            .with_permission_mode(self.mode().to_string());
+            // Post hooks run for a canceled call too (they observe every outcome), so
+            // they are bounded by their own timeouts and by the session, not the call.
             let _ = cancel;
-            let outcome = hooks
-                .run_post(&input, &self.env.env_policy.build(), &self.env.cwd, &CancellationToken::new())
-                .await;
+            let outcome =
+                hooks.run_post(&input, &res, &self.env.env_policy.build(), &self.cancel).await;
+            for error in &outcome.errors {
+                tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
+            }
             if let Some(feedback) = outcome.feedback {
                 res.metadata.insert("hook_feedback".to_owned(), Value::String(feedback));
             }
@@ -498,7 +533,8 @@ impl Session {
             return None;
         }
         let state = self.lock();
-        if !state.allowlist.is_empty() && !state.allowlist.iter().any(|name| name == &definition.name)
+        if !state.allowlist.is_empty()
+            && !state.allowlist.iter().any(|name| name == &definition.name)
         {
             return Some(ToolResult::failure(
                 ErrorType::ToolNotAllowed,
@@ -523,8 +559,11 @@ impl Session {
             let state = self.lock();
             (state.policy.clone(), state.mode, state.grants.clone())
         };
-        let facts =
-            ToolFacts { name: &definition.name, safety: definition.safety, system: definition.system };
+        let facts = ToolFacts {
+            name: &definition.name,
+            safety: definition.safety,
+            system: definition.system,
+        };
         let ctx = CallContext { cwd: &self.env.cwd, roots: &self.env.roots };
         policy.decide(mode, &grants, &facts, args, &ctx)
     }
@@ -539,6 +578,8 @@ impl Session {
         decision: Decision,
         cancel: &CancellationToken,
     ) -> Result<Verdicts, (ToolResult, Verdicts)> {
+        // A hook can make an allowed call ask; then no later grant settles it.
+        let asked_by_rules = decision.verdict == Verdict::Ask;
         let explanation = decision.explanation;
         let policy = self.lock().policy.clone();
         let suggestions = policy.suggestions(&definition.name, arguments);
@@ -566,13 +607,17 @@ impl Session {
         };
         // A session grant given while we waited for the gate may settle it now.
         let fresh = self.decide(definition, arguments);
-        if fresh.verdict == Verdict::Allow {
+        if asked_by_rules && fresh.verdict == Verdict::Allow {
             return Ok(verdict("allow", Some(fresh.explanation)));
         }
 
         let request = PermissionRequest {
             session_id: self.id.clone(),
-            request_id: format!("p-{}-{}", self.id, self.next_request.fetch_add(1, Ordering::Relaxed)),
+            request_id: format!(
+                "p-{}-{}",
+                self.id,
+                self.next_request.fetch_add(1, Ordering::Relaxed)
+            ),
             call_id: call.id.clone(),
             tool: definition.name.clone(),
             arguments: arguments.clone(),
@@ -584,13 +629,15 @@ impl Session {
         match answer {
             Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. }) => {
                 if scope == ApprovalScope::Session {
-                    let grant = suggestions.first().cloned().unwrap_or_else(|| definition.name.clone());
+                    let grant =
+                        suggestions.first().cloned().unwrap_or_else(|| definition.name.clone());
                     self.lock().grants.push(grant);
                 }
                 Ok(verdict("ask→allow", Some(explanation)))
             }
             Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Deny, reason, .. }) => {
-                let reason = reason.unwrap_or_else(|| format!("the user denied {}", definition.name));
+                let reason =
+                    reason.unwrap_or_else(|| format!("the user denied {}", definition.name));
                 Err((
                     ToolResult::failure(ErrorType::PermissionDenied, reason),
                     verdict("ask→deny", Some(explanation)),
@@ -617,7 +664,11 @@ impl Session {
             Asked::Unavailable(why) => Err((
                 ToolResult::failure(
                     ErrorType::PermissionDenied,
-                    format!("{} requires approval; {why}{}", definition.name, suggest(&suggestions)),
+                    format!(
+                        "{} requires approval; {why}{}",
+                        definition.name,
+                        suggest(&suggestions)
+                    ),
                 ),
                 verdict("ask→unavailable", Some(explanation)),
             )),
@@ -650,9 +701,15 @@ impl Session {
         };
         let (decision, scope, reason) = match &asked {
             Asked::Answer(answer) => (answer.decision, answer.scope, answer.reason.clone()),
-            Asked::TimedOut => (ApprovalDecision::Deny, ApprovalScope::Once, Some("timeout".to_owned())),
-            Asked::Canceled => (ApprovalDecision::Deny, ApprovalScope::Once, Some("canceled".to_owned())),
-            Asked::Unavailable(why) => (ApprovalDecision::Deny, ApprovalScope::Once, Some(why.clone())),
+            Asked::TimedOut => {
+                (ApprovalDecision::Deny, ApprovalScope::Once, Some("timeout".to_owned()))
+            }
+            Asked::Canceled => {
+                (ApprovalDecision::Deny, ApprovalScope::Once, Some("canceled".to_owned()))
+            }
+            Asked::Unavailable(why) => {
+                (ApprovalDecision::Deny, ApprovalScope::Once, Some(why.clone()))
+            }
         };
         self.events.emit(Event::PermissionResolved {
             session_id: self.id.clone(),
@@ -714,7 +771,11 @@ impl SessionControl for Session {
         };
         let request = PermissionRequest {
             session_id: self.id.clone(),
-            request_id: format!("p-{}-{}", self.id, self.next_request.fetch_add(1, Ordering::Relaxed)),
+            request_id: format!(
+                "p-{}-{}",
+                self.id,
+                self.next_request.fetch_add(1, Ordering::Relaxed)
+            ),
             call_id: call_id.to_owned(),
             tool: "exit_plan_mode".to_owned(),
             arguments: serde_json::json!({ "plan": plan }),

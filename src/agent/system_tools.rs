@@ -72,8 +72,10 @@ impl Tool for ExitPlanMode {
             return no_session();
         };
         match session.request_exit_plan_mode(&ctx.call_id, &args.plan, &ctx.cancel).await {
-            Ok(()) => ToolResult::success("The user approved the plan; the session is now in \
-                                           the default mode.")
+            Ok(()) => ToolResult::success(
+                "The user approved the plan; the session is now in \
+                                           the default mode.",
+            )
             .with_meta("mode", "default"),
             Err(reason) => ToolResult::failure(ErrorType::PermissionDenied, reason),
         }
@@ -121,8 +123,11 @@ impl Tool for TodoWrite {
             return no_session();
         };
         let count = |status| args.todos.iter().filter(|todo| todo.status == status).count();
-        let (pending, in_progress, completed) =
-            (count(TodoStatus::Pending), count(TodoStatus::InProgress), count(TodoStatus::Completed));
+        let (pending, in_progress, completed) = (
+            count(TodoStatus::Pending),
+            count(TodoStatus::InProgress),
+            count(TodoStatus::Completed),
+        );
         let total = args.todos.len();
         session.set_todos(args.todos);
         ToolResult::success(format!(

@@ -210,11 +210,7 @@ impl Daemon {
                     }
                     roots.push(path);
                 }
-                if roots.is_empty() {
-                    settings.roots.clone()
-                } else {
-                    roots
-                }
+                if roots.is_empty() { settings.roots.clone() } else { roots }
             }
         };
         let cwd = match &params.cwd {
@@ -252,7 +248,8 @@ impl Daemon {
         };
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::Relaxed));
         let events = Arc::new(EventHub::new(settings.event_buffer));
-        let broker = Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
+        let broker =
+            Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
         let session = Session::new(
             self.registry.clone(),
             SessionOptions {
@@ -277,7 +274,11 @@ impl Daemon {
     }
 
     /// The session a connection may use.
-    pub fn session_for(&self, owner: u64, session_id: &str) -> Result<Arc<SessionEntry>, SessionError> {
+    pub fn session_for(
+        &self,
+        owner: u64,
+        session_id: &str,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
         let entry = self
             .sessions
             .get(session_id)
@@ -337,7 +338,8 @@ impl Daemon {
     /// new rules and hooks at once.
     pub fn reload(&self, settings: Settings) {
         let settings = Arc::new(settings);
-        *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) = settings.clone();
+        *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            settings.clone();
         for entry in &self.sessions {
             entry.session.reload(settings.policy.clone(), settings.hooks.clone());
         }

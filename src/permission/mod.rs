@@ -104,7 +104,14 @@ pub struct CallContext<'a> {
 pub struct Policy {}
 
 impl Policy {
-    pub fn decide(&self, mode: Mode, grants: &[String], tool: &ToolFacts, _args: &Value, _ctx: &CallContext) -> Decision {
+    pub fn decide(
+        &self,
+        mode: Mode,
+        grants: &[String],
+        tool: &ToolFacts,
+        _args: &Value,
+        _ctx: &CallContext,
+    ) -> Decision {
         let (verdict, layer) = if tool.system {
             (Verdict::Allow, Layer::System)
         } else if grants.iter().any(|g| g == tool.name) {
@@ -116,7 +123,15 @@ impl Policy {
         } else {
             (Verdict::Ask, Layer::Mode)
         };
-        Decision { verdict, explanation: Explanation { layer, rule: None, list: None, reason: format!("{mode} mode") } }
+        Decision {
+            verdict,
+            explanation: Explanation {
+                layer,
+                rule: None,
+                list: None,
+                reason: format!("{mode} mode"),
+            },
+        }
     }
     pub fn suggestions(&self, tool: &str, _args: &Value) -> Vec<String> {
         vec![tool.to_owned()]

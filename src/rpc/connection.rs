@@ -184,10 +184,10 @@ impl Connection {
                 let Ok(params) = serde_json::from_value::<CancelRequestParams>(params) else {
                     return;
                 };
-                if let Some(id) = params.id.or(params.request_id) {
-                    if let Some(entry) = self.requests.get(&jsonrpc::id_key(&id)) {
-                        entry.1.cancel();
-                    }
+                if let Some(id) = params.id.or(params.request_id)
+                    && let Some(entry) = self.requests.get(&jsonrpc::id_key(&id))
+                {
+                    entry.1.cancel();
                 }
             }
             // Unknown notifications are ignored, as JSON-RPC requires.
@@ -242,7 +242,9 @@ impl Connection {
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
                 let entry = self.session(params.session_id.as_deref())?;
-                to_value(&ToolsCancelResult { canceled: entry.session.cancel_call(&params.call_id) })
+                to_value(&ToolsCancelResult {
+                    canceled: entry.session.cancel_call(&params.call_id),
+                })
             }
             method::TOOLS_EXPLAIN => {
                 let params: ToolsExplainParams = jsonrpc::params(params)?;
@@ -281,16 +283,22 @@ impl Connection {
             }
             method::PERMISSION_RESPOND => {
                 let params: PermissionRespondParams = jsonrpc::params(params)?;
-                let answer =
-                    ApprovalAnswer { decision: params.decision, scope: params.scope, reason: params.reason };
+                let answer = ApprovalAnswer {
+                    decision: params.decision,
+                    scope: params.scope,
+                    reason: params.reason,
+                };
                 let owner = self.guard.id;
                 let daemon = &self.daemon;
-                let outcome = daemon.approvals().respond(&params.request_id, answer, |session_id| {
-                    daemon.session_for(owner, session_id).is_ok()
-                });
+                let outcome =
+                    daemon.approvals().respond(&params.request_id, answer, |session_id| {
+                        daemon.session_for(owner, session_id).is_ok()
+                    });
                 match outcome {
                     Ok(()) => to_value(&PermissionRespondResult { resolved: true }),
-                    Err(RespondError::NotPending) => to_value(&PermissionRespondResult { resolved: false }),
+                    Err(RespondError::NotPending) => {
+                        to_value(&PermissionRespondResult { resolved: false })
+                    }
                     Err(RespondError::NotYours) => Err(RpcError::invalid_params(
                         "that request belongs to a session of another connection",
                     )),
@@ -298,7 +306,8 @@ impl Connection {
             }
             method::SESSION_OPEN => {
                 let params: SessionOpenParams = jsonrpc::params(params)?;
-                let entry = self.daemon.open_session(self.guard.id, &params).map_err(session_error)?;
+                let entry =
+                    self.daemon.open_session(self.guard.id, &params).map_err(session_error)?;
                 to_value(&self.daemon.info(&entry.session))
             }
             method::SESSION_UPDATE => {
@@ -343,7 +352,9 @@ impl Connection {
                 calls_in_flight: self.daemon.calls_in_flight(),
                 tools: self.daemon.registry().names().len(),
             }),
-            other => Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}"))),
+            other => {
+                Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}")))
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Standard error codes.
 pub const PARSE_ERROR: i64 = -32700;
@@ -19,8 +19,15 @@ pub const SERVER_BUSY: i64 = -32000;
 /// One parsed incoming message.
 #[derive(Debug)]
 pub enum Incoming {
-    Request { id: Value, method: String, params: Value },
-    Notification { method: String, params: Value },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
     /// A response from the client (we send no requests on this protocol): ignored.
     Response,
 }
@@ -131,11 +138,25 @@ pub fn response<T: Serialize>(id: &Value, result: &T) -> String {
 
 /// An error response line.
 pub fn error_response(id: &Value, error: &RpcError) -> String {
-    let mut object = json!({"code": error.code, "message": error.message});
-    if let (Some(data), Value::Object(map)) = (&error.data, &mut object) {
-        map.insert("data".to_owned(), data.clone());
+    #[derive(Serialize)]
+    struct ErrorObject<'a> {
+        code: i64,
+        message: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<&'a Value>,
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": object}).to_string()
+    #[derive(Serialize)]
+    struct ErrorResponse<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        error: ErrorObject<'a>,
+    }
+    let body = ErrorResponse {
+        jsonrpc: "2.0",
+        id,
+        error: ErrorObject { code: error.code, message: &error.message, data: error.data.as_ref() },
+    };
+    serde_json::to_string(&body).unwrap_or_default()
 }
 
 /// A notification line.
@@ -152,7 +173,8 @@ pub fn notification<T: Serialize>(method: &str, params: &T) -> String {
 /// Deserializes params (null counts as `{}` for methods whose params are optional).
 pub fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
     let params = if params.is_null() { Value::Object(serde_json::Map::new()) } else { params };
-    serde_json::from_value(params).map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")))
+    serde_json::from_value(params)
+        .map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")))
 }
 
 /// A key for a request id usable in maps (`1` and `"1"` are different ids).
@@ -162,6 +184,8 @@ pub fn id_key(id: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -187,7 +211,10 @@ mod tests {
 
     #[test]
     fn builds_lines() {
-        assert_eq!(response(&json!(1), &json!({"a": 1})), r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#);
+        assert_eq!(
+            response(&json!(1), &json!({"a": 1})),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#
+        );
         assert_eq!(
             error_response(&json!("x"), &RpcError::new(METHOD_NOT_FOUND, "nope")),
             r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32601,"message":"nope"}}"#

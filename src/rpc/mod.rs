@@ -54,8 +54,11 @@ pub async fn serve_lines<R, W>(
             Ok(Frame::Line(line)) => match std::str::from_utf8(&line) {
                 Ok(text) => connection.handle_frame(text).await,
                 Err(_) => {
-                    let error = jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
-                    connection.send_line(jsonrpc::error_response(&serde_json::Value::Null, &error)).await;
+                    let error =
+                        jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
+                    connection
+                        .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
+                        .await;
                 }
             },
             Ok(Frame::TooLong) => {
@@ -64,7 +67,9 @@ pub async fn serve_lines<R, W>(
                     jsonrpc::INVALID_REQUEST,
                     format!("message larger than {max_message_bytes} bytes refused"),
                 );
-                connection.send_line(jsonrpc::error_response(&serde_json::Value::Null, &error)).await;
+                connection
+                    .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
+                    .await;
             }
             Ok(Frame::Eof) => break,
             Err(err) => {

@@ -134,7 +134,9 @@ async fn serve_stream(daemon: &Arc<Daemon>, mut stream: UnixStream, identity: St
             Ok(0) => break,
             Ok(n) => {
                 filled += n;
-                if first[..filled].iter().any(|byte| *byte == b'{' || *byte == b'[' || *byte == b'\n')
+                if first[..filled]
+                    .iter()
+                    .any(|byte| *byte == b'{' || *byte == b'[' || *byte == b'\n')
                 {
                     break;
                 }

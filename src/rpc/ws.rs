@@ -36,8 +36,12 @@ pub enum WsOut {
 }
 
 /// Serves a WebSocket connection until the peer closes it or stops answering pings.
-pub async fn serve_frames<S, E>(daemon: &Arc<Daemon>, identity: String, socket: S, max_message_bytes: usize)
-where
+pub async fn serve_frames<S, E>(
+    daemon: &Arc<Daemon>,
+    identity: String,
+    socket: S,
+    max_message_bytes: usize,
+) where
     S: Stream<Item = Result<WsIn, E>> + Sink<WsOut> + Send + Unpin + 'static,
     E: std::fmt::Display,
 {
@@ -96,7 +100,9 @@ where
                         jsonrpc::INVALID_REQUEST,
                         format!("message larger than {max_message_bytes} bytes refused"),
                     );
-                    connection.send_line(jsonrpc::error_response(&serde_json::Value::Null, &error)).await;
+                    connection
+                        .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
+                        .await;
                     continue;
                 }
                 connection.handle_frame(&text).await;
@@ -104,8 +110,11 @@ where
             Some(Ok(WsIn::Binary(bytes))) => match String::from_utf8(bytes) {
                 Ok(text) => connection.handle_frame(&text).await,
                 Err(_) => {
-                    let error = jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
-                    connection.send_line(jsonrpc::error_response(&serde_json::Value::Null, &error)).await;
+                    let error =
+                        jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
+                    connection
+                        .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
+                        .await;
                 }
             },
             Some(Ok(WsIn::Pong | WsIn::Other)) => {}
@@ -117,8 +126,12 @@ where
 }
 
 /// Completes the HTTP upgrade on a raw stream (the Unix socket) and serves it.
-pub async fn serve_upgrade<S>(daemon: &Arc<Daemon>, stream: S, identity: String, max_message_bytes: usize)
-where
+pub async fn serve_upgrade<S>(
+    daemon: &Arc<Daemon>,
+    stream: S,
+    identity: String,
+    max_message_bytes: usize,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     use tokio_tungstenite::tungstenite::Message;
@@ -184,7 +197,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 

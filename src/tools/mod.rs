@@ -449,10 +449,10 @@ impl Env {
         if env.max_read_bytes == 0 {
             env.max_read_bytes = DEFAULT_MAX_READ_BYTES;
         }
-        if env.cwd.as_os_str().is_empty() {
-            if let Some(root) = env.roots.first() {
-                env.cwd = root.clone();
-            }
+        if env.cwd.as_os_str().is_empty()
+            && let Some(root) = env.roots.first()
+        {
+            env.cwd = root.clone();
         }
         Some(env)
     }
@@ -470,7 +470,10 @@ pub enum OutputStream {
 /// turns them into `tool_output` events). Must not block: it is called from the task
 /// that reads the child's pipes.
 #[derive(Clone)]
-pub struct OutputSink(Option<Arc<dyn Fn(OutputStream, &str) + Send + Sync>>);
+pub struct OutputSink(Option<Arc<OutputFn>>);
+
+/// The callback behind an active [`OutputSink`].
+type OutputFn = dyn Fn(OutputStream, &str) + Send + Sync;
 
 impl OutputSink {
     /// A sink that drops everything.
