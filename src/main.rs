@@ -1,5 +1,143 @@
-//! The `toolgate` command line.
+//! The `toolgate` command line: the daemon (`serve`), the MCP server for hosts' config
+//! files (`mcp`), and a human's client on the socket (`list`, `call`, `status`,
+//! `explain`), plus `check-config`. The only place that uses `anyhow`.
 
-fn main() -> anyhow::Result<()> {
-    Ok(())
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "toolgate", version, about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the daemon (Unix socket, plus TCP and MCP HTTP when configured).
+    Serve {
+        /// An explicit configuration file (read after the system and user ones).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Serve the native protocol on stdin/stdout (NDJSON) instead of the socket.
+        #[arg(long)]
+        stdio: bool,
+        /// Listen on this Unix socket instead of the configured one.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Serve MCP on stdio (for MCP hosts' configuration files).
+    Mcp {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A workspace root (repeatable); default: the configured roots.
+        #[arg(long = "root")]
+        roots: Vec<PathBuf>,
+        /// The permission mode (never beyond the configured one).
+        #[arg(long)]
+        mode: Option<String>,
+        /// Register the fixture tools of the MCP conformance suite.
+        #[arg(long, hide = true)]
+        conformance_fixtures: bool,
+    },
+    /// List the tools the daemon offers.
+    List {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print the raw JSON definitions.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its result (asks for approval on the terminal).
+    Call {
+        name: String,
+        /// The arguments as JSON text.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Show the daemon's status.
+    Status {
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Load and check the configuration, and print the effective result.
+    CheckConfig {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Say which layer and rule would decide a call, without running it.
+    Explain {
+        name: String,
+        #[arg(default_value = "{}")]
+        arguments: String,
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Internal: supervises one command's process tree (used by run_command).
+    #[command(name = "__supervise", hide = true)]
+    Supervise {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("toolgate: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Supervise { argv } => Ok(toolgate::tools::process::supervise_main(&argv)),
+        Command::CheckConfig { config } => toolgate::cli::check_config(config),
+        Command::Serve { config, stdio, socket } => {
+            init_tracing();
+            runtime()?.block_on(toolgate::server::serve(toolgate::server::ServeOptions {
+                config,
+                stdio,
+                socket,
+            }))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp { config, roots, mode, conformance_fixtures } => {
+            init_tracing();
+            runtime()?.block_on(toolgate::server::serve_mcp_stdio(toolgate::server::McpStdioOptions {
+                config,
+                roots,
+                mode,
+                conformance_fixtures,
+            }))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { socket, json } => runtime()?.block_on(toolgate::cli::list(socket, json)),
+        Command::Call { name, arguments, socket } => {
+            runtime()?.block_on(toolgate::cli::call(socket, &name, &arguments))
+        }
+        Command::Status { socket } => runtime()?.block_on(toolgate::cli::status(socket)),
+        Command::Explain { name, arguments, socket } => {
+            runtime()?.block_on(toolgate::cli::explain(socket, &name, &arguments))
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+/// Logs go to stderr (journald picks them up under systemd), never to stdout: stdout
+/// carries the protocol in `--stdio` and `mcp` modes.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }
