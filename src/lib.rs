@@ -10,4 +10,10 @@ pub mod permission;
 
 pub mod hooks;
 
+pub mod audit;
+
+pub mod config;
+
 pub mod agent;
+
+pub mod systemd;
