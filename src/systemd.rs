@@ -213,10 +213,10 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// mean no watchdog, as in systemd's own `sd_watchdog_enabled`.
 pub fn parse_watchdog(usec: Option<&str>, pid: Option<&str>, own_pid: u32) -> Option<Duration> {
     let usec: u64 = usec?.trim().parse().ok().filter(|usec| *usec > 0)?;
-    if let Some(pid) = pid.filter(|pid| !pid.is_empty()) {
-        if pid.trim().parse::<u32>().ok()? != own_pid {
-            return None;
-        }
+    if let Some(pid) = pid.filter(|pid| !pid.is_empty())
+        && pid.trim().parse::<u32>().ok()? != own_pid
+    {
+        return None;
     }
     Some(Duration::from_micros(usec))
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use toolgate::systemd::{self, Inherited};
 
 /// Set in the re-run child.
@@ -32,7 +33,7 @@ fn find_program(name: &str) -> Option<PathBuf> {
 #[test]
 fn an_activated_process_adopts_its_named_listeners() {
     if std::env::var_os(ACTIVATED_VAR).is_some() {
-        return activated_child();
+        return activated_child().unwrap();
     }
     let activate = find_program("systemd-socket-activate").unwrap_or_else(|| {
         panic!("systemd-socket-activate not found: install the `systemd` package (apt-get install -y systemd)")
@@ -64,7 +65,7 @@ fn an_activated_process_adopts_its_named_listeners() {
             .spawn()
             .unwrap();
         // The first connection makes systemd-socket-activate start the child.
-        match connect_when_bound(&native, &mut child) {
+        match connect_when_bound(&native, &mut child).unwrap() {
             Some(conn) => break (child, conn),
             None => {
                 let output = child.wait_with_output().unwrap();
@@ -109,14 +110,14 @@ fn an_activated_process_adopts_its_named_listeners() {
 
 /// Connects once systemd-socket-activate has bound the socket; `None` if it exited
 /// first (it could not bind).
-fn connect_when_bound(path: &Path, activator: &mut Child) -> Option<UnixStream> {
+fn connect_when_bound(path: &Path, activator: &mut Child) -> anyhow::Result<Option<UnixStream>> {
     let deadline = std::time::Instant::now() + SAFETY_TIMEOUT;
     loop {
         match UnixStream::connect(path) {
-            Ok(stream) => return Some(stream),
-            Err(_) if activator.try_wait().unwrap().is_some() => return None,
+            Ok(stream) => return Ok(Some(stream)),
+            Err(_) if activator.try_wait()?.is_some() => return Ok(None),
             Err(err) if std::time::Instant::now() > deadline => {
-                panic!("{} never accepted connections: {err}", path.display())
+                anyhow::bail!("{} never accepted connections: {err}", path.display())
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -125,11 +126,11 @@ fn connect_when_bound(path: &Path, activator: &mut Child) -> Option<UnixStream> 
 
 /// The activated side: adopt the listeners, report them over the native socket's
 /// pending connection, greet one TCP client, exit.
-fn activated_child() {
-    let listeners = systemd::inherited_listeners().unwrap();
+fn activated_child() -> anyhow::Result<()> {
+    let listeners = systemd::inherited_listeners()?;
     let env_clean =
         std::env::var_os("LISTEN_FDS").is_none() && std::env::var_os("LISTEN_PID").is_none();
-    systemd::notify_ready().unwrap();
+    systemd::notify_ready()?;
 
     let mut native = None;
     let mut tcp = None;
@@ -137,12 +138,13 @@ fn activated_child() {
     for listener in listeners {
         match listener {
             Inherited::Unix { name, listener } => {
-                let path = listener.local_addr().unwrap().as_pathname().unwrap().to_owned();
+                let addr = listener.local_addr()?;
+                let path = addr.as_pathname().context("an unnamed Unix socket")?;
                 report.push(format!("{name} unix {}", path.display()));
                 native = Some(listener);
             }
             Inherited::Tcp { name, listener } => {
-                report.push(format!("{name} tcp {}", listener.local_addr().unwrap()));
+                report.push(format!("{name} tcp {}", listener.local_addr()?));
                 tcp = Some(listener);
             }
         }
@@ -150,13 +152,14 @@ fn activated_child() {
     report.push(if env_clean { "env clean".to_owned() } else { "env dirty".to_owned() });
 
     // The listeners were handed over non-blocking; this side waits.
-    let native = native.unwrap();
-    native.set_nonblocking(false).unwrap();
-    let (mut conn, _) = native.accept().unwrap();
-    writeln!(conn, "{}", report.join("|")).unwrap();
+    let native = native.context("no Unix listener inherited")?;
+    native.set_nonblocking(false)?;
+    let (mut conn, _) = native.accept()?;
+    writeln!(conn, "{}", report.join("|"))?;
 
-    let tcp = tcp.unwrap();
-    tcp.set_nonblocking(false).unwrap();
-    let (mut client, _) = tcp.accept().unwrap();
-    client.write_all(b"hello over tcp\n").unwrap();
+    let tcp = tcp.context("no TCP listener inherited")?;
+    tcp.set_nonblocking(false)?;
+    let (mut client, _) = tcp.accept()?;
+    client.write_all(b"hello over tcp\n")?;
+    Ok(())
 }
