@@ -301,8 +301,9 @@ pub struct McpServerConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default = "default_mcp_startup_timeout_ms")]
     pub startup_timeout_ms: u64,
-    #[serde(default = "default_mcp_call_timeout_ms")]
-    pub call_timeout_ms: u64,
+    /// The deadline of one call; `None` means the session's default timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout_ms: Option<u64>,
     /// Whether the server's `readOnlyHint` is believed. Off by default: a proxied tool
     /// is side-effecting unless the user vouches for the server.
     #[serde(default)]
@@ -313,11 +314,6 @@ pub struct McpServerConfig {
 /// (`uvx`, `npx`): half a minute covers that without hiding a hung server for long.
 fn default_mcp_startup_timeout_ms() -> u64 {
     30_000
-}
-
-/// The same as the default call deadline of built-in tools.
-fn default_mcp_call_timeout_ms() -> u64 {
-    120_000
 }
 
 /// How toolgate reaches an MCP server.
@@ -354,8 +350,9 @@ impl McpServerConfig {
         Duration::from_millis(self.startup_timeout_ms)
     }
 
-    pub fn call_timeout(&self) -> Duration {
-        Duration::from_millis(self.call_timeout_ms)
+    /// The configured deadline of one call, if any (otherwise the session's default).
+    pub fn call_timeout(&self) -> Option<Duration> {
+        self.call_timeout_ms.map(Duration::from_millis)
     }
 }
 
@@ -642,6 +639,11 @@ impl Layers {
                 Err(self.invalid(&path, err.message().trim()))
             }
         }
+    }
+
+    /// The index of the last layer that set exactly `path`.
+    fn set_by(&self, path: &[Seg]) -> Option<usize> {
+        self.layers.iter().rposition(|layer| layer.positions.contains_key(path))
     }
 
     /// An error about `path`, located in the last layer that set it (or, for a key a
@@ -956,10 +958,18 @@ fn validate_limits(limits: &LimitsConfig, layers: &Layers) -> Result<(), ConfigE
     nonzero(layers, &["limits", "max_read_bytes"], limits.max_read_bytes)?;
     nonzero(layers, &["limits", "approval_timeout_ms"], limits.approval_timeout_ms)?;
     if limits.default_timeout_ms > limits.max_timeout_ms {
+        // Blame whichever of the two was set last: that is the change that broke it.
+        let default_path = key_path(&["limits", "default_timeout_ms"]);
+        let max_path = key_path(&["limits", "max_timeout_ms"]);
+        let blamed = if layers.set_by(&max_path) > layers.set_by(&default_path) {
+            max_path
+        } else {
+            default_path
+        };
         return Err(layers.invalid(
-            &key_path(&["limits", "default_timeout_ms"]),
+            &blamed,
             format!(
-                "{} is more than max_timeout_ms ({})",
+                "default_timeout_ms ({}) is more than max_timeout_ms ({})",
                 limits.default_timeout_ms, limits.max_timeout_ms
             ),
         ));
@@ -1111,17 +1121,19 @@ fn validate_mcp_servers(
         if server.startup_timeout_ms == 0 {
             return Err(layers.invalid(&path("startup_timeout_ms"), "must be greater than zero"));
         }
-        if server.call_timeout_ms == 0 {
-            return Err(layers.invalid(&path("call_timeout_ms"), "must be greater than zero"));
-        }
-        if server.call_timeout_ms > limits.max_timeout_ms {
-            return Err(layers.invalid(
-                &path("call_timeout_ms"),
-                format!(
-                    "{} is more than [limits] max_timeout_ms ({})",
-                    server.call_timeout_ms, limits.max_timeout_ms
-                ),
-            ));
+        if let Some(call_timeout_ms) = server.call_timeout_ms {
+            if call_timeout_ms == 0 {
+                return Err(layers.invalid(&path("call_timeout_ms"), "must be greater than zero"));
+            }
+            if call_timeout_ms > limits.max_timeout_ms {
+                return Err(layers.invalid(
+                    &path("call_timeout_ms"),
+                    format!(
+                        "{call_timeout_ms} is more than [limits] max_timeout_ms ({})",
+                        limits.max_timeout_ms
+                    ),
+                ));
+            }
         }
         if let Some(cwd) = &server.cwd {
             let raw = cwd.to_string_lossy().into_owned();

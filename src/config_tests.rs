@@ -145,7 +145,7 @@ fn no_directories_at_all_still_loads() {
 fn default_audit_log_needs_a_state_directory() {
     let fixture = Fixture::new();
     let options = LoadOptions { state_home: None, ..fixture.options() };
-    expect!["(built-in defaults):49:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
+    expect!["(built-in defaults):50:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
         .assert_eq(&fixture.error(&options));
     fixture.user_file("[server]\naudit_log = false\n");
     assert_eq!(Config::load(&options).unwrap().server.audit_log, None);
@@ -486,7 +486,7 @@ call_timeout_ms = 5000
     );
     assert!(!servers[0].trust_annotations);
     assert_eq!(servers[0].startup_timeout(), Duration::from_secs(30));
-    assert_eq!(servers[0].call_timeout(), Duration::from_secs(120));
+    assert_eq!(servers[0].call_timeout(), None);
     assert_eq!(
         servers[1].transport(),
         McpTransport::StreamableHttp {
@@ -495,7 +495,7 @@ call_timeout_ms = 5000
         }
     );
     assert!(servers[1].trust_annotations);
-    assert_eq!(servers[1].call_timeout(), Duration::from_secs(5));
+    assert_eq!(servers[1].call_timeout(), Some(Duration::from_secs(5)));
 }
 
 #[test]
@@ -595,7 +595,14 @@ fn limits_are_validated() {
     check_user_error(
         "[limits]\ndefault_timeout_ms = 700000\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:2:1: [limits] default_timeout_ms: 700000 is more than max_timeout_ms (600000)"
+            "$T/home/.config/toolgate/config.toml:2:1: [limits] default_timeout_ms: default_timeout_ms (700000) is more than max_timeout_ms (600000)"
+        ],
+    );
+    // The key set last is the one blamed.
+    check_user_error(
+        "[limits]\nmax_timeout_ms = 1000\n",
+        expect![
+            "$T/home/.config/toolgate/config.toml:2:1: [limits] max_timeout_ms: default_timeout_ms (120000) is more than max_timeout_ms (1000)"
         ],
     );
     check_user_error(
