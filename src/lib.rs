@@ -12,8 +12,18 @@ pub mod hooks;
 
 pub mod agent;
 
+pub mod audit;
+
+pub mod config;
+
 pub mod protocol;
 
 pub mod daemon;
 
 pub mod rpc;
+
+pub mod systemd;
+
+pub mod server;
+
+pub mod cli;
