@@ -17,7 +17,7 @@ use self::approvals::{ApprovalHub, SessionBroker};
 use self::events::EventHub;
 use crate::agent::{CallObserver, Event, EventSink, Session, SessionOptions};
 use crate::hooks::Hooks;
-use crate::permission::{Mode, Policy};
+use crate::permission::{Mode, PermissionEngine, RuleConfig};
 use crate::protocol::{SessionInfo, SessionOpenParams};
 use crate::tools::{Env, EnvPolicy, Registry};
 
@@ -29,7 +29,10 @@ pub struct Settings {
     pub roots: Vec<PathBuf>,
     /// The configured mode: the default and the ceiling of every session.
     pub mode: Mode,
-    pub policy: Arc<Policy>,
+    /// The configured rules, as written (kept for reloading sessions).
+    pub rules: RuleConfig,
+    /// The compiled rules with the configured mode; each session starts from a clone.
+    pub engine: PermissionEngine,
     pub hooks: Arc<Hooks>,
     pub default_timeout: Duration,
     pub max_timeout: Duration,
@@ -48,7 +51,9 @@ impl Settings {
         Settings {
             roots,
             mode: Mode::Default,
-            policy: Arc::new(Policy::default()),
+            rules: RuleConfig::default(),
+            engine: PermissionEngine::new(&RuleConfig::default(), Mode::Default, None)
+                .unwrap_or_else(|_| unreachable!("empty rules always compile")),
             hooks: Arc::new(Hooks::default()),
             default_timeout: crate::tools::DEFAULT_TIMEOUT,
             max_timeout: crate::tools::MAX_TIMEOUT,
@@ -193,6 +198,7 @@ impl Daemon {
     pub fn open_session(
         &self,
         owner: u64,
+        client: &str,
         params: &SessionOpenParams,
     ) -> Result<Arc<SessionEntry>, SessionError> {
         if self.shutdown.is_cancelled() {
@@ -254,11 +260,11 @@ impl Daemon {
             self.registry.clone(),
             SessionOptions {
                 id: id.clone(),
+                client: client.to_owned(),
                 env,
+                engine: settings.engine.clone(),
                 mode: params.mode.unwrap_or(settings.mode),
-                mode_ceiling: settings.mode,
                 allowlist: params.allowlist.clone().unwrap_or_default(),
-                policy: settings.policy.clone(),
                 hooks: settings.hooks.clone(),
                 approval_timeout: settings.approval_timeout,
                 max_concurrent_calls: settings.max_calls_per_session,
@@ -341,7 +347,9 @@ impl Daemon {
         *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             settings.clone();
         for entry in &self.sessions {
-            entry.session.reload(settings.policy.clone(), settings.hooks.clone());
+            if let Err(err) = entry.session.reload(&settings.rules, settings.mode, settings.hooks.clone()) {
+                tracing::error!(session = %entry.session.id(), %err, "session kept its old rules");
+            }
         }
     }
 

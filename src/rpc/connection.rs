@@ -54,10 +54,12 @@ impl Connection {
         outbound: mpsc::Sender<String>,
     ) -> Result<Arc<Connection>, SessionError> {
         let guard = daemon.connect();
-        let default_session = daemon.open_session(guard.id, &SessionOpenParams::default())?;
+        let identity = identity.into();
+        let default_session =
+            daemon.open_session(guard.id, &identity, &SessionOpenParams::default())?;
         Ok(Arc::new(Connection {
             daemon: daemon.clone(),
-            identity: identity.into(),
+            identity,
             default_session,
             outbound,
             requests: DashMap::new(),
