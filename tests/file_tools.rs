@@ -1,6 +1,11 @@
 //! read_file, write_file and edit_file driven end to end through the Registry, the
 //! way every client reaches them.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "fixture helpers outside #[test] functions fail loudly on a broken setup"
+)]
+
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,7 +33,12 @@ impl Fixture {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let mut env = Env::for_root(&root).unwrap();
         adjust(&mut env);
-        Fixture { _dir: dir, root, env: Arc::new(env), registry: Arc::new(Registry::with_builtins()) }
+        Fixture {
+            _dir: dir,
+            root,
+            env: Arc::new(env),
+            registry: Arc::new(Registry::with_builtins()),
+        }
     }
 
     /// A second session on the same root: its own Env and FileTracker.
@@ -144,7 +154,10 @@ async fn read_caps_lines_bytes_and_line_length_honestly() {
     fx.write("long.txt", numbered(1..=2500));
     let res = fx.call("read_file", json!({"path": "long.txt"})).await;
     assert_eq!(meta(&res, "lines_shown"), 2000);
-    assert!(res.content.ends_with("[truncated: showing lines 1-2000 of 2500; read on with offset=2001]"));
+    assert!(
+        res.content
+            .ends_with("[truncated: showing lines 1-2000 of 2500; read on with offset=2001]")
+    );
 
     // 300 lines of 1500 characters exceed the 256 KiB text cap.
     let wide: String = (0..300).map(|_| format!("{}\n", "x".repeat(1500))).collect();
@@ -268,7 +281,10 @@ async fn write_creates_files_and_parent_directories() {
 
     // What the session wrote, it may edit without reading again.
     let res = fx
-        .call("edit_file", json!({"path": "new/dir/a.txt", "old_string": "hello", "new_string": "bye"}))
+        .call(
+            "edit_file",
+            json!({"path": "new/dir/a.txt", "old_string": "hello", "new_string": "bye"}),
+        )
         .await;
     assert_ok(&res);
     assert_eq!(fx.read_text("new/dir/a.txt"), "bye\n");
@@ -301,8 +317,9 @@ async fn overwriting_requires_a_read_of_the_current_content() {
 
     // Another session has its own record: it has not read the file.
     let other = fx.other_session();
-    let res = call_in(&fx.registry, &other, "write_file", json!({"path": "notes.txt", "content": "x"}))
-        .await;
+    let res =
+        call_in(&fx.registry, &other, "write_file", json!({"path": "notes.txt", "content": "x"}))
+            .await;
     assert_err(&res, ErrorType::StaleFile);
 }
 
@@ -312,7 +329,8 @@ async fn write_keeps_the_file_mode() {
     let path = fx.write("run.sh", "#!/bin/sh\necho old\n");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
     assert_ok(&fx.call("read_file", json!({"path": "run.sh"})).await);
-    let res = fx.call("write_file", json!({"path": "run.sh", "content": "#!/bin/sh\necho new\n"})).await;
+    let res =
+        fx.call("write_file", json!({"path": "run.sh", "content": "#!/bin/sh\necho new\n"})).await;
     assert_ok(&res);
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o751);
     let res = fx
@@ -346,7 +364,9 @@ async fn writing_through_a_link_inside_the_root_replaces_its_target() {
     assert_eq!(meta(&res, "path"), fx.root.join("real/config.toml").display().to_string().as_str());
     let res = fx.call("write_file", json!({"path": "config.toml", "content": "a = 2\n"})).await;
     assert_ok(&res);
-    assert!(std::fs::symlink_metadata(fx.root.join("config.toml")).unwrap().file_type().is_symlink());
+    assert!(
+        std::fs::symlink_metadata(fx.root.join("config.toml")).unwrap().file_type().is_symlink()
+    );
     assert_eq!(fx.read_text("real/config.toml"), "a = 2\n");
     let res = fx
         .call("edit_file", json!({"path": "config.toml", "old_string": "2", "new_string": "3"}))
@@ -386,7 +406,10 @@ async fn edit_business_errors() {
 
     // Not read yet.
     let res = fx
-        .call("edit_file", json!({"path": "code.py", "old_string": "def", "new_string": "async def"}))
+        .call(
+            "edit_file",
+            json!({"path": "code.py", "old_string": "def", "new_string": "async def"}),
+        )
         .await;
     assert_err(&res, ErrorType::StaleFile);
     assert_ok(&fx.call("read_file", json!({"path": "code.py"})).await);
@@ -416,9 +439,8 @@ async fn edit_business_errors() {
         .await;
     assert_err(&res, ErrorType::InvalidArguments);
 
-    let res = fx
-        .call("edit_file", json!({"path": "code.py", "old_string": "", "new_string": "x"}))
-        .await;
+    let res =
+        fx.call("edit_file", json!({"path": "code.py", "old_string": "", "new_string": "x"})).await;
     assert_err(&res, ErrorType::InvalidArguments);
 
     let res = fx
@@ -440,7 +462,10 @@ async fn edit_business_errors() {
     assert_eq!(fx.read_text("code.py"), "def total(items):\n    return 0\n");
 
     let res = fx
-        .call("edit_file", json!({"path": "code.py", "old_string": "x", "new_string": "y", "replace_all": "yes"}))
+        .call(
+            "edit_file",
+            json!({"path": "code.py", "old_string": "x", "new_string": "y", "replace_all": "yes"}),
+        )
         .await;
     assert_err(&res, ErrorType::InvalidArguments);
 }
@@ -465,7 +490,10 @@ async fn replace_all_counts_replacements() {
 async fn empty_old_string_creates_a_new_file() {
     let fx = Fixture::new();
     let res = fx
-        .call("edit_file", json!({"path": "made/here.txt", "old_string": "", "new_string": "fresh\n"}))
+        .call(
+            "edit_file",
+            json!({"path": "made/here.txt", "old_string": "", "new_string": "fresh\n"}),
+        )
         .await;
     assert_ok(&res);
     assert_eq!(meta(&res, "created"), true);
@@ -506,7 +534,10 @@ async fn utf16_and_bom_files_round_trip() {
         assert_eq!(res.content, "     1\tGrüße\n     2\tfrom 🦀", "{name}");
         assert_eq!(meta(&res, "encoding"), encoding.as_str());
         let res = fx
-            .call("edit_file", json!({"path": name, "old_string": "from 🦀", "new_string": "von 🦀\nund 🐍"}))
+            .call(
+                "edit_file",
+                json!({"path": name, "old_string": "from 🦀", "new_string": "von 🦀\nund 🐍"}),
+            )
             .await;
         assert_ok(&res);
         assert_eq!(fx.read(name), encode("Grüße\r\nvon 🦀\r\nund 🐍\r\n", encoding), "{name}");
@@ -567,7 +598,8 @@ async fn concurrent_sessions_see_stale_files_and_lose_nothing() {
                     "new_string": format!("slot-{slot:02} = new"),
                 });
                 loop {
-                    let read = call_in(&fx.registry, &env, "read_file", json!({"path": "shared.txt"}));
+                    let read =
+                        call_in(&fx.registry, &env, "read_file", json!({"path": "shared.txt"}));
                     assert_ok(&read.await);
                     let res = call_in(&fx.registry, &env, "edit_file", args.clone()).await;
                     if res.ok {

@@ -599,6 +599,8 @@ struct Located<'env> {
 /// Picks the root a path falls under, lexically and without touching the
 /// filesystem: that is only a choice of starting point, the kernel does the checking.
 /// With nested roots the outermost wins, since it admits everything the inner ones do.
+/// A relative path that reaches a *different* root only through `..` starts in the
+/// cwd's root and is denied there; an absolute path into the other root works.
 fn locate<'env>(env: &'env Env, path: &Path, shown: &str) -> Result<Located<'env>, FsError> {
     let logical = if path.is_absolute() { path.to_path_buf() } else { env.cwd.join(path) };
     let root = env
@@ -680,10 +682,7 @@ fn split_final(path: &Path, shown: &str) -> Result<(PathBuf, OsString), FsError>
     if name.is_empty() || name == b"." || name == b".." {
         return Err(FsError::InvalidPath(format!("{} does not name a file", shorten(shown))));
     }
-    Ok((
-        PathBuf::from(OsStr::from_bytes(parent)),
-        OsString::from_vec(name.to_vec()),
-    ))
+    Ok((PathBuf::from(OsStr::from_bytes(parent)), OsString::from_vec(name.to_vec())))
 }
 
 /// Opens `rel` beneath `root`. Returns the descriptor and, when the walk did the work,
@@ -696,14 +695,12 @@ fn open_beneath(
     strategy: Strategy,
 ) -> rustix::io::Result<(OwnedFd, Option<PathBuf>)> {
     let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-    let strategy =
-        if OPENAT2_MISSING.load(Ordering::Relaxed) { Strategy::Walk } else { strategy };
+    let strategy = if OPENAT2_MISSING.load(Ordering::Relaxed) { Strategy::Walk } else { strategy };
     if strategy == Strategy::Auto {
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
         let mut retries = 0;
         loop {
-            match rustix::fs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve)
-            {
+            match rustix::fs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
                 Ok(fd) => return Ok((fd, None)),
                 Err(Errno::AGAIN) if retries < MAX_EAGAIN_RETRIES => retries += 1,
                 Err(Errno::NOSYS) => {
@@ -736,7 +733,8 @@ fn walk_beneath(
         return Err(Errno::XDEV);
     }
     // `dirs[i]` is the directory reached after `names[..i]`; `dirs[0]` is the root.
-    let mut dirs: Vec<OwnedFd> = vec![rustix::fs::openat(root, ".", component_flags, Mode::empty())?];
+    let mut dirs: Vec<OwnedFd> =
+        vec![rustix::fs::openat(root, ".", component_flags, Mode::empty())?];
     let mut names: Vec<OsString> = Vec::new();
     // The final component when it is not a directory: its parent is `dirs.last()`.
     let mut leaf: Option<(OwnedFd, OsString)> = None;
@@ -909,10 +907,10 @@ struct TempFile<'dir> {
 
 impl Drop for TempFile<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            if let Err(errno) = rustix::fs::unlinkat(self.dir, &self.name, AtFlags::empty()) {
-                tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
-            }
+        if self.armed
+            && let Err(errno) = rustix::fs::unlinkat(self.dir, &self.name, AtFlags::empty())
+        {
+            tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
         }
     }
 }

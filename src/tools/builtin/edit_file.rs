@@ -60,12 +60,9 @@ const MAX_HINT_SHOWN_CHARS: usize = 200;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
-    /// The file to edit: relative to the session's working directory, or absolute
-    /// (inside the session roots).
+    /// The file to edit, relative to the working directory or absolute (inside the roots).
     path: String,
-    /// The exact text to replace, including indentation, without read_file's line
-    /// number prefixes. Empty only to create a file that does not exist yet (or to
-    /// fill an empty one).
+    /// The exact text to replace, indentation included; empty only for a missing or empty file.
     old_string: String,
     /// The replacement text; must differ from old_string.
     new_string: String,
@@ -119,8 +116,7 @@ impl Tool for EditFile {
             if args.old_string.is_empty() { ParentDirs::Create } else { ParentDirs::MustExist };
         let env = ctx.env.clone();
         let path = args.path.clone();
-        let target = match fs::blocking(move || fs::resolve_for_write(&env, &path, parents)).await
-        {
+        let target = match fs::blocking(move || fs::resolve_for_write(&env, &path, parents)).await {
             Ok(target) => target,
             Err(err) => return err.into(),
         };
@@ -178,11 +174,13 @@ fn edit_locked(
             .with_meta("path", shown_path));
         }
     };
-    let planned = match plan(&decoded.text, &args.old_string, &args.new_string, args.replace_all)
-    {
+    let planned = match plan(&decoded.text, &args.old_string, &args.new_string, args.replace_all) {
         Ok(planned) => planned,
-        Err(err) => return Ok(err.into_result(&args.path, &decoded.text, &args.old_string)
-            .with_meta("path", shown_path)),
+        Err(err) => {
+            return Ok(err
+                .into_result(&args.path, &decoded.text, &args.old_string)
+                .with_meta("path", shown_path));
+        }
     };
     if cancel.is_cancelled() {
         return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
@@ -242,7 +240,10 @@ struct Planned {
 #[derive(Debug, PartialEq, Eq)]
 enum PlanError {
     NotFound,
-    NotUnique { count: usize, lines: Vec<usize> },
+    NotUnique {
+        count: usize,
+        lines: Vec<usize>,
+    },
     /// An empty `old_string` on a file that has content.
     EmptyOldString,
 }
@@ -293,7 +294,8 @@ impl PlanError {
 /// Applies the edit to decoded text. In a CRLF file, `old`/`new` are first tried
 /// with CRLF line endings (so text copied from read_file, which shows plain lines,
 /// matches and new lines follow the file's style), then as given (a mixed file may
-/// have LF lines too).
+/// have LF lines too). In an LF file, CRLF in `old`/`new` is tried as LF after the
+/// text as given.
 fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, PlanError> {
     if old.is_empty() {
         if !text.is_empty() {
@@ -302,10 +304,14 @@ fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, 
         return Ok(Planned { text: new.to_owned(), replacements: 1, first_line: 1 });
     }
     let mut candidates = Vec::with_capacity(2);
-    if text::uses_crlf(text) {
+    let crlf = text::uses_crlf(text);
+    if crlf {
         candidates.push((text::to_crlf(old), text::to_crlf(new)));
     }
     candidates.push((old.to_owned(), new.to_owned()));
+    if !crlf {
+        candidates.push((text::to_lf(old).into_owned(), text::to_lf(new).into_owned()));
+    }
     candidates.dedup_by(|later, earlier| later.0 == earlier.0);
     for (old, new) in candidates {
         let positions: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
@@ -313,11 +319,8 @@ fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, 
             continue;
         };
         if positions.len() > 1 && !replace_all {
-            let lines = positions
-                .iter()
-                .take(MAX_LISTED_MATCHES)
-                .map(|&at| line_of(text, at))
-                .collect();
+            let lines =
+                positions.iter().take(MAX_LISTED_MATCHES).map(|&at| line_of(text, at)).collect();
             return Err(PlanError::NotUnique { count: positions.len(), lines });
         }
         let edited = if replace_all {
@@ -344,11 +347,8 @@ fn diff_snippet(path: &str, before: &str, after: &str) -> String {
     let before = text::to_lf(before);
     let after = text::to_lf(after);
     let diff = TextDiff::configure().timeout(DIFF_TIMEOUT).diff_lines(&*before, &*after);
-    let mut out = diff
-        .unified_diff()
-        .context_radius(DIFF_CONTEXT_LINES)
-        .header(path, path)
-        .to_string();
+    let mut out =
+        diff.unified_diff().context_radius(DIFF_CONTEXT_LINES).header(path, path).to_string();
     if out.len() > MAX_DIFF_BYTES {
         let mut end = MAX_DIFF_BYTES;
         while !out.is_char_boundary(end) {
@@ -379,8 +379,7 @@ fn not_found_hint(text: &str, old: &str) -> Option<Hint> {
     if old_lines.is_empty() || file_lines.is_empty() {
         return None;
     }
-    if old_lines.iter().filter(|line| !line.trim().is_empty()).all(|line| has_number_prefix(line))
-    {
+    if old_lines.iter().filter(|line| !line.trim().is_empty()).all(|line| has_number_prefix(line)) {
         return Some(Hint {
             text: "old_string seems to include read_file's line-number prefixes (spaces, the \
                    number and a tab); pass only the file's own text"
@@ -534,11 +533,19 @@ mod tests {
         );
         assert_eq!(
             plan(text, "a = 1", "a = 3", true),
-            Ok(Planned { text: "a = 3\nb = 2\na = 3\n".to_owned(), replacements: 2, first_line: 1 })
+            Ok(Planned {
+                text: "a = 3\nb = 2\na = 3\n".to_owned(),
+                replacements: 2,
+                first_line: 1
+            })
         );
         assert_eq!(
             plan(text, "b = 2", "b = 4", false),
-            Ok(Planned { text: "a = 1\nb = 4\na = 1\n".to_owned(), replacements: 1, first_line: 2 })
+            Ok(Planned {
+                text: "a = 1\nb = 4\na = 1\n".to_owned(),
+                replacements: 1,
+                first_line: 2
+            })
         );
         assert_eq!(plan(text, "c = 3", "c = 4", false), Err(PlanError::NotFound));
     }
@@ -548,6 +555,9 @@ mod tests {
         let text = "one\r\ntwo\r\nthree\r\n";
         let planned = plan(text, "one\ntwo\n", "uno\ndos\n", false).unwrap();
         assert_eq!(planned.text, "uno\r\ndos\r\nthree\r\n");
+        // And the other way round: CRLF text pasted into an edit of an LF file.
+        let planned = plan("one\ntwo\n", "one\r\ntwo", "1\r\n2", false).unwrap();
+        assert_eq!(planned.text, "1\n2\n");
     }
 
     #[test]
@@ -562,9 +572,13 @@ mod tests {
         let numbered = not_found_hint(text, "     2\t    let total = compute(1, 2);").unwrap();
         assert!(numbered.text.contains("line-number prefixes"), "{}", numbered.text);
 
-        let spaced = not_found_hint(text, "let total  =  compute(1, 2);\nprintln!(\"{total}\");")
-            .unwrap();
-        assert!(spaced.text.contains("lines 2-3 only when whitespace is ignored"), "{}", spaced.text);
+        let spaced =
+            not_found_hint(text, "let total  =  compute(1, 2);\nprintln!(\"{total}\");").unwrap();
+        assert!(
+            spaced.text.contains("lines 2-3 only when whitespace is ignored"),
+            "{}",
+            spaced.text
+        );
         assert_eq!(spaced.line, Some(2));
 
         let typo = not_found_hint(text, "    let totl = compute(1, 3);").unwrap();

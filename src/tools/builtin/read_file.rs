@@ -40,14 +40,11 @@ pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
-    /// The file to read: relative to the session's working directory, or absolute
-    /// (inside the session roots).
+    /// The file to read, relative to the working directory or absolute (inside the roots).
     path: String,
     /// The first line to return, 1-based (0 also means the first line). Default: 1.
-    #[serde(default)]
     offset: Option<u64>,
     /// How many lines to return. Default: 2000.
-    #[serde(default)]
     #[schemars(range(min = 1))]
     limit: Option<u64>,
 }
@@ -134,9 +131,8 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
     let lines = split_lines(&decoded.text);
     let total = lines.len();
     let start = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
-    let limit = args
-        .limit
-        .map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+    let limit =
+        args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
 
     let mut content = String::new();
     let mut shown = 0usize;
@@ -171,7 +167,8 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
     if total == 0 {
         notes.push("[the file is empty]".to_owned());
     } else if start > total {
-        notes.push(format!("[offset {start} is past the end of the file, which has {total} lines]"));
+        notes
+            .push(format!("[offset {start} is past the end of the file, which has {total} lines]"));
     } else if more_after {
         let why = if hit_byte_cap {
             format!(" (output capped at {} KiB)", MAX_TEXT_BYTES / 1024)
@@ -294,7 +291,8 @@ fn sniff_image(bytes: &[u8]) -> Option<Image> {
         return Some(Image { mime_type: "image/png", dimensions });
     }
     if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
-        let dimensions = le16(bytes, 6).zip(le16(bytes, 8)).map(|(w, h)| (u32::from(w), u32::from(h)));
+        let dimensions =
+            le16(bytes, 6).zip(le16(bytes, 8)).map(|(w, h)| (u32::from(w), u32::from(h)));
         return Some(Image { mime_type: "image/gif", dimensions });
     }
     if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {

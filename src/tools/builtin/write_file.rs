@@ -23,8 +23,7 @@ use crate::tools::{
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
-    /// The file to write: relative to the session's working directory, or absolute
-    /// (inside the session roots). Missing parent directories are created.
+    /// The file to write, relative to the working directory or absolute (inside the roots).
     path: String,
     /// The complete new content of the file.
     content: String,
@@ -64,13 +63,14 @@ impl Tool for WriteFile {
         };
         let env = ctx.env.clone();
         let path = args.path.clone();
-        let target =
-            match fs::blocking(move || fs::resolve_for_write(&env, &path, ParentDirs::Create))
-                .await
-            {
-                Ok(target) => target,
-                Err(err) => return err.into(),
-            };
+        let target = match fs::blocking(move || {
+            fs::resolve_for_write(&env, &path, ParentDirs::Create)
+        })
+        .await
+        {
+            Ok(target) => target,
+            Err(err) => return err.into(),
+        };
         let lock = fs::lock_path(&target.path()).await;
         let env = ctx.env.clone();
         let cancel = ctx.cancel.clone();
@@ -96,8 +96,7 @@ fn write_locked(
         None => None,
         Some((file, info)) => {
             let current = fs::current_stamp(file, &info, env.max_read_bytes, &args.path)?;
-            if let Some(message) =
-                Staleness::check(&env.files, &key, &current).message(&args.path)
+            if let Some(message) = Staleness::check(&env.files, &key, &current).message(&args.path)
             {
                 return Ok(ToolResult::failure(ErrorType::StaleFile, message)
                     .with_meta("path", shown_path));

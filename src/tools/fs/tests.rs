@@ -131,9 +131,8 @@ fn parents_are_created_beneath_the_root_with_both_strategies() {
         assert!(tree.root.join("a").join(dir).join("x/y").is_dir());
         // Through a link that leads out, nothing is created anywhere.
         let out = format!("link_out/{dir}/new.txt");
-        let err =
-            resolve_parent_at(&tree.env, Path::new(&out), &out, ParentDirs::Create, strategy)
-                .unwrap_err();
+        let err = resolve_parent_at(&tree.env, Path::new(&out), &out, ParentDirs::Create, strategy)
+            .unwrap_err();
         assert_eq!(err.error_type(), ErrorType::AccessDenied);
         assert!(!tree.outside.join(dir).exists());
     }
@@ -249,4 +248,3 @@ proptest! {
         }
     }
 }
-
