@@ -43,6 +43,14 @@ const MAX_LISTED_MATCHES: usize = 10;
 /// cheap on huge files.
 const MAX_HINT_SCAN_LINES: usize = 100_000;
 
+/// Lines whose similarity is computed exactly (a character diff each), chosen by a
+/// cheap upper bound; keeps a hint on a file of near-identical lines to a few
+/// milliseconds while real near-misses, which have the highest bounds, are kept.
+const MAX_HINT_DIFFED_LINES: usize = 2000;
+
+/// Buckets of a line's character profile; enough to tell typical code lines apart.
+const PROFILE_BUCKETS: usize = 64;
+
 /// Characters of a line compared when looking for similar lines.
 const MAX_HINT_LINE_CHARS: usize = 400;
 
@@ -403,7 +411,9 @@ fn not_found_hint(text: &str, old: &str) -> Option<Hint> {
     let mut text = String::from("the closest lines are:");
     for (start, score) in regions {
         let end = (start + old_lines.len()).min(file_lines.len());
-        let _ = write!(text, "\nlines {}-{} ({:.0}% similar):\n", start + 1, end, score * 100.0);
+        // Rounded down, so only an exact match (impossible here) could read 100%.
+        let percent = (score * 100.0).floor().min(99.0);
+        let _ = write!(text, "\nlines {}-{} ({percent:.0}% similar):\n", start + 1, end);
         push_region(&mut text, &file_lines, start, old_lines.len());
     }
     Some(Hint { text, line: Some(best + 1) })
@@ -448,11 +458,23 @@ fn similar_regions(file_lines: &[&str], old_lines: &[&str]) -> Vec<(usize, f32)>
     if anchor.is_empty() {
         return Vec::new();
     }
-    let mut anchors: Vec<(usize, f32)> = file_lines
+    // A cheap upper bound first (shared characters), so the character diff only runs
+    // on the most promising lines however large the file is.
+    let anchor_profile = Profile::of(anchor);
+    let mut candidates: Vec<(usize, f32)> = file_lines
         .iter()
         .enumerate()
         .filter_map(|(idx, line)| {
-            let score = similarity(anchor, clip(line.trim()));
+            let bound = anchor_profile.similarity_bound(&Profile::of(clip(line.trim())));
+            (bound >= HINT_MIN_SIMILARITY).then_some((idx, bound))
+        })
+        .collect();
+    candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    candidates.truncate(MAX_HINT_DIFFED_LINES);
+    let mut anchors: Vec<(usize, f32)> = candidates
+        .into_iter()
+        .filter_map(|(idx, _)| {
+            let score = similarity(anchor, clip(file_lines[idx].trim()));
             (score >= HINT_MIN_SIMILARITY).then_some((idx, score))
         })
         .collect();
@@ -482,6 +504,37 @@ fn similar_regions(file_lines: &[&str], old_lines: &[&str]) -> Vec<(usize, f32)>
     regions.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     regions.truncate(MAX_HINT_REGIONS);
     regions
+}
+
+/// A line's characters counted into a few buckets: two lines cannot have more
+/// characters in common than their bucket counts share, which bounds their
+/// similarity from above without diffing them.
+struct Profile {
+    buckets: [u32; PROFILE_BUCKETS],
+    len: u32,
+}
+
+impl Profile {
+    fn of(line: &str) -> Profile {
+        let mut buckets = [0u32; PROFILE_BUCKETS];
+        let mut len = 0u32;
+        for ch in line.chars() {
+            buckets[ch as usize % PROFILE_BUCKETS] += 1;
+            len += 1;
+        }
+        Profile { buckets, len }
+    }
+
+    /// At least [`similarity`] of the two lines (`2 * shared / total`).
+    fn similarity_bound(&self, other: &Profile) -> f32 {
+        let total = self.len + other.len;
+        if total == 0 {
+            return 1.0;
+        }
+        let shared: u32 =
+            self.buckets.iter().zip(&other.buckets).map(|(mine, theirs)| *mine.min(theirs)).sum();
+        2.0 * shared as f32 / total as f32
+    }
 }
 
 /// Character-level similarity in 0..1 (`2 * matches / total`), skipping the diff when
