@@ -354,7 +354,8 @@ pub fn read_capped(
 ) -> Result<Vec<u8>, FsError> {
     let too_large = || {
         FsError::TooLarge(format!(
-            "{} is larger than the read limit of {max_bytes} bytes",
+            "{} is larger than the read limit of {max_bytes} bytes; search it with \
+             search_code instead of reading it whole",
             shorten(shown)
         ))
     };
