@@ -5,7 +5,7 @@
 
 #![expect(
     clippy::unwrap_used,
-    reason = "fixture helpers outside #[test] functions fail loudly on a broken setup"
+    reason = "fixture code outside #[test] functions fails loudly on a broken setup"
 )]
 
 use std::os::fd::AsFd;
