@@ -42,8 +42,9 @@ impl Client {
             Some(path) => path,
             None => default_socket()?,
         };
-        let stream =
-            UnixStream::connect(&path).await.map_err(|source| ClientError::Connect { path, source })?;
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|source| ClientError::Connect { path, source })?;
         let (read, write) = stream.into_split();
         Ok(Client { reader: BufReader::new(read), writer: write, next_id: 1 })
     }
@@ -52,7 +53,8 @@ impl Client {
     pub async fn send(&mut self, method: &str, params: Value) -> Result<u64, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         self.writer.write_all(line.as_bytes()).await?;
         self.writer.write_all(b"\n").await?;
         Ok(id)
@@ -64,7 +66,8 @@ impl Client {
         if self.reader.read_line(&mut line).await? == 0 {
             return Err(ClientError::Closed);
         }
-        serde_json::from_str(&line).map_err(|err| ClientError::Rpc(format!("unreadable message: {err}")))
+        serde_json::from_str(&line)
+            .map_err(|err| ClientError::Rpc(format!("unreadable message: {err}")))
     }
 
     /// Sends a request and waits for its response, ignoring notifications.
@@ -118,11 +121,16 @@ pub async fn status(socket: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn explain(socket: Option<PathBuf>, name: &str, arguments: &str) -> anyhow::Result<ExitCode> {
+pub async fn explain(
+    socket: Option<PathBuf>,
+    name: &str,
+    arguments: &str,
+) -> anyhow::Result<ExitCode> {
     let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
     let mut client = Client::connect(socket).await?;
-    let result =
-        client.request(method::TOOLS_EXPLAIN, json!({"name": name, "arguments": arguments})).await?;
+    let result = client
+        .request(method::TOOLS_EXPLAIN, json!({"name": name, "arguments": arguments}))
+        .await?;
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -130,7 +138,11 @@ pub async fn explain(socket: Option<PathBuf>, name: &str, arguments: &str) -> an
 /// Calls one tool. On a terminal it subscribes to the session's events, shows live
 /// output on stderr and answers permission requests by asking the person; elsewhere
 /// nobody can approve and calls that need approval are denied.
-pub async fn call(socket: Option<PathBuf>, name: &str, arguments: &str) -> anyhow::Result<ExitCode> {
+pub async fn call(
+    socket: Option<PathBuf>,
+    name: &str,
+    arguments: &str,
+) -> anyhow::Result<ExitCode> {
     let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
     let mut client = Client::connect(socket).await?;
     let interactive = std::io::stdin().is_terminal();
@@ -193,13 +205,20 @@ fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), Client
 
 /// Loads every configuration layer, checks it, and prints the effective result.
 pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    match crate::server::load_config(explicit)
-        .and_then(|(config, options)| {
-            crate::server::settings_from_config(&config, options.home.as_deref()).map(|_| config)
-        }) {
+    match crate::server::load_config(explicit).and_then(|(config, options)| {
+        crate::server::settings_from_config(&config, options.home.as_deref()).map(|_| config)
+    }) {
         Ok(config) => {
-            let sources: Vec<String> = config.sources.iter().map(|path| path.display().to_string()).collect();
-            println!("# configuration is valid; files read: {}", if sources.is_empty() { "none (embedded defaults)".to_owned() } else { sources.join(", ") });
+            let sources: Vec<String> =
+                config.sources.iter().map(|path| path.display().to_string()).collect();
+            println!(
+                "# configuration is valid; files read: {}",
+                if sources.is_empty() {
+                    "none (embedded defaults)".to_owned()
+                } else {
+                    sources.join(", ")
+                }
+            );
             print!("{}", config.to_toml_string()?);
             Ok(ExitCode::SUCCESS)
         }

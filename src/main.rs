@@ -8,7 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "toolgate", version, about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards")]
+#[command(
+    name = "toolgate",
+    version,
+    about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,20 +31,6 @@ enum Command {
         /// Listen on this Unix socket instead of the configured one.
         #[arg(long)]
         socket: Option<PathBuf>,
-    },
-    /// Serve MCP on stdio (for MCP hosts' configuration files).
-    Mcp {
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// A workspace root (repeatable); default: the configured roots.
-        #[arg(long = "root")]
-        roots: Vec<PathBuf>,
-        /// The permission mode (never beyond the configured one).
-        #[arg(long)]
-        mode: Option<String>,
-        /// Register the fixture tools of the MCP conformance suite.
-        #[arg(long, hide = true)]
-        conformance_fixtures: bool,
     },
     /// List the tools the daemon offers.
     List {
@@ -77,12 +67,6 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
-    /// Internal: supervises one command's process tree (used by run_command).
-    #[command(name = "__supervise", hide = true)]
-    Supervise {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        argv: Vec<String>,
-    },
 }
 
 fn main() -> ExitCode {
@@ -98,24 +82,18 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Supervise { argv } => Ok(toolgate::tools::process::supervise_main(&argv)),
         Command::CheckConfig { config } => toolgate::cli::check_config(config),
         Command::Serve { config, stdio, socket } => {
             init_tracing();
+            // Sockets passed by systemd must be taken while the process has one thread
+            // (taking them edits the environment).
+            let inherited =
+                if stdio { Vec::new() } else { toolgate::systemd::inherited_listeners()? };
             runtime()?.block_on(toolgate::server::serve(toolgate::server::ServeOptions {
                 config,
                 stdio,
                 socket,
-            }))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Mcp { config, roots, mode, conformance_fixtures } => {
-            init_tracing();
-            runtime()?.block_on(toolgate::server::serve_mcp_stdio(toolgate::server::McpStdioOptions {
-                config,
-                roots,
-                mode,
-                conformance_fixtures,
+                inherited,
             }))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -139,5 +117,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

@@ -51,9 +51,15 @@ pub struct ServeOptions {
 }
 
 /// Builds the runtime settings from a loaded configuration.
-pub fn settings_from_config(config: &Config, home: Option<&std::path::Path>) -> Result<Settings, ServeError> {
-    let mode: Mode =
-        config.permissions.mode.parse().map_err(|_| ServeError::Mode(config.permissions.mode.clone()))?;
+pub fn settings_from_config(
+    config: &Config,
+    home: Option<&std::path::Path>,
+) -> Result<Settings, ServeError> {
+    let mode: Mode = config
+        .permissions
+        .mode
+        .parse()
+        .map_err(|_| ServeError::Mode(config.permissions.mode.clone()))?;
     let rules = RuleConfig {
         allow: config.permissions.allow.clone(),
         ask: config.permissions.ask.clone(),
@@ -146,7 +152,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         match inherited {
             Inherited::Unix { name, listener } => {
                 tracing::info!(%name, "using a unix socket passed by the service manager");
-                listener.set_nonblocking(true).map_err(|source| ServeError::Listen { addr: name.clone(), source })?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|source| ServeError::Listen { addr: name.clone(), source })?;
                 let listener = tokio::net::UnixListener::from_std(listener)
                     .map_err(|source| ServeError::Listen { addr: name, source })?;
                 unix_listener = Some(listener);
@@ -182,9 +190,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let watchdog_stop = CancellationToken::new();
     let _watchdog = crate::systemd::spawn_watchdog(watchdog_stop.clone());
 
-    let mut terminate = signal(SignalKind::terminate()).map_err(|err| ServeError::Other(err.to_string()))?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| ServeError::Other(err.to_string()))?;
-    let mut hangup = signal(SignalKind::hangup()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|err| ServeError::Other(err.to_string()))?;
     let explicit = options.config.clone();
     loop {
         tokio::select! {
@@ -222,7 +233,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(calls = daemon.calls_in_flight(), "grace period over; canceling the remaining calls");
+        tracing::warn!(
+            calls = daemon.calls_in_flight(),
+            "grace period over; canceling the remaining calls"
+        );
     }
     daemon.begin_shutdown();
     daemon.tasks().close();

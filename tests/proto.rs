@@ -52,7 +52,8 @@ fn committed_schemas_match_the_code() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto");
     let update = std::env::var_os("UPDATE_PROTO").is_some();
     let mut stale = Vec::new();
-    let expected: Vec<String> = schemas().iter().map(|(name, _)| format!("{name}.schema.json")).collect();
+    let expected: Vec<String> =
+        schemas().iter().map(|(name, _)| format!("{name}.schema.json")).collect();
     for (name, schema) in schemas() {
         let path = dir.join(format!("{name}.schema.json"));
         let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
@@ -81,7 +82,9 @@ fn committed_schemas_match_the_code() {
 
 #[test]
 fn every_method_is_documented() {
-    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto/README.md"))
+            .unwrap();
     for name in [
         method::SESSION_OPEN,
         method::SESSION_UPDATE,
@@ -98,7 +101,10 @@ fn every_method_is_documented() {
         method::CANCEL_REQUEST,
         method::NOTIFICATIONS_CANCELLED,
     ] {
-        assert!(readme.contains(&format!("`{name}`")), "proto/README.md does not document `{name}`");
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "proto/README.md does not document `{name}`"
+        );
     }
     for kind in [
         "tool_call_start",
@@ -111,6 +117,9 @@ fn every_method_is_documented() {
         "mode_changed",
         "tools_list_changed",
     ] {
-        assert!(readme.contains(&format!("`{kind}`")), "proto/README.md does not document the `{kind}` event");
+        assert!(
+            readme.contains(&format!("`{kind}`")),
+            "proto/README.md does not document the `{kind}` event"
+        );
     }
 }

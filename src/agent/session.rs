@@ -570,17 +570,9 @@ impl Session {
     }
 
     fn decide(&self, definition: &Definition, args: &Value) -> Decision {
-        let (policy, mode, grants) = {
-            let state = self.lock();
-            (state.policy.clone(), state.mode, state.grants.clone())
-        };
-        let facts = ToolFacts {
-            name: &definition.name,
-            safety: definition.safety,
-            system: definition.system,
-        };
-        let ctx = CallContext { cwd: &self.env.cwd, roots: &self.env.roots };
-        policy.decide(mode, &grants, &facts, args, &ctx)
+        // A clone is a few Arc bumps; deciding outside the lock keeps it short.
+        let engine = self.lock().engine.clone();
+        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env))
     }
 
     /// Puts a question to the approver and waits, bounded by the approval timeout and
@@ -643,9 +635,7 @@ impl Session {
         match answer {
             Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. }) => {
                 if scope == ApprovalScope::Session {
-                    let grant =
-                        suggestions.first().cloned().unwrap_or_else(|| definition.name.clone());
-                    self.lock().grants.push(grant);
+                    self.grant_for_session(definition, &suggestions);
                 }
                 Ok(verdict("ask→allow", Some(explanation)))
             }

@@ -347,7 +347,9 @@ impl Daemon {
         *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             settings.clone();
         for entry in &self.sessions {
-            if let Err(err) = entry.session.reload(&settings.rules, settings.mode, settings.hooks.clone()) {
+            if let Err(err) =
+                entry.session.reload(&settings.rules, settings.mode, settings.hooks.clone())
+            {
                 tracing::error!(session = %entry.session.id(), %err, "session kept its old rules");
             }
         }

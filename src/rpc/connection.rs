@@ -308,8 +308,10 @@ impl Connection {
             }
             method::SESSION_OPEN => {
                 let params: SessionOpenParams = jsonrpc::params(params)?;
-                let entry =
-                    self.daemon.open_session(self.guard.id, &params).map_err(session_error)?;
+                let entry = self
+                    .daemon
+                    .open_session(self.guard.id, &self.identity, &params)
+                    .map_err(session_error)?;
                 to_value(&self.daemon.info(&entry.session))
             }
             method::SESSION_UPDATE => {
