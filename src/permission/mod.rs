@@ -19,12 +19,13 @@
 //! Rules are explicit user intent, so they rank above modes: an ask rule asks even in
 //! `bypass` mode, and a session grant never overrides an ask rule.
 //!
-//! Design of session state: [`PermissionEngine`] is a small value holding two
-//! immutable, `Arc`-shared rule indexes (the configured rules and the session's
-//! grants) plus the configured and current modes. Cloning it costs two reference
-//! counts, so the daemon keeps one per session and replaces it (behind its own lock)
-//! when the mode changes or a grant is added; adding a grant rebuilds only the small
-//! grant index. A configuration reload swaps the configured index and keeps the grants.
+//! Design of session state: a [`Policy`] holds the configured rules, compiled once per
+//! configuration load and shared by every session. A [`PermissionEngine`] is a small
+//! per-session value: the policy, the session's grants (an immutable, `Arc`-shared
+//! index) and the configured and current modes. Cloning it costs two reference counts,
+//! so the daemon keeps one per session and replaces it (behind its own lock) when the
+//! mode changes or a grant is added; adding a grant rebuilds only the small grant
+//! index. A configuration reload swaps the policy and keeps the grants.
 //!
 //! The engine is built to run on every call: rules are parsed and their globs compiled
 //! once; a decision does one hash lookup per rule index and a few glob-set matches.
@@ -86,7 +87,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 5] = [Mode::Default, Mode::AcceptEdits, Mode::Plan, Mode::Bypass, Mode::DontAsk];
+    pub const ALL: [Mode; 5] =
+        [Mode::Default, Mode::AcceptEdits, Mode::Plan, Mode::Bypass, Mode::DontAsk];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -138,7 +140,9 @@ impl fmt::Display for Mode {
 
 /// A mode name that is not one of the five (nor a Claude Code spelling of one).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown permission mode {0:?}; expected one of default, accept_edits, plan, bypass, dont_ask")]
+#[error(
+    "unknown permission mode {0:?}; expected one of default, accept_edits, plan, bypass, dont_ask"
+)]
 pub struct ParseModeError(pub String);
 
 impl FromStr for Mode {
@@ -203,6 +207,9 @@ pub enum Layer {
     Mode,
     /// An allow rule granted at run time for this session.
     SessionGrant,
+    /// A PreToolUse hook answered. The engine never decides by this layer; the agent
+    /// layer uses it when a hook's answer settles the call.
+    Hook,
 }
 
 /// The three configured rule lists.
@@ -332,15 +339,64 @@ impl<'a> CallContext<'a> {
     }
 }
 
-/// Decides calls for one session. Cheap to clone; see the module documentation.
+/// The configured allow, ask and deny rules, parsed and compiled. Immutable and cheap
+/// to clone (the compiled rules sit behind an `Arc`): build one per configuration load
+/// and hand a clone to every session's [`PermissionEngine`].
+#[derive(Clone)]
+pub struct Policy {
+    rules: Arc<RuleIndex>,
+    /// Resolves `~/` in rules, including session grants added later.
+    home: Option<Arc<Path>>,
+}
+
+impl Default for Policy {
+    /// No rules and no home directory: the modes alone decide.
+    fn default() -> Policy {
+        Policy { rules: Arc::new(RuleIndex::empty()), home: None }
+    }
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules: Vec<(RuleList, &str)> =
+            self.rules.rules().map(|(list, rule)| (list, rule.text.as_str())).collect();
+        f.debug_struct("Policy").field("rules", &rules).field("home", &self.home).finish()
+    }
+}
+
+impl Policy {
+    /// Parses and compiles the configured rules; the first bad rule is reported with
+    /// its text and list. `home` resolves `~/` in path rules (a rule using `~` without
+    /// a home directory is an error).
+    pub fn new(config: &RuleConfig, home: Option<&Path>) -> Result<Policy, RuleError> {
+        let mut rules =
+            Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
+        let lists = [
+            (RuleList::Allow, &config.allow),
+            (RuleList::Ask, &config.ask),
+            (RuleList::Deny, &config.deny),
+        ];
+        for (list, texts) in lists {
+            for text in texts {
+                let rule = Rule::parse(text, home).map_err(|problem| RuleError {
+                    rule: text.clone(),
+                    list: Some(list),
+                    problem,
+                })?;
+                rules.push((list, rule));
+            }
+        }
+        Ok(Policy { rules: Arc::new(RuleIndex::build(rules)?), home: home.map(Arc::from) })
+    }
+}
+
+/// Decides calls for one session: a [`Policy`], the session's grants and its modes.
+/// Cheap to clone; see the module documentation.
 #[derive(Clone)]
 pub struct PermissionEngine {
-    /// The configured allow, ask and deny rules.
-    rules: Arc<RuleIndex>,
+    policy: Policy,
     /// Allow rules granted during the session.
     grants: Arc<RuleIndex>,
-    /// Resolves `~/` in rules added later.
-    home: Option<Arc<Path>>,
     /// The configured mode: the ceiling no request can raise.
     configured: Mode,
     /// The session's mode, already restricted by the ceiling.
@@ -352,24 +408,17 @@ impl fmt::Debug for PermissionEngine {
         f.debug_struct("PermissionEngine")
             .field("mode", &self.mode)
             .field("configured", &self.configured)
-            .field("rules", &self.rules.rules().map(|(list, rule)| (list, &rule.text)).collect::<Vec<_>>())
+            .field("policy", &self.policy)
             .field("grants", &self.session_rules())
             .finish()
     }
 }
 
 impl PermissionEngine {
-    /// Parses and compiles the configured rules. `mode` is both the session's starting
-    /// mode and its ceiling; `home` resolves `~/` in path rules (a rule using `~`
-    /// without a home directory is an error).
-    pub fn new(config: &RuleConfig, mode: Mode, home: Option<&Path>) -> Result<PermissionEngine, RuleError> {
-        Ok(PermissionEngine {
-            rules: Arc::new(compile(config, home)?),
-            grants: Arc::new(RuleIndex::empty()),
-            home: home.map(Arc::from),
-            configured: mode,
-            mode,
-        })
+    /// An engine for a new session: `mode` is both its starting mode and its ceiling
+    /// (narrow it afterwards with [`PermissionEngine::set_mode`]).
+    pub fn new(policy: Policy, mode: Mode) -> PermissionEngine {
+        PermissionEngine { policy, grants: Arc::new(RuleIndex::empty()), configured: mode, mode }
     }
 
     /// The session's effective mode.
@@ -389,10 +438,10 @@ impl PermissionEngine {
         self.mode
     }
 
-    /// Adds a session-scoped allow rule (an approval "for this session"). Adding a rule
-    /// already granted changes nothing.
+    /// Adds a session-scoped allow rule (an approval "for this session"), for example
+    /// one of a decision's suggestions. Adding a rule already granted changes nothing.
     pub fn add_session_rule(&mut self, text: &str) -> Result<(), RuleError> {
-        let rule = Rule::parse(text, self.home.as_deref()).map_err(|problem| RuleError {
+        let rule = Rule::parse(text, self.policy.home.as_deref()).map_err(|problem| RuleError {
             rule: text.to_owned(),
             list: None,
             problem,
@@ -412,13 +461,12 @@ impl PermissionEngine {
         self.grants.rules().map(|(_, rule)| rule.text.clone()).collect()
     }
 
-    /// Replaces the configured rules and mode (a configuration reload). Session grants
-    /// survive; the session's mode is re-restricted by the new ceiling.
-    pub fn reload(&mut self, config: &RuleConfig, configured: Mode) -> Result<(), RuleError> {
-        self.rules = Arc::new(compile(config, self.home.as_deref())?);
+    /// Replaces the policy and the configured mode (a configuration reload). Session
+    /// grants survive; the session's mode is re-restricted by the new ceiling.
+    pub fn reload(&mut self, policy: Policy, configured: Mode) {
+        self.policy = policy;
         self.configured = configured;
         self.mode = Mode::restrict(configured, self.mode);
-        Ok(())
     }
 
     /// Decides one call. `args` are the call's arguments as the model sent them (not
@@ -428,7 +476,10 @@ impl PermissionEngine {
             return Decision::new(
                 Verdict::Allow,
                 Layer::System,
-                format!("{} is a system tool; permission rules and modes do not apply to it", tool.name),
+                format!(
+                    "{} is a system tool; permission rules and modes do not apply to it",
+                    tool.name
+                ),
             );
         }
         let subject = Subject::of(tool.name, args, ctx);
@@ -439,22 +490,32 @@ impl PermissionEngine {
         }
         // Only for the incomparable pair: the ceiling's verdict may be stricter.
         let ceiling = self.apply_mode(self.configured, tool, &subject, &matched, ctx);
-        if ceiling.verdict.strictness() < decision.verdict.strictness() { ceiling } else { decision }
+        if ceiling.verdict.strictness() < decision.verdict.strictness() {
+            ceiling
+        } else {
+            decision
+        }
     }
 
     /// Allow rules a user could add so this call runs without asking (empty when the
     /// call is already allowed, refused regardless, or no rule can vouch for it).
-    pub fn suggestions(&self, tool: &ToolFacts<'_>, args: &Value, ctx: &CallContext<'_>) -> Vec<String> {
+    pub fn suggestions(
+        &self,
+        tool: &ToolFacts<'_>,
+        args: &Value,
+        ctx: &CallContext<'_>,
+    ) -> Vec<String> {
         self.decide(tool, args, ctx).suggestions
     }
 
     fn match_rules(&self, tool: &str, subject: &Subject, ctx: &CallContext<'_>) -> Matched {
-        let configured = self.rules.for_tool(tool);
+        let configured = self.policy.rules.for_tool(tool);
         let granted = self.grants.for_tool(tool);
         match subject {
             Subject::Command(analysis) => match_command(&configured, &granted, analysis),
             Subject::Path(target) => {
-                let target = target.as_deref().map(|absolute| PathTarget { absolute, roots: ctx.roots });
+                let target =
+                    target.as_deref().map(|absolute| PathTarget { absolute, roots: ctx.roots });
                 let find = |rules: &ToolRules<'_>, list| {
                     let by_path = target.as_ref().and_then(|target| rules.path(list, target));
                     earliest(rules.whole(list), by_path)
@@ -480,7 +541,8 @@ impl PermissionEngine {
                     Some(part) => format!("`{part}` matches the deny rule {rule}"),
                     None => format!("{name} is denied by the rule {rule}"),
                 };
-                return Decision::new(Verdict::Deny, Layer::Rule, reason).with_rule(RuleList::Deny, rule);
+                return Decision::new(Verdict::Deny, Layer::Rule, reason)
+                    .with_rule(RuleList::Deny, rule);
             }
             _ if mode == Mode::Plan && tool.safety == Safety::SideEffect => {
                 return Decision::new(
@@ -494,37 +556,52 @@ impl PermissionEngine {
                     Some(part) => format!("`{part}` matches the ask rule {rule}"),
                     None => format!("{name} requires approval by the rule {rule}"),
                 };
-                let decision = Decision::new(Verdict::Ask, Layer::Rule, reason).with_rule(RuleList::Ask, rule);
+                let decision =
+                    Decision::new(Verdict::Ask, Layer::Rule, reason).with_rule(RuleList::Ask, rule);
                 return match mode {
                     Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
                     _ => decision,
                 };
             }
             Matched::Allow { rules, session } => {
-                let (layer, kind) =
-                    if *session { (Layer::SessionGrant, "the session grant") } else { (Layer::Rule, "the rule") };
+                let (layer, kind) = if *session {
+                    (Layer::SessionGrant, "the session grant")
+                } else {
+                    (Layer::Rule, "the rule")
+                };
                 let reason = match rules.as_slice() {
                     [one] => format!("{name} is allowed by {kind} {one}"),
-                    several => format!("every part of the command is allowed, by {}", several.join(", ")),
+                    several => {
+                        format!("every part of the command is allowed, by {}", several.join(", "))
+                    }
                 };
                 let first = rules.first().map(String::as_str).unwrap_or_default();
-                return Decision::new(Verdict::Allow, layer, reason).with_rule(RuleList::Allow, first);
+                return Decision::new(Verdict::Allow, layer, reason)
+                    .with_rule(RuleList::Allow, first);
             }
             Matched::Nothing(_) => {}
         }
 
         if tool.safety == Safety::ReadOnly {
-            return Decision::new(Verdict::Allow, Layer::Mode, format!("read-only tools are allowed in {mode} mode"));
-        }
-        match mode {
-            Mode::Bypass => {
-                Decision::new(Verdict::Allow, Layer::Mode, "bypass mode allows every call no rule denies".to_owned())
-            }
-            Mode::AcceptEdits if EDIT_TOOLS.contains(&name) && subject.path_inside(ctx.roots) => Decision::new(
+            return Decision::new(
                 Verdict::Allow,
                 Layer::Mode,
-                "accept_edits mode allows file edits inside the roots".to_owned(),
+                format!("read-only tools are allowed in {mode} mode"),
+            );
+        }
+        match mode {
+            Mode::Bypass => Decision::new(
+                Verdict::Allow,
+                Layer::Mode,
+                "bypass mode allows every call no rule denies".to_owned(),
             ),
+            Mode::AcceptEdits if EDIT_TOOLS.contains(&name) && subject.path_inside(ctx.roots) => {
+                Decision::new(
+                    Verdict::Allow,
+                    Layer::Mode,
+                    "accept_edits mode allows file edits inside the roots".to_owned(),
+                )
+            }
             Mode::Plan => Decision::new(
                 Verdict::NotAllowedInMode,
                 Layer::Mode,
@@ -553,21 +630,6 @@ impl PermissionEngine {
             }
         }
     }
-}
-
-fn compile(config: &RuleConfig, home: Option<&Path>) -> Result<RuleIndex, RuleError> {
-    let mut rules = Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
-    for (list, texts) in [(RuleList::Allow, &config.allow), (RuleList::Ask, &config.ask), (RuleList::Deny, &config.deny)] {
-        for text in texts {
-            let rule = Rule::parse(text, home).map_err(|problem| RuleError {
-                rule: text.clone(),
-                list: Some(list),
-                problem,
-            })?;
-            rules.push((list, rule));
-        }
-    }
-    RuleIndex::build(rules)
 }
 
 /// What a call's specifier rules are matched against.
@@ -601,7 +663,9 @@ impl Subject {
         }
         match args.get("path").and_then(Value::as_str) {
             Some(path) => Subject::Path(Some(path::resolve(ctx.cwd, Path::new(path)))),
-            None if SEARCH_TOOLS.contains(&tool) => Subject::Path(Some(path::resolve(ctx.cwd, Path::new("")))),
+            None if SEARCH_TOOLS.contains(&tool) => {
+                Subject::Path(Some(path::resolve(ctx.cwd, Path::new(""))))
+            }
             None => Subject::Path(None),
         }
     }
@@ -613,11 +677,20 @@ impl Subject {
 
 /// What the rules said, before the mode has its say.
 enum Matched {
-    Deny { rule: String, part: Option<String> },
-    Ask { rule: String, part: Option<String> },
+    Deny {
+        rule: String,
+        part: Option<String>,
+    },
+    Ask {
+        rule: String,
+        part: Option<String>,
+    },
     /// Allowed by these rules (several when parts of a compound command needed
     /// different ones); `session` when any of them is a session grant.
-    Allow { rules: Vec<String>, session: bool },
+    Allow {
+        rules: Vec<String>,
+        session: bool,
+    },
     Nothing(Unmatched),
 }
 
@@ -628,7 +701,10 @@ enum Unmatched {
     Hazard(Hazard),
     /// Parts of a compound command no rule covers (indexes into the analysis), the
     /// first of them shown.
-    Uncovered { part: String, commands: Vec<usize> },
+    Uncovered {
+        part: String,
+        commands: Vec<usize>,
+    },
 }
 
 /// Matching for tools whose calls are one subject: `find` gives the first rule of a
@@ -660,7 +736,11 @@ fn configured_text(rules: &ToolRules<'_>, id: usize) -> String {
 /// Matching for `run_command`: deny and ask rules see every command found (nested
 /// ones and wrapper readings included); an allow needs a bare rule, or no hazard and
 /// every top-level command covered by a rule or harmless.
-fn match_command(configured: &ToolRules<'_>, granted: &ToolRules<'_>, analysis: &Analysis) -> Matched {
+fn match_command(
+    configured: &ToolRules<'_>,
+    granted: &ToolRules<'_>,
+    analysis: &Analysis,
+) -> Matched {
     for list in [RuleList::Deny, RuleList::Ask] {
         let mut found = configured.whole(list).map(|id| (id, None));
         if found.is_none() {
@@ -692,11 +772,17 @@ fn match_command(configured: &ToolRules<'_>, granted: &ToolRules<'_>, analysis: 
     let mut rules: Vec<String> = Vec::new();
     let mut session = false;
     let mut uncovered = Vec::new();
-    for (idx, command) in analysis.commands.iter().enumerate().filter(|(_, command)| !command.nested) {
+    for (idx, command) in
+        analysis.commands.iter().enumerate().filter(|(_, command)| !command.nested)
+    {
         let by_rule = configured
             .command(RuleList::Allow, &command.words)
             .map(|id| (configured_text(configured, id), false))
-            .or_else(|| granted.command(RuleList::Allow, &command.words).map(|id| (configured_text(granted, id), true)));
+            .or_else(|| {
+                granted
+                    .command(RuleList::Allow, &command.words)
+                    .map(|id| (configured_text(granted, id), true))
+            });
         match by_rule {
             Some((text, from_session)) => {
                 session |= from_session;
@@ -724,17 +810,21 @@ fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'
     match (subject, matched) {
         (Subject::Command(analysis), Matched::Nothing(Unmatched::Uncovered { commands, .. })) => {
             let mut rules = Vec::new();
-            for &idx in commands {
-                if let Some(rule) = analysis.commands.get(idx).and_then(|command| command_suggestion(&command.words)) {
-                    if !rules.contains(&rule) {
-                        rules.push(rule);
-                    }
+            let found = commands
+                .iter()
+                .filter_map(|&idx| analysis.commands.get(idx))
+                .filter_map(|command| command_suggestion(&command.words));
+            for rule in found {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
                 }
             }
             rules
         }
         (Subject::Command(_), _) => Vec::new(),
-        (Subject::Path(Some(target)), Matched::Nothing(_)) => vec![path_suggestion(tool, target, ctx.roots)],
+        (Subject::Path(Some(target)), Matched::Nothing(_)) => {
+            vec![path_suggestion(tool, target, ctx.roots)]
+        }
         (Subject::Path(None), _) => Vec::new(),
         (Subject::Other, Matched::Nothing(_)) => vec![tool.to_owned()],
         _ => Vec::new(),

@@ -357,7 +357,9 @@ impl Rule {
             return Err(RuleProblem::Empty);
         }
         let (name, specifier) = match trimmed.find('(') {
-            None if trimmed.contains(')') => return Err(RuleProblem::BadToolName(trimmed.to_owned())),
+            None if trimmed.contains(')') => {
+                return Err(RuleProblem::BadToolName(trimmed.to_owned()));
+            }
             None => (trimmed, None),
             Some(open) => {
                 let inner = trimmed[open + 1..].strip_suffix(')').ok_or(RuleProblem::Unclosed)?;
@@ -460,6 +462,9 @@ struct ListIndex {
     paths: Option<PathIndex>,
 }
 
+/// The path globs of one tool and list while building: (absolute?, glob, rule).
+type GlobGroup<'a> = Vec<(bool, &'a str, RuleId)>;
+
 /// Compiled rules grouped for lookup. Immutable; shared behind an `Arc`.
 pub(crate) struct RuleIndex {
     rules: Vec<(RuleList, Rule)>,
@@ -487,7 +492,7 @@ impl RuleIndex {
         let mut tools: HashMap<String, [ListIndex; 3]> = HashMap::new();
         let mut wildcards: [Vec<RuleId>; 3] = Default::default();
         // Path globs per (tool, slot): (absolute?, glob, rule).
-        let mut globs: HashMap<(String, usize), Vec<(bool, &str, RuleId)>> = HashMap::new();
+        let mut globs: HashMap<(String, usize), GlobGroup<'_>> = HashMap::new();
         for (id, (list, rule)) in rules.iter().enumerate() {
             let slot = list_slot(*list);
             let names = match &rule.tools {
@@ -595,7 +600,8 @@ fn compile_paths(group: &[(bool, &str, RuleId)]) -> Result<PathIndex, RuleProble
     let mut absolute = GlobSetBuilder::new();
     let mut absolute_ids = Vec::new();
     for &(is_absolute, glob, id) in group {
-        let compiled = build_glob(glob).map_err(|err| RuleProblem::BadGlob(err.kind().to_string()))?;
+        let compiled =
+            build_glob(glob).map_err(|err| RuleProblem::BadGlob(err.kind().to_string()))?;
         if is_absolute {
             absolute.add(compiled);
             absolute_ids.push(id);
@@ -673,7 +679,10 @@ mod tests {
             ("run_command)", RuleProblem::BadToolName("run_command)".to_owned())),
             ("mcp__*(x)", RuleProblem::SpecifierOnWildcard),
             ("Bash(echo 'oops)", RuleProblem::UnterminatedQuote),
-            ("read_file(src/[)", RuleProblem::BadGlob("unclosed character class; missing ']'".to_owned())),
+            (
+                "read_file(src/[)",
+                RuleProblem::BadGlob("unclosed character class; missing ']'".to_owned()),
+            ),
             ("read_file(~/.ssh/**)", RuleProblem::NoHome),
         ];
         for (text, problem) in table {
@@ -765,7 +774,8 @@ mod tests {
             let parsed = CommandPattern::parse(pattern).unwrap_or_else(|err| panic!("{err}"));
             assert_eq!(parsed.matches(&words(command)), *expected, "{pattern:?} vs {command:?}");
         }
-        let quoted = CommandPattern::parse("git commit -m \"wip now\":*").unwrap_or_else(|err| panic!("{err}"));
+        let quoted = CommandPattern::parse("git commit -m \"wip now\":*")
+            .unwrap_or_else(|err| panic!("{err}"));
         let with_space = vec![
             ShellWord::Literal("git".to_owned()),
             ShellWord::Literal("commit".to_owned()),
@@ -774,7 +784,8 @@ mod tests {
         ];
         assert!(quoted.matches(&with_space));
         // A word only known at run time matches no literal, only a standalone star.
-        let dynamic = vec![ShellWord::Literal("git".to_owned()), ShellWord::Dynamic("$X".to_owned())];
+        let dynamic =
+            vec![ShellWord::Literal("git".to_owned()), ShellWord::Dynamic("$X".to_owned())];
         assert!(!CommandPattern::parse("git status:*").is_ok_and(|p| p.matches(&dynamic)));
         assert!(CommandPattern::parse("git:*").is_ok_and(|p| p.matches(&dynamic)));
     }
@@ -795,7 +806,8 @@ mod tests {
             ("~", true, &["/home/u/**"]),
         ];
         for (spec, absolute, globs) in table {
-            let pattern = PathPattern::parse(spec, Some(home)).unwrap_or_else(|err| panic!("{spec}: {err}"));
+            let pattern =
+                PathPattern::parse(spec, Some(home)).unwrap_or_else(|err| panic!("{spec}: {err}"));
             assert_eq!(pattern.absolute, *absolute, "{spec}");
             assert_eq!(pattern.globs, *globs, "{spec}");
         }
@@ -823,7 +835,11 @@ mod tests {
         ];
         for (path, expected) in table {
             let target = PathTarget { absolute: Path::new(path), roots: &roots };
-            assert_eq!(index.for_tool("edit_file").path(RuleList::Allow, &target), *expected, "{path}");
+            assert_eq!(
+                index.for_tool("edit_file").path(RuleList::Allow, &target),
+                *expected,
+                "{path}"
+            );
         }
         let target = PathTarget { absolute: Path::new("/w/a/src/x"), roots: &roots };
         assert_eq!(index.for_tool("read_file").path(RuleList::Allow, &target), None);
@@ -831,7 +847,8 @@ mod tests {
 
     #[test]
     fn suggestion_texts_round_trip() {
-        let table: &[&[&str]] = &[&["cargo", "test"], &["echo", "a b"], &["ls", "*"], &["say", "it's"]];
+        let table: &[&[&str]] =
+            &[&["cargo", "test"], &["echo", "a b"], &["ls", "*"], &["say", "it's"]];
         for words_in in table {
             let text = command_prefix_rule(words_in);
             let rule = Rule::parse(&text, None).unwrap_or_else(|err| panic!("{text}: {err}"));

@@ -53,7 +53,8 @@ const OPAQUE_BUILTINS: &[&str] =
 /// Builtins that neither run other programs nor touch files (unless redirected), so a
 /// compound command may contain them without a rule of their own. `cd` qualifies only
 /// when its target stays inside the roots.
-const HARMLESS_BUILTINS: &[&str] = &["true", "false", ":", "pwd", "echo", "test", "[", "exit", "cd"];
+const HARMLESS_BUILTINS: &[&str] =
+    &["true", "false", ":", "pwd", "echo", "test", "[", "exit", "cd"];
 
 /// Programs whose arguments are another command. Deny and ask rules also look at the
 /// words after them, so `sudo rm -rf /` meets a deny rule for `rm`.
@@ -72,14 +73,63 @@ const DEVICE_SINKS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
 /// configuration a command loads. Setting one in front of an allowed command turns it
 /// into a different command, so such an assignment is never auto-allowed.
 const DANGEROUS_VARIABLES: &[&str] = &[
-    "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "HOME",
-    "CDPATH", "GLOBIGNORE", "SHELL", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "LESSOPEN",
-    "LESSCLOSE", "BROWSER", "ZDOTDIR", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "PYTHONPATH",
-    "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PERL5OPT", "PERL5LIB", "PERLLIB",
-    "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS", "CLASSPATH", "RUSTFLAGS", "RUSTDOCFLAGS", "CC", "CXX", "LD", "AR", "CPP",
-    "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "MAKEFLAGS", "MAKE", "SSH_ASKPASS",
-    "SUDO_ASKPASS", "OPENSSL_CONF", "SSL_CERT_FILE", "CURL_HOME", "WGETRC", "INPUTRC",
+    "PATH",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "IFS",
+    "HOME",
+    "CDPATH",
+    "GLOBIGNORE",
+    "SHELL",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "BROWSER",
+    "ZDOTDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CONFIG_DIRS",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    "RUSTFLAGS",
+    "RUSTDOCFLAGS",
+    "CC",
+    "CXX",
+    "LD",
+    "AR",
+    "CPP",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "MAKEFLAGS",
+    "MAKE",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "OPENSSL_CONF",
+    "SSL_CERT_FILE",
+    "CURL_HOME",
+    "WGETRC",
+    "INPUTRC",
 ];
 
 /// Prefixes of dangerous variable families (loader, git, cargo, npm configuration and
@@ -428,9 +478,8 @@ impl Walker<'_> {
             }
             C::ArithmeticForClause(clause) => {
                 self.hazard(Hazard::Arithmetic);
-                for expr in [&clause.initializer, &clause.condition, &clause.updater]
-                    .into_iter()
-                    .flatten()
+                for expr in
+                    [&clause.initializer, &clause.condition, &clause.updater].into_iter().flatten()
                 {
                     self.arithmetic_text(&expr.value);
                 }
@@ -465,11 +514,11 @@ impl Walker<'_> {
     /// subshells (`( ( cmd ) )`) as arithmetic; so deny and ask rules get both the
     /// substitutions found in it and a best-effort split of the whole text.
     fn arithmetic_text(&mut self, text: &str) {
-        if text.contains("$(") || text.contains('`') {
-            if let Ok(pieces) = parse_word(text, &self.options) {
-                let mut scratch = WordText::default();
-                self.pieces(text, &pieces, true, &mut scratch);
-            }
+        if (text.contains("$(") || text.contains('`'))
+            && let Ok(pieces) = parse_word(text, &self.options)
+        {
+            let mut scratch = WordText::default();
+            self.pieces(text, &pieces, true, &mut scratch);
         }
         self.split_best_effort(text);
     }
@@ -509,14 +558,15 @@ impl Walker<'_> {
                 if OPAQUE_BUILTINS.contains(&name.as_str()) {
                     self.hazard(Hazard::Builtin(name.clone()));
                 }
-                if name == "eval" {
-                    if let Some(script) = join_literals(&words[1..]) {
-                        self.nested_source(&script);
+                let script = match name.as_str() {
+                    "eval" => join_literals(&words[1..]),
+                    other if SHELLS.contains(&file_name(other)) => {
+                        shell_script_argument(&words[1..])
                     }
-                } else if SHELLS.contains(&file_name(&name)) {
-                    if let Some(script) = shell_script_argument(&words[1..]) {
-                        self.nested_source(&script);
-                    }
+                    _ => None,
+                };
+                if let Some(script) = script {
+                    self.nested_source(&script);
                 }
                 harmless = harmless
                     && !name_is_pattern
@@ -625,10 +675,9 @@ impl Walker<'_> {
                     ast::IoFileRedirectTarget::Fd(_) => false,
                     ast::IoFileRedirectTarget::Duplicate(word) => {
                         let info = self.word(&word.value);
-                        let is_descriptor = info
-                            .word
-                            .literal()
-                            .is_some_and(|text| text == "-" || text.bytes().all(|b| b.is_ascii_digit()));
+                        let is_descriptor = info.word.literal().is_some_and(|text| {
+                            text == "-" || text.bytes().all(|b| b.is_ascii_digit())
+                        });
                         // `>& name` with a name that is not a descriptor sends stdout and
                         // stderr to that file.
                         if matches!(kind, K::DuplicateOutput) && !is_descriptor {
@@ -694,7 +743,9 @@ impl Walker<'_> {
     fn cd_inside_roots(&mut self, args: &[ShellWord]) -> bool {
         let operands: Vec<&ShellWord> = args
             .iter()
-            .filter(|arg| !arg.literal().is_some_and(|text| text.len() > 1 && text.starts_with('-')))
+            .filter(|arg| {
+                !arg.literal().is_some_and(|text| text.len() > 1 && text.starts_with('-'))
+            })
             .collect();
         let [ShellWord::Literal(target)] = operands.as_slice() else {
             return false;
@@ -1016,65 +1067,100 @@ mod tests {
 
     #[test]
     fn simple_and_compound_commands() {
-        check("git  status", expect![[r#"
+        check(
+            "git  status",
+            expect![[r#"
             +  [git] [status]
-        "#]]);
-        check("git status && rm -rf /", expect![[r#"
+        "#]],
+        );
+        check(
+            "git status && rm -rf /",
+            expect![[r#"
             +  [git] [status]
             +  [rm] [-rf] [/]
-        "#]]);
-        check("git status; git log\ncargo test || true | wc -l", expect![[r#"
+        "#]],
+        );
+        check(
+            "git status; git log\ncargo test || true | wc -l",
+            expect![[r#"
             +  [git] [status]
             +  [git] [log]
             +  [cargo] [test]
             +h [true]
             +  [wc] [-l]
-        "#]]);
-        check("(cd src && ls) | { grep x; }", expect![[r#"
+        "#]],
+        );
+        check(
+            "(cd src && ls) | { grep x; }",
+            expect![[r#"
             +h [cd] [src]
             +  [ls]
             +  [grep] [x]
-        "#]]);
-        check("if test -f x; then make; else for f in a b; do echo $f; done; fi", expect![[r#"
+        "#]],
+        );
+        check(
+            "if test -f x; then make; else for f in a b; do echo $f; done; fi",
+            expect![[r#"
             +h [test] [-f] [x]
             +  [make]
             +h [echo] <$f>
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn quotes_are_removed_before_matching() {
-        check(r#"'git' "sta"tus g\it"#, expect![[r#"
+        check(
+            r#"'git' "sta"tus g\it"#,
+            expect![[r#"
             +  [git] [status] [git]
-        "#]]);
-        check(r#"echo "a b" 'c  d' "$HOME" ~/x \$y"#, expect![[r#"
+        "#]],
+        );
+        check(
+            r#"echo "a b" 'c  d' "$HOME" ~/x \$y"#,
+            expect![[r#"
             +h [echo] [a b] [c  d] <"$HOME"> <~/x> [$y]
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn substitutions_are_hazards_and_their_commands_are_seen() {
-        check("echo $(rm -rf /) `id`", expect![[r#"
+        check(
+            "echo $(rm -rf /) `id`",
+            expect![[r#"
             >  [rm] [-rf] [/]
             >  [id]
             +h [echo] <$(rm -rf /)> <`id`>
             ! it contains a command substitution
-        "#]]);
-        check(r#"echo "a $(whoami)""#, expect![[r#"
+        "#]],
+        );
+        check(
+            r#"echo "a $(whoami)""#,
+            expect![[r#"
             >  [whoami]
             +h [echo] <"a $(whoami)">
             ! it contains a command substitution
-        "#]]);
-        check("echo '$(not run)'", expect![[r#"
+        "#]],
+        );
+        check(
+            "echo '$(not run)'",
+            expect![[r#"
             +h [echo] [$(not run)]
-        "#]]);
-        check("diff <(ls a) <(ls b)", expect![[r#"
+        "#]],
+        );
+        check(
+            "diff <(ls a) <(ls b)",
+            expect![[r#"
             >  [ls] [a]
             >  [ls] [b]
             +  [diff]
             ! it contains a process substitution
-        "#]]);
-        check("echo ${x:-$(id)} ${a[$i]} $((1+2)) ${!name}", expect![[r#"
+        "#]],
+        );
+        check(
+            "echo ${x:-$(id)} ${a[$i]} $((1+2)) ${!name}",
+            expect![[r#"
             >  [id]
             >  [1+2]
             +h [echo] <${x:-$(id)}> <${a[$i]}> <$((1+2))> <${!name}>
@@ -1082,154 +1168,227 @@ mod tests {
             ! it contains the parameter expansion `${a[$i]}`
             ! it contains arithmetic evaluation
             ! it contains the parameter expansion `${!name}`
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn heredocs_expand_only_when_unquoted() {
-        check("cat <<EOF\nhello $(id)\nEOF\n", expect![[r#"
+        check(
+            "cat <<EOF\nhello $(id)\nEOF\n",
+            expect![[r#"
             >  [id]
             +  [cat]
             ! it contains a command substitution
-        "#]]);
-        check("cat <<'EOF'\nhello $(id)\nEOF\n", expect![[r#"
+        "#]],
+        );
+        check(
+            "cat <<'EOF'\nhello $(id)\nEOF\n",
+            expect![[r#"
             +  [cat]
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn code_running_builtins_are_hazards() {
-        check("eval 'rm -rf /'", expect![[r#"
+        check(
+            "eval 'rm -rf /'",
+            expect![[r#"
             >  [rm] [-rf] [/]
             +  [eval] [rm -rf /]
             ! it uses `eval`
-        "#]]);
-        check("exec git status", expect![[r#"
+        "#]],
+        );
+        check(
+            "exec git status",
+            expect![[r#"
             +  [exec] [git] [status]
             ! it uses `exec`
-        "#]]);
-        check("source ./env.sh; . ./env.sh", expect![[r#"
+        "#]],
+        );
+        check(
+            "source ./env.sh; . ./env.sh",
+            expect![[r#"
             +  [source] [./env.sh]
             +  [.] [./env.sh]
             ! it uses `source`
             ! it uses `.`
-        "#]]);
-        check("git() { rm -rf /; }; git status", expect![[r#"
+        "#]],
+        );
+        check(
+            "git() { rm -rf /; }; git status",
+            expect![[r#"
             >  [rm] [-rf] [/]
             +  [git] [status]
             ! it defines a shell function
-        "#]]);
-        check("$CMD status; {ls,-la}", expect![[r#"
+        "#]],
+        );
+        check(
+            "$CMD status; {ls,-la}",
+            expect![[r#"
             +  <$CMD> [status]
             +  [{ls,-la}]
             ! its command name `$CMD` is only known at run time
             ! its command name `{ls,-la}` is a glob or brace pattern
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn shell_scripts_are_parsed_for_deny_rules() {
-        check("bash -c 'git push --force'", expect![[r#"
+        check(
+            "bash -c 'git push --force'",
+            expect![[r#"
             >  [git] [push] [--force]
             +  [bash] [-c] [git push --force]
-        "#]]);
-        check("sh -o pipefail -ec 'a | b'", expect![[r#"
+        "#]],
+        );
+        check(
+            "sh -o pipefail -ec 'a | b'",
+            expect![[r#"
             >  [a]
             >  [b]
             +  [sh] [-o] [pipefail] [-ec] [a | b]
-        "#]]);
-        check("bash script.sh", expect![[r#"
+        "#]],
+        );
+        check(
+            "bash script.sh",
+            expect![[r#"
             +  [bash] [script.sh]
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn redirections() {
-        check("cargo test > out.txt 2>&1 >> /dev/null", expect![[r#"
+        check(
+            "cargo test > out.txt 2>&1 >> /dev/null",
+            expect![[r#"
             +  [cargo] [test]
-        "#]]);
-        check("echo x > /etc/passwd; echo y >> ../outside; echo z &> sub/../../x", expect![[r#"
+        "#]],
+        );
+        check(
+            "echo x > /etc/passwd; echo y >> ../outside; echo z &> sub/../../x",
+            expect![[r#"
             +  [echo] [x]
             +  [echo] [y]
             +  [echo] [z]
             ! it redirects output to /etc/passwd, outside the roots
             ! it redirects output to /w/outside, outside the roots
             ! it redirects output to /w/x, outside the roots
-        "#]]);
-        check("echo x >& file; echo y >&2; ls > $OUT", expect![[r#"
+        "#]],
+        );
+        check(
+            "echo x >& file; echo y >&2; ls > $OUT",
+            expect![[r#"
             +  [echo] [x]
             +h [echo] [y]
             +  [ls]
             ! it redirects output to `$OUT`, which is only known at run time
-        "#]]);
-        check("{ echo a; } > inside.txt", expect![[r#"
+        "#]],
+        );
+        check(
+            "{ echo a; } > inside.txt",
+            expect![[r#"
             +  [echo] [a]
-        "#]]);
-        check("cd sub && echo x > sub/../../../escape", expect![[r#"
+        "#]],
+        );
+        check(
+            "cd sub && echo x > sub/../../../escape",
+            expect![[r#"
             +h [cd] [sub]
             +  [echo] [x]
             ! it redirects output to /escape, outside the roots
-        "#]]);
+        "#]],
+        );
         // Inside the roots from the start directory, outside from the `cd` target.
         let roots = [PathBuf::from("/w/proj")];
         let analysis = analyze("cd /w/proj && echo x > ../x", Path::new("/w/proj/a"), &roots);
         assert_eq!(analysis.hazards, [Hazard::RedirectOutsideRoots(PathBuf::from("/w/x"))]);
         let analysis = analyze("echo x > ../x", Path::new("/w/proj/a"), &roots);
         assert_eq!(analysis.hazards, []);
-        check("cd /tmp; cd; cd -", expect![[r#"
+        check(
+            "cd /tmp; cd; cd -",
+            expect![[r#"
             +  [cd] [/tmp]
             +  [cd]
             +  [cd] [-]
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn assignments() {
-        check("FOO=1 RUST_LOG=debug cargo test", expect![[r#"
+        check(
+            "FOO=1 RUST_LOG=debug cargo test",
+            expect![[r#"
             +  [cargo] [test]
-        "#]]);
-        check("LD_PRELOAD=/tmp/x.so PATH=/tmp:$PATH git status", expect![[r#"
+        "#]],
+        );
+        check(
+            "LD_PRELOAD=/tmp/x.so PATH=/tmp:$PATH git status",
+            expect![[r#"
             +  [git] [status]
             ! it sets LD_PRELOAD, which changes what the command runs
             ! it sets PATH, which changes what the command runs
-        "#]]);
-        check("X=$(id) make", expect![[r#"
+        "#]],
+        );
+        check(
+            "X=$(id) make",
+            expect![[r#"
             >  [id]
             +  [make]
             ! it contains a command substitution
-        "#]]);
-        check("for PATH in /tmp; do ls; done; x=1", expect![[r#"
+        "#]],
+        );
+        check(
+            "for PATH in /tmp; do ls; done; x=1",
+            expect![[r#"
             +  [ls]
             +h
             ! it sets PATH, which changes what the command runs
-        "#]]);
-        check("export PATH=/evil", expect![[r#"
+        "#]],
+        );
+        check(
+            "export PATH=/evil",
+            expect![[r#"
             +  [export] [PATH=/evil]
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn unparseable_text_is_split_best_effort() {
-        check("echo 'unterminated; rm -rf /", expect![[r#"
+        check(
+            "echo 'unterminated; rm -rf /",
+            expect![[r#"
             >  [echo] [unterminated]
             >  [rm] [-rf] [/]
             ! it cannot be parsed as a shell command (unterminated single quote at 1,6 (detected near line 1 col 29))
-        "#]]);
-        check("if then fi (", expect![[r#"
+        "#]],
+        );
+        check(
+            "if then fi (",
+            expect![[r#"
             >  [if] [then] [fi]
             ! it cannot be parsed as a shell command (syntax error at line 1 col 9)
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn unsupported_constructs_are_hazards() {
-        check("[[ -f x ]] && (( n++ )); coproc cat", expect![[r#"
+        check(
+            "[[ -f x ]] && (( n++ )); coproc cat",
+            expect![[r#"
             >  [n++]
             +  [cat]
             ! it uses `[[ ]]`
             ! it contains arithmetic evaluation
             ! it uses `coproc`
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
@@ -1257,9 +1416,12 @@ mod tests {
     #[test]
     fn adversarial_nesting_is_refused_without_recursing() {
         let deep = "(".repeat(100_000);
-        check(&deep[..200], expect![[r#"
+        check(
+            &deep[..200],
+            expect![[r#"
             ! it cannot be parsed as a shell command (nested too deeply)
-        "#]]);
+        "#]],
+        );
         let analysis = analyze(&deep, Path::new("/w"), &[PathBuf::from("/w")]);
         assert_eq!(analysis.hazards, [Hazard::Unparseable("longer than 65536 bytes".to_owned())]);
         // Just under the limit still parses on a test thread's stack.
@@ -1271,7 +1433,8 @@ mod tests {
 
     #[test]
     fn dangerous_variables() {
-        for name in ["PATH", "ld_preload", "LD_LIBRARY_PATH", "BASH_ENV", "GIT_SSH_COMMAND", "IFS"] {
+        for name in ["PATH", "ld_preload", "LD_LIBRARY_PATH", "BASH_ENV", "GIT_SSH_COMMAND", "IFS"]
+        {
             assert!(is_dangerous_variable(name), "{name}");
         }
         for name in ["FOO", "RUST_LOG", "RUST_BACKTRACE", "CI", "NO_COLOR", "LANG"] {

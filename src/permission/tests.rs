@@ -15,14 +15,16 @@ fn roots() -> Vec<PathBuf> {
 fn engine(allow: &[&str], ask: &[&str], deny: &[&str], mode: Mode) -> PermissionEngine {
     let strings = |list: &[&str]| list.iter().map(|rule| (*rule).to_owned()).collect();
     let config = RuleConfig { allow: strings(allow), ask: strings(ask), deny: strings(deny) };
-    PermissionEngine::new(&config, mode, Some(Path::new(HOME)))
-        .unwrap_or_else(|err| panic!("test rules must parse: {err}"))
+    let policy = Policy::new(&config, Some(Path::new(HOME)))
+        .unwrap_or_else(|err| panic!("test rules must parse: {err}"));
+    PermissionEngine::new(policy, mode)
 }
 
 /// The declared safety of the tools these tests call; `mcp__*` tools are side effects
 /// unless named `*_read`.
 fn facts(name: &str) -> ToolFacts<'_> {
-    let read_only = matches!(name, "read_file" | "find_files" | "search_code") || name.ends_with("_read");
+    let read_only =
+        matches!(name, "read_file" | "find_files" | "search_code") || name.ends_with("_read");
     ToolFacts {
         name,
         safety: if read_only { Safety::ReadOnly } else { Safety::SideEffect },
@@ -160,7 +162,12 @@ fn command_rules_match_parsed_words_of_every_part() {
 #[test]
 fn deny_rules_see_every_part_nested_command_and_wrapped_command() {
     let engine = engine(
-        &["run_command(git status:*)", "run_command(echo:*)", "run_command(grep:*)", "run_command(bash:*)"],
+        &[
+            "run_command(git status:*)",
+            "run_command(echo:*)",
+            "run_command(grep:*)",
+            "run_command(bash:*)",
+        ],
         &["run_command(git push:*)"],
         &["run_command(rm:*)"],
         Mode::Default,
@@ -230,13 +237,23 @@ fn claude_code_aliases() {
         ("read_file", path("config/.env.local"), Ask, Some("Read(**/.env*)")),
         ("read_file", path("src/lib.rs"), Allow, None),
         ("find_files", json!({"pattern": "*", "path": "secret"}), Deny, Some("Glob(secret/**)")),
-        ("search_code", json!({"pattern": "x", "path": "secret/keys"}), Deny, Some("Grep(secret/**)")),
+        (
+            "search_code",
+            json!({"pattern": "x", "path": "secret/keys"}),
+            Deny,
+            Some("Grep(secret/**)"),
+        ),
         ("find_files", json!({"pattern": "*"}), Allow, None),
     ];
     for (tool, args, verdict, rule) in table {
         let decision = decide(&engine, tool, args);
         assert_eq!(decision.verdict, *verdict, "{tool} {args}: {}", render(&decision));
-        assert_eq!(decision.explanation.rule.as_deref(), *rule, "{tool} {args}: {}", render(&decision));
+        assert_eq!(
+            decision.explanation.rule.as_deref(),
+            *rule,
+            "{tool} {args}: {}",
+            render(&decision)
+        );
     }
 }
 
@@ -267,7 +284,12 @@ fn mcp_tool_wildcards() {
 #[test]
 fn path_globs_resolve_the_argument_lexically() {
     let engine = engine(
-        &["edit_file(src/**)", "read_file(//etc/hosts)", "read_file(~/notes/**)", "edit_file(*.md)"],
+        &[
+            "edit_file(src/**)",
+            "read_file(//etc/hosts)",
+            "read_file(~/notes/**)",
+            "edit_file(*.md)",
+        ],
         &["read_file(//etc/**)"],
         &["edit_file(**/.env*)", "edit_file(.git)"],
         Mode::Default,
@@ -377,7 +399,10 @@ fn every_mode_default() {
     let table: [(Mode, [Verdict; 6]); 5] = [
         (Mode::Default, [Allow, Allow, Ask, Ask, Ask, Ask]),
         (Mode::AcceptEdits, [Allow, Allow, Allow, Ask, Ask, Ask]),
-        (Mode::Plan, [Allow, Allow, NotAllowedInMode, NotAllowedInMode, NotAllowedInMode, NotAllowedInMode]),
+        (
+            Mode::Plan,
+            [Allow, Allow, NotAllowedInMode, NotAllowedInMode, NotAllowedInMode, NotAllowedInMode],
+        ),
         (Mode::Bypass, [Allow, Allow, Allow, Allow, Allow, Allow]),
         (Mode::DontAsk, [Allow, Allow, Deny, Deny, Deny, Deny]),
     ];
@@ -393,7 +418,12 @@ fn every_mode_default() {
 
 #[test]
 fn plan_mode_refuses_side_effects_with_its_own_verdict() {
-    let engine = engine(&["run_command(cargo build:*)", "write_file"], &[], &["run_command(rm:*)"], Mode::Plan);
+    let engine = engine(
+        &["run_command(cargo build:*)", "write_file"],
+        &[],
+        &["run_command(rm:*)"],
+        Mode::Plan,
+    );
     check(
         &engine,
         &[
@@ -481,15 +511,18 @@ fn session_grants() {
     expect![[r#"Some("invalid permission rule \"run_command(\": the specifier has no closing parenthesis at the end")"#]]
         .assert_eq(&format!("{:?}", err.map(|err| err.to_string())));
     // A reload replaces the configured rules and keeps the grants.
-    let config = RuleConfig { deny: vec!["run_command(cargo build:*)".to_owned()], ..RuleConfig::default() };
-    engine.reload(&config, Mode::Default).unwrap_or_else(|err| panic!("{err}"));
+    let config =
+        RuleConfig { deny: vec!["run_command(cargo build:*)".to_owned()], ..RuleConfig::default() };
+    let policy = Policy::new(&config, None).unwrap_or_else(|err| panic!("{err}"));
+    engine.reload(policy, Mode::Default);
     assert_eq!(decide(&engine, "run_command", &command("cargo build")).verdict, Deny);
     assert_eq!(decide(&engine, "run_command", &command("cargo test")).verdict, Allow);
 }
 
 #[test]
 fn dont_ask_turns_ask_into_deny_naming_a_rule() {
-    let engine = engine(&["run_command(cargo build:*)"], &["read_file(**/.env*)"], &[], Mode::DontAsk);
+    let engine =
+        engine(&["run_command(cargo build:*)"], &["read_file(**/.env*)"], &[], Mode::DontAsk);
     check(
         &engine,
         &[
@@ -520,7 +553,8 @@ fn dont_ask_turns_ask_into_deny_naming_a_rule() {
     );
     // The same conversion serves a caller with nobody to ask.
     let default = engine_with_mode(&engine, Mode::Default);
-    let refused = decide(&default, "run_command", &command("cargo test")).refuse_unasked("no approver is connected");
+    let refused = decide(&default, "run_command", &command("cargo test"))
+        .refuse_unasked("no approver is connected");
     expect![[r#"deny by mode: run_command requires approval in default mode because no allow rule covers `cargo test`; no approver is connected (add an allow rule such as run_command(cargo test:*)) | suggest run_command(cargo test:*)"#]]
         .assert_eq(&render(&refused));
     // Verdicts other than ask are left alone.
@@ -620,7 +654,12 @@ fn suggestions_allow_the_call_once_granted() {
             engine.add_session_rule(suggestion).unwrap_or_else(|err| panic!("{suggestion}: {err}"));
         }
         let decision = decide(&engine, tool, args);
-        assert_eq!(decision.verdict, Allow, "{tool} {args} after {suggestions:?}: {}", render(&decision));
+        assert_eq!(
+            decision.verdict,
+            Allow,
+            "{tool} {args} after {suggestions:?}: {}",
+            render(&decision)
+        );
         assert_eq!(decision.explanation.layer, Layer::SessionGrant, "{tool} {args}");
     }
     // Nothing to suggest for a call that is already allowed or asks by an ask rule.
@@ -650,8 +689,11 @@ fn modes_parse_print_and_order() {
         assert_eq!(mode.to_string().parse::<Mode>(), Ok(mode));
         assert_eq!(serde_json::to_value(mode).ok(), Some(Value::String(mode.to_string())));
     }
-    let claude: &[(&str, Mode)] =
-        &[("acceptEdits", Mode::AcceptEdits), ("bypassPermissions", Mode::Bypass), ("dontAsk", Mode::DontAsk)];
+    let claude: &[(&str, Mode)] = &[
+        ("acceptEdits", Mode::AcceptEdits),
+        ("bypassPermissions", Mode::Bypass),
+        ("dontAsk", Mode::DontAsk),
+    ];
     for (text, mode) in claude {
         assert_eq!(text.parse::<Mode>(), Ok(*mode));
         assert_eq!(serde_json::from_value::<Mode>(json!(text)).ok(), Some(*mode));
@@ -723,12 +765,16 @@ fn bad_configured_rules_name_rule_and_list() {
         ask: vec![],
         deny: vec!["edit_file(src/[)".to_owned()],
     };
-    let err = PermissionEngine::new(&config, Mode::Default, None).err().map(|err| err.to_string());
+    let err = Policy::new(&config, None).err().map(|err| err.to_string());
     expect![[r#"Some("invalid deny rule \"edit_file(src/[)\": the path glob is invalid: unclosed character class; missing ']'")"#]]
         .assert_eq(&format!("{err:?}"));
-    let config = RuleConfig { ask: vec!["read_file(~/.ssh/**)".to_owned()], ..RuleConfig::default() };
-    let err = PermissionEngine::new(&config, Mode::Default, None).err();
-    assert_eq!(err.map(|err| (err.list, err.problem)), Some((Some(RuleList::Ask), RuleProblem::NoHome)));
+    let config =
+        RuleConfig { ask: vec!["read_file(~/.ssh/**)".to_owned()], ..RuleConfig::default() };
+    let err = Policy::new(&config, None).err();
+    assert_eq!(
+        err.map(|err| (err.list, err.problem)),
+        Some((Some(RuleList::Ask), RuleProblem::NoHome))
+    );
 }
 
 mod properties {
@@ -762,4 +808,18 @@ mod properties {
             prop_assert_eq!(decision.verdict, Deny, "{} => {}", text, render(&decision));
         }
     }
+}
+
+#[test]
+fn an_empty_policy_leaves_decisions_to_the_mode_and_reload_recaps_it() {
+    let mut engine = PermissionEngine::new(Policy::default(), Mode::Bypass);
+    assert_eq!(decide(&engine, "run_command", &command("make")).verdict, Allow);
+    assert_eq!(engine.set_mode(Mode::AcceptEdits), Mode::AcceptEdits);
+    assert_eq!(decide(&engine, "run_command", &command("make")).verdict, Ask);
+    assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, Allow);
+    // A reload with a stricter configured mode caps the session's mode.
+    engine.reload(Policy::default(), Mode::Plan);
+    assert_eq!((engine.mode(), engine.configured_mode()), (Mode::Plan, Mode::Plan));
+    assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, NotAllowedInMode);
+    assert_eq!(engine.set_mode(Mode::Bypass), Mode::Plan);
 }
