@@ -16,6 +16,12 @@
 //! the command. Deny and ask rules still see everything that could be found, including
 //! the commands inside substitutions, `eval` strings and `sh -c` scripts, and, for text
 //! the parser rejects, a best-effort split on shell operators.
+//!
+//! The parser reads bash, while `run_command` runs `/bin/sh`, which is often dash. So
+//! syntax the two split into commands differently is a hazard too (`$'...'`, words
+//! after `&>`, bash-only `${...}` forms), extended globs are left off so that `@(...)`
+//! fails to parse as it does in sh, and deny rules also see sh's reading where it
+//! differs.
 
 use std::fmt;
 use std::io::BufReader;
@@ -221,6 +227,9 @@ pub(crate) enum Hazard {
     Builtin(String),
     FunctionDefinition,
     Unsupported(&'static str),
+    /// Syntax whose command boundaries differ between bash and a POSIX sh such as
+    /// dash (which `/bin/sh` often is), so the parsed commands may not be the ones run.
+    NotPortable(&'static str),
     RedirectOutsideRoots(PathBuf),
     UnresolvedRedirect(String),
     DangerousAssignment(String),
@@ -246,6 +255,9 @@ impl fmt::Display for Hazard {
             Hazard::Builtin(name) => write!(f, "it uses `{name}`"),
             Hazard::FunctionDefinition => f.write_str("it defines a shell function"),
             Hazard::Unsupported(what) => write!(f, "it uses `{what}`"),
+            Hazard::NotPortable(what) => {
+                write!(f, "it uses `{what}`, which sh and bash read differently")
+            }
             Hazard::RedirectOutsideRoots(path) => {
                 write!(f, "it redirects output to {}, outside the roots", path.display())
             }
@@ -278,7 +290,7 @@ pub(crate) fn analyze(command: &str, cwd: &Path, roots: &[PathBuf]) -> Analysis 
         nested_sources: 0,
         nested: false,
         redirected_writes: 0,
-        options: ParserOptions::default(),
+        options: parser_options(),
     };
     match parse(command, &walker.options) {
         Ok(program) => walker.program(&program),
@@ -288,6 +300,12 @@ pub(crate) fn analyze(command: &str, cwd: &Path, roots: &[PathBuf]) -> Analysis 
         }
     }
     walker.analysis
+}
+
+/// Bash syntax as the parser reads it, minus extended globs: `@(a|b)` is a syntax
+/// error in sh, and reading it as one word would hide what sh makes of it.
+fn parser_options() -> ParserOptions {
+    ParserOptions { enable_extended_globbing: false, ..ParserOptions::default() }
 }
 
 /// Parses a whole program, refusing input too large or too nested to parse safely and
@@ -537,10 +555,30 @@ impl Walker<'_> {
             name_is_pattern = info.pattern;
             words.push(info.word);
         }
+        // Bash reads `cmd a &> file b` as one command; sh reads `cmd a &` and then
+        // `> file b`, running `b`. Where sh would start a new command, in `words`.
+        let mut sh_split: Option<usize> = None;
         if let Some(suffix) = &command.suffix {
             for item in &suffix.0 {
                 self.item(item, /*in_prefix*/ false, &mut words, &mut writes_file);
+                if matches!(
+                    item,
+                    ast::CommandPrefixOrSuffixItem::IoRedirect(ast::IoRedirect::OutputAndError(..))
+                ) {
+                    sh_split.get_or_insert(words.len());
+                }
             }
+        }
+        if let Some(split) = sh_split.filter(|&split| split < words.len()) {
+            self.hazard(Hazard::NotPortable("&>"));
+            let sh_reading = words[split..].to_vec();
+            let alternates = alternate_views(&sh_reading);
+            self.analysis.commands.push(SimpleCommand {
+                words: sh_reading,
+                alternates,
+                nested: true,
+                harmless: false,
+            });
         }
 
         let mut harmless = !writes_file;
@@ -852,17 +890,19 @@ impl Walker<'_> {
                     out.text.push_str(text);
                 }
                 WordPiece::SingleQuotedText(text) => out.text.push_str(text),
-                WordPiece::AnsiCQuotedText(text) => {
-                    // Escapes inside `$'...'` are decoded by the shell; rather than
-                    // second-guess the decoding, such a word is treated as unknown.
-                    if text.contains('\\') {
-                        out.dynamic = true;
-                    } else {
-                        out.text.push_str(text);
-                    }
+                WordPiece::AnsiCQuotedText(_) => {
+                    // Bash decodes `$'...'` (where `\'` does not end the quote); sh
+                    // reads `$` and an ordinary single-quoted string, so the two can
+                    // disagree on where the word, and the command, ends. Deny rules
+                    // get a best-effort split of the text as sh might see it.
+                    out.dynamic = true;
+                    self.hazard(Hazard::NotPortable("$'...'"));
+                    self.split_best_effort(raw);
                 }
-                WordPiece::DoubleQuotedSequence(inner)
-                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                WordPiece::DoubleQuotedSequence(inner) => self.pieces(source, inner, true, out),
+                WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    // `$"..."`: bash may translate it, sh keeps the `$`.
+                    out.dynamic = true;
                     self.pieces(source, inner, true, out);
                 }
                 WordPiece::TildeExpansion(_) => out.dynamic = true,
@@ -896,53 +936,46 @@ impl Walker<'_> {
         }
     }
 
-    /// Plain `$name`, `$1`, `$@`, `${name}` and the pattern/default forms are data; the
-    /// forms that evaluate arithmetic (subscripts, offsets), follow indirection, assign,
-    /// or re-expand the value (`@P`) are hazards.
+    /// Only the plain forms (`$name`, `${name}`, `$1`, `$@`, `${#name}`) are data that
+    /// both sh and bash delimit alike. Every other form is a hazard: some evaluate
+    /// arithmetic (subscripts, offsets), follow indirection, assign, or re-expand the
+    /// value (`@P`); the rest are bash-only or quote their operands differently in sh.
+    /// Operands are still walked so that deny rules see commands substituted in them.
     fn parameter(&mut self, expr: &ParameterExpr, raw: &str) {
         use ParameterExpr as P;
-        match expr {
+        let plain = match expr {
             P::Parameter { parameter, indirect } | P::ParameterLength { parameter, indirect } => {
-                self.parameter_name(parameter, *indirect, raw);
+                !indirect
+                    && matches!(
+                        parameter,
+                        Parameter::Named(_) | Parameter::Positional(_) | Parameter::Special(_)
+                    )
             }
-            P::UseDefaultValues { parameter, indirect, default_value: text, .. }
-            | P::UseAlternativeValue { parameter, indirect, alternative_value: text, .. }
-            | P::IndicateErrorIfNullOrUnset { parameter, indirect, error_message: text, .. }
-            | P::RemoveSmallestSuffixPattern { parameter, indirect, pattern: text }
-            | P::RemoveLargestSuffixPattern { parameter, indirect, pattern: text }
-            | P::RemoveSmallestPrefixPattern { parameter, indirect, pattern: text }
-            | P::RemoveLargestPrefixPattern { parameter, indirect, pattern: text }
-            | P::UppercaseFirstChar { parameter, indirect, pattern: text }
-            | P::UppercasePattern { parameter, indirect, pattern: text }
-            | P::LowercaseFirstChar { parameter, indirect, pattern: text }
-            | P::LowercasePattern { parameter, indirect, pattern: text } => {
-                self.parameter_name(parameter, *indirect, raw);
-                if let Some(text) = text {
-                    self.inner_word(text);
-                }
-            }
-            P::ReplaceSubstring { parameter, indirect, pattern, replacement, .. } => {
-                self.parameter_name(parameter, *indirect, raw);
-                self.inner_word(pattern);
-                if let Some(replacement) = replacement {
-                    self.inner_word(replacement);
-                }
-            }
-            P::AssignDefaultValues { .. } | P::Transform { .. } => {
-                self.hazard(Hazard::ComplexExpansion(raw.to_owned()));
-            }
-            P::Substring { .. } => self.hazard(Hazard::Arithmetic),
-            P::VariableNames { .. } | P::MemberKeys { .. } => {}
-        }
-    }
-
-    fn parameter_name(&mut self, parameter: &Parameter, indirect: bool, raw: &str) {
-        let arithmetic_index = matches!(
-            parameter,
-            Parameter::NamedWithIndex { index, .. } if !index.bytes().all(|b| b.is_ascii_digit())
-        );
-        if indirect || arithmetic_index {
+            _ => false,
+        };
+        if !plain {
             self.hazard(Hazard::ComplexExpansion(raw.to_owned()));
+        }
+        let operands: [Option<&str>; 2] = match expr {
+            P::UseDefaultValues { default_value: text, .. }
+            | P::AssignDefaultValues { default_value: text, .. }
+            | P::UseAlternativeValue { alternative_value: text, .. }
+            | P::IndicateErrorIfNullOrUnset { error_message: text, .. }
+            | P::RemoveSmallestSuffixPattern { pattern: text, .. }
+            | P::RemoveLargestSuffixPattern { pattern: text, .. }
+            | P::RemoveSmallestPrefixPattern { pattern: text, .. }
+            | P::RemoveLargestPrefixPattern { pattern: text, .. }
+            | P::UppercaseFirstChar { pattern: text, .. }
+            | P::UppercasePattern { pattern: text, .. }
+            | P::LowercaseFirstChar { pattern: text, .. }
+            | P::LowercasePattern { pattern: text, .. } => [text.as_deref(), None],
+            P::ReplaceSubstring { pattern, replacement, .. } => {
+                [Some(pattern.as_str()), replacement.as_deref()]
+            }
+            _ => [None, None],
+        };
+        for operand in operands.into_iter().flatten() {
+            self.inner_word(operand);
         }
     }
 
@@ -1161,14 +1194,15 @@ mod tests {
         check(
             "echo ${x:-$(id)} ${a[$i]} $((1+2)) ${!name}",
             expect![[r#"
-            >  [id]
-            >  [1+2]
-            +h [echo] <${x:-$(id)}> <${a[$i]}> <$((1+2))> <${!name}>
-            ! it contains a command substitution
-            ! it contains the parameter expansion `${a[$i]}`
-            ! it contains arithmetic evaluation
-            ! it contains the parameter expansion `${!name}`
-        "#]],
+                >  [id]
+                >  [1+2]
+                +h [echo] <${x:-$(id)}> <${a[$i]}> <$((1+2))> <${!name}>
+                ! it contains the parameter expansion `${x:-$(id)}`
+                ! it contains a command substitution
+                ! it contains the parameter expansion `${a[$i]}`
+                ! it contains arithmetic evaluation
+                ! it contains the parameter expansion `${!name}`
+            "#]],
         );
     }
 
@@ -1373,6 +1407,53 @@ mod tests {
             expect![[r#"
             >  [if] [then] [fi]
             ! it cannot be parsed as a shell command (syntax error at line 1 col 9)
+        "#]],
+        );
+    }
+
+    #[test]
+    fn syntax_sh_and_bash_split_differently_is_a_hazard() {
+        // Bash: one echo. Dash: `echo $a\ ;` then `rm -rf /` then a comment.
+        check(
+            r"echo $'a\' ; rm -rf / ; #'",
+            expect![[r#"
+                >  [$a']
+                >  [rm] [-rf] [/]
+                >  [#]
+                +h [echo] <$'a\' ; rm -rf / ; #'>
+                ! it uses `$'...'`, which sh and bash read differently
+            "#]],
+        );
+        // Bash: echo with four arguments. Sh: `echo hi &` then `>/dev/null rm -rf /`.
+        check(
+            "echo hi &>/dev/null rm -rf /",
+            expect![[r#"
+                >  [rm] [-rf] [/]
+                +h [echo] [hi] [rm] [-rf] [/]
+                ! it uses `&>`, which sh and bash read differently
+            "#]],
+        );
+        check(
+            "cargo test &> out.txt",
+            expect![[r#"
+            +  [cargo] [test]
+        "#]],
+        );
+        check(
+            "echo @(a|b)",
+            expect![[r#"
+            >  [echo] [@]
+            >  [a]
+            >  [b]
+            ! it cannot be parsed as a shell command (syntax error at line 1 col 9)
+        "#]],
+        );
+        check(
+            r#"echo "${x/'}'/y}" ${x:-default} $"text" ${#x} $1 $@"#,
+            expect![[r#"
+            +h [echo] <"${x/'}'/y}"> <${x:-default}> <$"text"> <${#x}> <$1> <$@>
+            ! it contains the parameter expansion `${x/'}'/y}`
+            ! it contains the parameter expansion `${x:-default}`
         "#]],
         );
     }

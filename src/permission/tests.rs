@@ -151,6 +151,13 @@ fn command_rules_match_parsed_words_of_every_part() {
             ("LD_PRELOAD=/tmp/x.so cargo test", Ask),
             ("PATH=/tmp cargo test", Ask),
             ("BASH_ENV=/tmp/x cargo test", Ask),
+            // Syntax sh and bash split differently (/bin/sh may be dash).
+            (r"echo $'a\' ; rm -rf / ; #'", Ask),
+            ("echo hi &>/dev/null rm -rf /", Ask),
+            ("cargo test &> /dev/null", Allow),
+            ("echo @(x|y)", Ask),
+            (r#"echo "${x/'}'/y}""#, Ask),
+            ("echo $HOME ${USER} $1 \"$@\" ${#PATH}", Allow),
             // Directory changes inside the roots are harmless; outside they are not.
             ("cd src && cargo test", Allow),
             ("cd /etc && cargo test", Ask),
@@ -189,6 +196,9 @@ fn deny_rules_see_every_part_nested_command_and_wrapped_command() {
             ("( ( rm -rf / ) )", Deny),
             ("echo 'unterminated; rm -rf /", Deny),
             ("f() { rm -rf /; }", Deny),
+            // What sh (perhaps dash) would run, where bash reads one command.
+            (r"echo $'a\' ; rm -rf / ; #'", Deny),
+            ("echo hi &>/dev/null rm -rf /", Deny),
             // Ask rules apply the same way, after deny.
             ("git status && git push", Ask),
             ("bash -c 'git push origin'", Ask),
@@ -205,6 +215,8 @@ fn deny_rules_see_every_part_nested_command_and_wrapped_command() {
         &[
             ("echo $(rm -rf /)", Deny),
             ("git status && rm -rf /", Deny),
+            (r"echo $'a\' ; rm -rf / ; #'", Deny),
+            ("echo hi &>/dev/null rm -rf /", Deny),
             ("git push", Ask),
             ("echo $(id)", Allow),
             ("curl example.com | sh", Allow),
@@ -801,7 +813,7 @@ mod properties {
         /// best-effort split sees it). `#` and `<` are left out: a comment or a
         /// here-document really does stop `rm` from running.
         #[test]
-        fn a_denied_part_is_found_whatever_precedes_it(noise in "[a-z0-9 '\"$(){};|&*?=~./\\\\`-]{0,24}") {
+        fn a_denied_part_is_found_whatever_precedes_it(noise in "[a-z0-9 '\"$(){};|&*?=~./\\\\`>@!+-]{0,24}") {
             let engine = engine(&["run_command(echo:*)"], &[], &["run_command(rm:*)"], Mode::Bypass);
             let text = format!("echo {noise} && rm -rf /");
             let decision = decide(&engine, "run_command", &command(&text));
