@@ -221,13 +221,19 @@ pub enum RuleList {
     Deny,
 }
 
-impl fmt::Display for RuleList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl RuleList {
+    pub fn as_str(self) -> &'static str {
+        match self {
             RuleList::Allow => "allow",
             RuleList::Ask => "ask",
             RuleList::Deny => "deny",
-        })
+        }
+    }
+}
+
+impl fmt::Display for RuleList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

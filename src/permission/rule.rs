@@ -24,7 +24,6 @@
 //! many rules are configured.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use globset::{Candidate, Glob, GlobBuilder, GlobSet, GlobSetBuilder};
@@ -76,28 +75,17 @@ pub enum RuleProblem {
 }
 
 /// A rule that cannot be used, naming the rule as written and the list it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid {kind} rule {rule:?}: {problem}",
+    kind = .list.map_or("permission", RuleList::as_str)
+)]
 pub struct RuleError {
     /// The rule text as configured.
     pub rule: String,
     /// The list it was configured in; `None` for a session grant being added.
     pub list: Option<RuleList>,
     pub problem: RuleProblem,
-}
-
-impl fmt::Display for RuleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.list {
-            Some(list) => write!(f, "invalid {list} rule {:?}: {}", self.rule, self.problem),
-            None => write!(f, "invalid permission rule {:?}: {}", self.rule, self.problem),
-        }
-    }
-}
-
-impl std::error::Error for RuleError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.problem)
-    }
 }
 
 /// Text with `*` wildcards (nothing else is special), matched against a whole string.
