@@ -72,6 +72,10 @@ pub enum RuleProblem {
     BadGlob(String),
     #[error("`~` needs the home directory, which is not known")]
     NoHome,
+    #[error(
+        "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
+    )]
+    ParentInGlob,
 }
 
 /// A rule that cannot be used, naming the rule as written and the list it came from.
@@ -269,6 +273,11 @@ pub(crate) struct PathPattern {
 impl PathPattern {
     fn parse(spec: &str, home: Option<&Path>) -> Result<PathPattern, RuleProblem> {
         let spec = spec.trim();
+        if spec.split('/').any(|component| component == "..") {
+            // Paths are resolved before matching, so such a rule could never match;
+            // for a deny rule that silence would be dangerous.
+            return Err(RuleProblem::ParentInGlob);
+        }
         let (absolute, anchored, body) = if let Some(rest) = spec.strip_prefix("//") {
             (true, true, format!("/{}", rest.trim_start_matches('/')))
         } else if spec == "~" || spec.starts_with("~/") {
@@ -672,6 +681,8 @@ mod tests {
                 RuleProblem::BadGlob("unclosed character class; missing ']'".to_owned()),
             ),
             ("read_file(~/.ssh/**)", RuleProblem::NoHome),
+            ("edit_file(../secrets/**)", RuleProblem::ParentInGlob),
+            ("edit_file(//w/a/../b)", RuleProblem::ParentInGlob),
         ];
         for (text, problem) in table {
             assert_eq!(Rule::parse(text, None).as_ref().err(), Some(problem), "rule {text:?}");
