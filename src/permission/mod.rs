@@ -569,6 +569,20 @@ impl PermissionEngine {
                     _ => decision,
                 };
             }
+            Matched::Unchecked => {
+                let decision = Decision::new(
+                    Verdict::Ask,
+                    Layer::Rule,
+                    format!(
+                        "{name} requires approval because the command is too long to check \
+                         against the deny and ask rules"
+                    ),
+                );
+                return match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                };
+            }
             Matched::Allow { rules, session } => {
                 let (layer, kind) = if *session {
                     (Layer::SessionGrant, "the session grant")
@@ -661,6 +675,7 @@ impl Subject {
                 None => Subject::Command(Analysis {
                     commands: Vec::new(),
                     hazards: vec![Hazard::Unparseable("the call has no command string".to_owned())],
+                    truncated: false,
                 }),
             };
         }
@@ -697,6 +712,9 @@ enum Matched {
         rules: Vec<String>,
         session: bool,
     },
+    /// Too much unparseable text to check every part against the deny and ask
+    /// rules: asks whatever the mode (a person can read it; the engine could not).
+    Unchecked,
     Nothing(Unmatched),
 }
 
@@ -764,6 +782,9 @@ fn match_command(
                 _ => Matched::Ask { rule, part },
             };
         }
+    }
+    if analysis.truncated && (configured.any(RuleList::Deny) || configured.any(RuleList::Ask)) {
+        return Matched::Unchecked;
     }
     if let Some(id) = configured.whole(RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };

@@ -566,6 +566,16 @@ impl ToolRules<'_> {
         earliest(exact, wildcard)
     }
 
+    /// Whether `list` holds any rule that can match a call of the tool.
+    pub(crate) fn any(&self, list: RuleList) -> bool {
+        let slot = list_slot(list);
+        let own = self.lists.is_some_and(|lists| {
+            let rules = &lists[slot];
+            rules.whole.is_some() || !rules.commands.is_empty() || rules.paths.is_some()
+        });
+        own || self.whole(list).is_some()
+    }
+
     /// The first command-pattern rule in `list` matching the words.
     pub(crate) fn command(&self, list: RuleList, words: &[ShellWord]) -> Option<RuleId> {
         let lists = self.lists?;

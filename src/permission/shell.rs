@@ -51,6 +51,11 @@ const MAX_OPENERS: usize = 48;
 /// `eval` inside `sh -c` ...). Beyond it the inner text is only split best-effort.
 const MAX_NESTED_SOURCES: usize = 8;
 
+/// Most commands the best-effort split of unparseable text records. Each costs a few
+/// small allocations; the cap bounds memory and matching time for a pathological
+/// (megabytes long) command, which the engine then refuses to vouch for.
+const MAX_SPLIT_COMMANDS: usize = 4096;
+
 /// Shell builtins that run text as code, load code, or change how later names resolve.
 /// A prefix rule can never vouch for what they do.
 const OPAQUE_BUILTINS: &[&str] =
@@ -278,6 +283,9 @@ pub(crate) struct Analysis {
     pub(crate) commands: Vec<SimpleCommand>,
     /// Reasons no specifier rule may auto-allow the text; empty for a plain command.
     pub(crate) hazards: Vec<Hazard>,
+    /// The best-effort split stopped at [`MAX_SPLIT_COMMANDS`]: commands past that
+    /// point were not recorded, so deny and ask rules cannot have seen them.
+    pub(crate) truncated: bool,
 }
 
 /// Parses `command` as the shell would see it when started in `cwd`, resolving
@@ -841,6 +849,10 @@ impl Walker<'_> {
                 .collect();
             if words.is_empty() {
                 continue;
+            }
+            if self.analysis.commands.len() >= MAX_SPLIT_COMMANDS {
+                self.analysis.truncated = true;
+                return;
             }
             let alternates = alternate_views(&words);
             self.analysis.commands.push(SimpleCommand {
@@ -1510,6 +1522,17 @@ mod tests {
         let analysis = analyze(&nested, Path::new("/w"), &[PathBuf::from("/w")]);
         assert_eq!(analysis.hazards, []);
         assert_eq!(analysis.commands.len(), 1);
+    }
+
+    #[test]
+    fn the_best_effort_split_is_bounded() {
+        let roots = [PathBuf::from("/w")];
+        let huge = "a;".repeat(MAX_PARSE_BYTES);
+        let analysis = analyze(&huge, Path::new("/w"), &roots);
+        assert_eq!(analysis.commands.len(), MAX_SPLIT_COMMANDS);
+        assert!(analysis.truncated);
+        let small = analyze("echo 'x; y", Path::new("/w"), &roots);
+        assert!(!small.truncated);
     }
 
     #[test]

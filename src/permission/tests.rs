@@ -232,6 +232,23 @@ fn engine_with_mode(engine: &PermissionEngine, mode: Mode) -> PermissionEngine {
 }
 
 #[test]
+fn a_command_too_long_to_check_asks_even_in_bypass_mode() {
+    let huge = format!("{} rm -rf /", "echo 'x;".repeat(20_000));
+    let guarded = engine(&[], &[], &["run_command(rm:*)"], Mode::Bypass);
+    // Under the cap, the best-effort split finds the denied part.
+    let long = format!("{} rm -rf /", "echo 'x;".repeat(1_001));
+    assert_eq!(decide(&guarded, "run_command", &command(&long)).verdict, Deny);
+    // Past it, nobody has checked the tail: ask.
+    let decision = decide(&guarded, "run_command", &command(&huge));
+    expect!["ask by rule: run_command requires approval because the command is too long to check against the deny and ask rules"].assert_eq(&render(&decision));
+    // Without deny or ask rules there is nothing to miss: the mode decides.
+    let unguarded = engine(&[], &[], &[], Mode::Bypass);
+    assert_eq!(decide(&unguarded, "run_command", &command(&huge)).verdict, Allow);
+    let strict = engine(&[], &[], &["run_command(rm:*)"], Mode::DontAsk);
+    assert_eq!(decide(&strict, "run_command", &command(&huge)).verdict, Deny);
+}
+
+#[test]
 fn claude_code_aliases() {
     let engine = engine(
         &["Bash(git status:*)", "Edit(src/**)", "Write(docs/**)"],
