@@ -17,7 +17,9 @@
 //!    becomes a deny whose reason names a rule to add.
 //!
 //! Rules are explicit user intent, so they rank above modes: an ask rule asks even in
-//! `bypass` mode, and a session grant never overrides an ask rule.
+//! `bypass` mode, and a session grant never overrides an ask rule. For the same reason
+//! a command too long to check completely against the deny and ask rules asks in every
+//! mode when such rules exist.
 //!
 //! Design of session state: a [`Policy`] holds the configured rules, compiled once per
 //! configuration load and shared by every session. A [`PermissionEngine`] is a small
