@@ -13,7 +13,7 @@ use crate::audit::{AuditLog, AuditRecord};
 use crate::config::{Config, ConfigError, LoadOptions};
 use crate::daemon::{Daemon, Settings};
 use crate::hooks::{HookError, Hooks};
-use crate::permission::{Mode, PermissionEngine, RuleConfig, RuleError};
+use crate::permission::{Mode, Policy, RuleConfig, RuleError};
 use crate::rpc;
 use crate::systemd::{Inherited, Notifier};
 use crate::tools::Registry;
@@ -65,13 +65,12 @@ pub fn settings_from_config(
         ask: config.permissions.ask.clone(),
         deny: config.permissions.deny.clone(),
     };
-    let engine = PermissionEngine::new(&rules, mode, home)?;
+    let policy = Policy::new(&rules, home)?;
     let hooks = Hooks::new(&config.hooks.pre_tool_use, &config.hooks.post_tool_use)?;
     Ok(Settings {
         roots: config.workspace.roots.clone(),
         mode,
-        rules,
-        engine,
+        policy,
         hooks: Arc::new(hooks),
         default_timeout: config.limits.default_timeout(),
         max_timeout: config.limits.max_timeout(),

@@ -1,6 +1,8 @@
 //! End-to-end tests of the daemon: the real `toolgate serve` binary on a temporary
 //! socket, spoken to as an editor plugin would (NDJSON, or WebSocket on the same socket).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -280,7 +282,14 @@ fn call_batch_keeps_order() {
     assert_eq!(results[1]["error_type"], "unknown_tool");
     // Nobody subscribed, so nobody can approve the command in the default mode.
     assert_eq!(results[3]["error_type"], "permission_denied");
-    assert!(results[3]["error"].as_str().unwrap().contains("add an allow rule such as run_command(cargo"), "{}", results[3]);
+    assert!(
+        results[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("add an allow rule such as run_command(cargo"),
+        "{}",
+        results[3]
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The committed JSON Schemas under `proto/` must match the wire types in the code.
 //! Run with `UPDATE_PROTO=1` to rewrite them after changing a wire type on purpose.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
 use std::path::PathBuf;
 
 use schemars::JsonSchema;

@@ -16,8 +16,7 @@ use super::approval::{
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
 use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
-    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, RuleConfig, ToolFacts,
-    Verdict,
+    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, Policy, ToolFacts, Verdict,
 };
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, Registry, SessionControl, Todo,
@@ -199,18 +198,11 @@ impl Session {
     }
 
     /// Swaps rules, the mode ceiling and hooks (configuration reload); session
-    /// grants survive. Returns the error of rules that do not compile (the session
-    /// then keeps its old rules).
-    pub fn reload(
-        &self,
-        rules: &RuleConfig,
-        configured: Mode,
-        hooks: Arc<Hooks>,
-    ) -> Result<(), crate::permission::RuleError> {
+    /// grants survive and the mode is re-capped by the new ceiling.
+    pub fn reload(&self, policy: Policy, configured: Mode, hooks: Arc<Hooks>) {
         let mut state = self.lock();
-        state.engine.reload(rules, configured)?;
+        state.engine.reload(policy, configured);
         state.hooks = hooks;
-        Ok(())
     }
 
     /// The definitions this session may see: the allowlist applied (system tools always

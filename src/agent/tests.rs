@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::hooks::{HookConfig, Hooks, OnError};
-use crate::permission::{Mode, PermissionEngine, RuleConfig};
+use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::tools::{
     Call, Definition, Env, ErrorType, OutputStream, Registry, Safety, Tool, ToolContext, ToolResult,
 };
@@ -208,7 +208,7 @@ fn harness(setup: Setup) -> Harness {
             id: "s1".to_owned(),
             client: "test".to_owned(),
             env: Env::for_root(dir.path()).unwrap(),
-            engine: PermissionEngine::new(&RuleConfig::default(), Mode::Bypass, None).unwrap(),
+            engine: PermissionEngine::new(Policy::default(), Mode::Bypass),
             mode: setup.mode,
             allowlist: setup.allowlist,
             hooks: Arc::new(setup.hooks),

@@ -17,7 +17,7 @@ use self::approvals::{ApprovalHub, SessionBroker};
 use self::events::EventHub;
 use crate::agent::{CallObserver, Event, EventSink, Session, SessionOptions};
 use crate::hooks::Hooks;
-use crate::permission::{Mode, PermissionEngine, RuleConfig};
+use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::protocol::{SessionInfo, SessionOpenParams};
 use crate::tools::{Env, EnvPolicy, Registry};
 
@@ -29,10 +29,8 @@ pub struct Settings {
     pub roots: Vec<PathBuf>,
     /// The configured mode: the default and the ceiling of every session.
     pub mode: Mode,
-    /// The configured rules, as written (kept for reloading sessions).
-    pub rules: RuleConfig,
-    /// The compiled rules with the configured mode; each session starts from a clone.
-    pub engine: PermissionEngine,
+    /// The configured rules, compiled once and shared by every session.
+    pub policy: Policy,
     pub hooks: Arc<Hooks>,
     pub default_timeout: Duration,
     pub max_timeout: Duration,
@@ -51,9 +49,7 @@ impl Settings {
         Settings {
             roots,
             mode: Mode::Default,
-            rules: RuleConfig::default(),
-            engine: PermissionEngine::new(&RuleConfig::default(), Mode::Default, None)
-                .unwrap_or_else(|_| unreachable!("empty rules always compile")),
+            policy: Policy::default(),
             hooks: Arc::new(Hooks::default()),
             default_timeout: crate::tools::DEFAULT_TIMEOUT,
             max_timeout: crate::tools::MAX_TIMEOUT,
@@ -262,7 +258,7 @@ impl Daemon {
                 id: id.clone(),
                 client: client.to_owned(),
                 env,
-                engine: settings.engine.clone(),
+                engine: PermissionEngine::new(settings.policy.clone(), settings.mode),
                 mode: params.mode.unwrap_or(settings.mode),
                 allowlist: params.allowlist.clone().unwrap_or_default(),
                 hooks: settings.hooks.clone(),
@@ -347,11 +343,7 @@ impl Daemon {
         *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             settings.clone();
         for entry in &self.sessions {
-            if let Err(err) =
-                entry.session.reload(&settings.rules, settings.mode, settings.hooks.clone())
-            {
-                tracing::error!(session = %entry.session.id(), %err, "session kept its old rules");
-            }
+            entry.session.reload(settings.policy.clone(), settings.mode, settings.hooks.clone());
         }
     }
 

@@ -17,14 +17,17 @@
 //!    becomes a deny whose reason names a rule to add.
 //!
 //! Rules are explicit user intent, so they rank above modes: an ask rule asks even in
-//! `bypass` mode, and a session grant never overrides an ask rule.
+//! `bypass` mode, and a session grant never overrides an ask rule. For the same reason
+//! a command too long to check completely against the deny and ask rules asks in every
+//! mode when such rules exist.
 //!
-//! Design of session state: [`PermissionEngine`] is a small value holding two
-//! immutable, `Arc`-shared rule indexes (the configured rules and the session's
-//! grants) plus the configured and current modes. Cloning it costs two reference
-//! counts, so the daemon keeps one per session and replaces it (behind its own lock)
-//! when the mode changes or a grant is added; adding a grant rebuilds only the small
-//! grant index. A configuration reload swaps the configured index and keeps the grants.
+//! Design of session state: a [`Policy`] holds the configured rules, compiled once per
+//! configuration load and shared by every session. A [`PermissionEngine`] is a small
+//! per-session value: the policy, the session's grants (an immutable, `Arc`-shared
+//! index) and the configured and current modes. Cloning it costs two reference counts,
+//! so the daemon keeps one per session and replaces it (behind its own lock) when the
+//! mode changes or a grant is added; adding a grant rebuilds only the small grant
+//! index. A configuration reload swaps the policy and keeps the grants.
 //!
 //! The engine is built to run on every call: rules are parsed and their globs compiled
 //! once; a decision does one hash lookup per rule index and a few glob-set matches.
@@ -206,7 +209,8 @@ pub enum Layer {
     Mode,
     /// An allow rule granted at run time for this session.
     SessionGrant,
-    /// A PreToolUse hook answered (its `allow` only skips asking, never a deny rule).
+    /// A PreToolUse hook answered. The engine never decides by this layer; the agent
+    /// layer uses it when a hook's answer settles the call.
     Hook,
 }
 
@@ -219,13 +223,19 @@ pub enum RuleList {
     Deny,
 }
 
-impl fmt::Display for RuleList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl RuleList {
+    pub fn as_str(self) -> &'static str {
+        match self {
             RuleList::Allow => "allow",
             RuleList::Ask => "ask",
             RuleList::Deny => "deny",
-        })
+        }
+    }
+}
+
+impl fmt::Display for RuleList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -337,15 +347,64 @@ impl<'a> CallContext<'a> {
     }
 }
 
-/// Decides calls for one session. Cheap to clone; see the module documentation.
+/// The configured allow, ask and deny rules, parsed and compiled. Immutable and cheap
+/// to clone (the compiled rules sit behind an `Arc`): build one per configuration load
+/// and hand a clone to every session's [`PermissionEngine`].
+#[derive(Clone)]
+pub struct Policy {
+    rules: Arc<RuleIndex>,
+    /// Resolves `~/` in rules, including session grants added later.
+    home: Option<Arc<Path>>,
+}
+
+impl Default for Policy {
+    /// No rules and no home directory: the modes alone decide.
+    fn default() -> Policy {
+        Policy { rules: Arc::new(RuleIndex::empty()), home: None }
+    }
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules: Vec<(RuleList, &str)> =
+            self.rules.rules().map(|(list, rule)| (list, rule.text.as_str())).collect();
+        f.debug_struct("Policy").field("rules", &rules).field("home", &self.home).finish()
+    }
+}
+
+impl Policy {
+    /// Parses and compiles the configured rules; the first bad rule is reported with
+    /// its text and list. `home` resolves `~/` in path rules (a rule using `~` without
+    /// a home directory is an error).
+    pub fn new(config: &RuleConfig, home: Option<&Path>) -> Result<Policy, RuleError> {
+        let mut rules =
+            Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
+        let lists = [
+            (RuleList::Allow, &config.allow),
+            (RuleList::Ask, &config.ask),
+            (RuleList::Deny, &config.deny),
+        ];
+        for (list, texts) in lists {
+            for text in texts {
+                let rule = Rule::parse(text, home).map_err(|problem| RuleError {
+                    rule: text.clone(),
+                    list: Some(list),
+                    problem,
+                })?;
+                rules.push((list, rule));
+            }
+        }
+        Ok(Policy { rules: Arc::new(RuleIndex::build(rules)?), home: home.map(Arc::from) })
+    }
+}
+
+/// Decides calls for one session: a [`Policy`], the session's grants and its modes.
+/// Cheap to clone; see the module documentation.
 #[derive(Clone)]
 pub struct PermissionEngine {
-    /// The configured allow, ask and deny rules.
-    rules: Arc<RuleIndex>,
+    policy: Policy,
     /// Allow rules granted during the session.
     grants: Arc<RuleIndex>,
-    /// Resolves `~/` in rules added later.
-    home: Option<Arc<Path>>,
     /// The configured mode: the ceiling no request can raise.
     configured: Mode,
     /// The session's mode, already restricted by the ceiling.
@@ -357,31 +416,17 @@ impl fmt::Debug for PermissionEngine {
         f.debug_struct("PermissionEngine")
             .field("mode", &self.mode)
             .field("configured", &self.configured)
-            .field(
-                "rules",
-                &self.rules.rules().map(|(list, rule)| (list, &rule.text)).collect::<Vec<_>>(),
-            )
+            .field("policy", &self.policy)
             .field("grants", &self.session_rules())
             .finish()
     }
 }
 
 impl PermissionEngine {
-    /// Parses and compiles the configured rules. `mode` is both the session's starting
-    /// mode and its ceiling; `home` resolves `~/` in path rules (a rule using `~`
-    /// without a home directory is an error).
-    pub fn new(
-        config: &RuleConfig,
-        mode: Mode,
-        home: Option<&Path>,
-    ) -> Result<PermissionEngine, RuleError> {
-        Ok(PermissionEngine {
-            rules: Arc::new(compile(config, home)?),
-            grants: Arc::new(RuleIndex::empty()),
-            home: home.map(Arc::from),
-            configured: mode,
-            mode,
-        })
+    /// An engine for a new session: `mode` is both its starting mode and its ceiling
+    /// (narrow it afterwards with [`PermissionEngine::set_mode`]).
+    pub fn new(policy: Policy, mode: Mode) -> PermissionEngine {
+        PermissionEngine { policy, grants: Arc::new(RuleIndex::empty()), configured: mode, mode }
     }
 
     /// The session's effective mode.
@@ -401,10 +446,10 @@ impl PermissionEngine {
         self.mode
     }
 
-    /// Adds a session-scoped allow rule (an approval "for this session"). Adding a rule
-    /// already granted changes nothing.
+    /// Adds a session-scoped allow rule (an approval "for this session"), for example
+    /// one of a decision's suggestions. Adding a rule already granted changes nothing.
     pub fn add_session_rule(&mut self, text: &str) -> Result<(), RuleError> {
-        let rule = Rule::parse(text, self.home.as_deref()).map_err(|problem| RuleError {
+        let rule = Rule::parse(text, self.policy.home.as_deref()).map_err(|problem| RuleError {
             rule: text.to_owned(),
             list: None,
             problem,
@@ -424,13 +469,12 @@ impl PermissionEngine {
         self.grants.rules().map(|(_, rule)| rule.text.clone()).collect()
     }
 
-    /// Replaces the configured rules and mode (a configuration reload). Session grants
-    /// survive; the session's mode is re-restricted by the new ceiling.
-    pub fn reload(&mut self, config: &RuleConfig, configured: Mode) -> Result<(), RuleError> {
-        self.rules = Arc::new(compile(config, self.home.as_deref())?);
+    /// Replaces the policy and the configured mode (a configuration reload). Session
+    /// grants survive; the session's mode is re-restricted by the new ceiling.
+    pub fn reload(&mut self, policy: Policy, configured: Mode) {
+        self.policy = policy;
         self.configured = configured;
         self.mode = Mode::restrict(configured, self.mode);
-        Ok(())
     }
 
     /// Decides one call. `args` are the call's arguments as the model sent them (not
@@ -473,7 +517,7 @@ impl PermissionEngine {
     }
 
     fn match_rules(&self, tool: &str, subject: &Subject, ctx: &CallContext<'_>) -> Matched {
-        let configured = self.rules.for_tool(tool);
+        let configured = self.policy.rules.for_tool(tool);
         let granted = self.grants.for_tool(tool);
         match subject {
             Subject::Command(analysis) => match_command(&configured, &granted, analysis),
@@ -522,6 +566,20 @@ impl PermissionEngine {
                 };
                 let decision =
                     Decision::new(Verdict::Ask, Layer::Rule, reason).with_rule(RuleList::Ask, rule);
+                return match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                };
+            }
+            Matched::Unchecked => {
+                let decision = Decision::new(
+                    Verdict::Ask,
+                    Layer::Rule,
+                    format!(
+                        "{name} requires approval because the command is too long to check \
+                         against the deny and ask rules"
+                    ),
+                );
                 return match mode {
                     Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
                     _ => decision,
@@ -596,25 +654,6 @@ impl PermissionEngine {
     }
 }
 
-fn compile(config: &RuleConfig, home: Option<&Path>) -> Result<RuleIndex, RuleError> {
-    let mut rules = Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
-    for (list, texts) in [
-        (RuleList::Allow, &config.allow),
-        (RuleList::Ask, &config.ask),
-        (RuleList::Deny, &config.deny),
-    ] {
-        for text in texts {
-            let rule = Rule::parse(text, home).map_err(|problem| RuleError {
-                rule: text.clone(),
-                list: Some(list),
-                problem,
-            })?;
-            rules.push((list, rule));
-        }
-    }
-    RuleIndex::build(rules)
-}
-
 /// What a call's specifier rules are matched against.
 enum Subject {
     /// `run_command`: its command text, analyzed.
@@ -638,6 +677,7 @@ impl Subject {
                 None => Subject::Command(Analysis {
                     commands: Vec::new(),
                     hazards: vec![Hazard::Unparseable("the call has no command string".to_owned())],
+                    truncated: false,
                 }),
             };
         }
@@ -674,6 +714,9 @@ enum Matched {
         rules: Vec<String>,
         session: bool,
     },
+    /// Too much unparseable text to check every part against the deny and ask
+    /// rules: asks whatever the mode (a person can read it; the engine could not).
+    Unchecked,
     Nothing(Unmatched),
 }
 
@@ -742,6 +785,9 @@ fn match_command(
             };
         }
     }
+    if analysis.truncated && (configured.any(RuleList::Deny) || configured.any(RuleList::Ask)) {
+        return Matched::Unchecked;
+    }
     if let Some(id) = configured.whole(RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
     }
@@ -793,15 +839,13 @@ fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'
     match (subject, matched) {
         (Subject::Command(analysis), Matched::Nothing(Unmatched::Uncovered { commands, .. })) => {
             let mut rules = Vec::new();
-            for &idx in commands {
-                if let Some(rule) = analysis
-                    .commands
-                    .get(idx)
-                    .and_then(|command| command_suggestion(&command.words))
-                {
-                    if !rules.contains(&rule) {
-                        rules.push(rule);
-                    }
+            let found = commands
+                .iter()
+                .filter_map(|&idx| analysis.commands.get(idx))
+                .filter_map(|command| command_suggestion(&command.words));
+            for rule in found {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
                 }
             }
             rules

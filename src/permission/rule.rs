@@ -24,7 +24,6 @@
 //! many rules are configured.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use globset::{Candidate, Glob, GlobBuilder, GlobSet, GlobSetBuilder};
@@ -73,31 +72,24 @@ pub enum RuleProblem {
     BadGlob(String),
     #[error("`~` needs the home directory, which is not known")]
     NoHome,
+    #[error(
+        "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
+    )]
+    ParentInGlob,
 }
 
 /// A rule that cannot be used, naming the rule as written and the list it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid {kind} rule {rule:?}: {problem}",
+    kind = .list.map_or("permission", RuleList::as_str)
+)]
 pub struct RuleError {
     /// The rule text as configured.
     pub rule: String,
     /// The list it was configured in; `None` for a session grant being added.
     pub list: Option<RuleList>,
     pub problem: RuleProblem,
-}
-
-impl fmt::Display for RuleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.list {
-            Some(list) => write!(f, "invalid {list} rule {:?}: {}", self.rule, self.problem),
-            None => write!(f, "invalid permission rule {:?}: {}", self.rule, self.problem),
-        }
-    }
-}
-
-impl std::error::Error for RuleError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.problem)
-    }
 }
 
 /// Text with `*` wildcards (nothing else is special), matched against a whole string.
@@ -281,6 +273,11 @@ pub(crate) struct PathPattern {
 impl PathPattern {
     fn parse(spec: &str, home: Option<&Path>) -> Result<PathPattern, RuleProblem> {
         let spec = spec.trim();
+        if spec.split('/').any(|component| component == "..") {
+            // Paths are resolved before matching, so such a rule could never match;
+            // for a deny rule that silence would be dangerous.
+            return Err(RuleProblem::ParentInGlob);
+        }
         let (absolute, anchored, body) = if let Some(rest) = spec.strip_prefix("//") {
             (true, true, format!("/{}", rest.trim_start_matches('/')))
         } else if spec == "~" || spec.starts_with("~/") {
@@ -462,6 +459,9 @@ struct ListIndex {
     paths: Option<PathIndex>,
 }
 
+/// The path globs of one tool and list while building: (absolute?, glob, rule).
+type GlobGroup<'a> = Vec<(bool, &'a str, RuleId)>;
+
 /// Compiled rules grouped for lookup. Immutable; shared behind an `Arc`.
 pub(crate) struct RuleIndex {
     rules: Vec<(RuleList, Rule)>,
@@ -489,7 +489,7 @@ impl RuleIndex {
         let mut tools: HashMap<String, [ListIndex; 3]> = HashMap::new();
         let mut wildcards: [Vec<RuleId>; 3] = Default::default();
         // Path globs per (tool, slot): (absolute?, glob, rule).
-        let mut globs: HashMap<(String, usize), Vec<(bool, &str, RuleId)>> = HashMap::new();
+        let mut globs: HashMap<(String, usize), GlobGroup<'_>> = HashMap::new();
         for (id, (list, rule)) in rules.iter().enumerate() {
             let slot = list_slot(*list);
             let names = match &rule.tools {
@@ -564,6 +564,16 @@ impl ToolRules<'_> {
             .copied()
             .find(|&id| self.index.rules[id].1.applies_to(self.tool));
         earliest(exact, wildcard)
+    }
+
+    /// Whether `list` holds any rule that can match a call of the tool.
+    pub(crate) fn any(&self, list: RuleList) -> bool {
+        let slot = list_slot(list);
+        let own = self.lists.is_some_and(|lists| {
+            let rules = &lists[slot];
+            rules.whole.is_some() || !rules.commands.is_empty() || rules.paths.is_some()
+        });
+        own || self.whole(list).is_some()
     }
 
     /// The first command-pattern rule in `list` matching the words.
@@ -681,6 +691,8 @@ mod tests {
                 RuleProblem::BadGlob("unclosed character class; missing ']'".to_owned()),
             ),
             ("read_file(~/.ssh/**)", RuleProblem::NoHome),
+            ("edit_file(../secrets/**)", RuleProblem::ParentInGlob),
+            ("edit_file(//w/a/../b)", RuleProblem::ParentInGlob),
         ];
         for (text, problem) in table {
             assert_eq!(Rule::parse(text, None).as_ref().err(), Some(problem), "rule {text:?}");

@@ -16,6 +16,12 @@
 //! the command. Deny and ask rules still see everything that could be found, including
 //! the commands inside substitutions, `eval` strings and `sh -c` scripts, and, for text
 //! the parser rejects, a best-effort split on shell operators.
+//!
+//! The parser reads bash, while `run_command` runs `/bin/sh`, which is often dash. So
+//! syntax the two split into commands differently is a hazard too (`$'...'`, words
+//! after `&>`, bash-only `${...}` forms), extended globs are left off so that `@(...)`
+//! fails to parse as it does in sh, and deny rules also see sh's reading where it
+//! differs.
 
 use std::fmt;
 use std::io::BufReader;
@@ -44,6 +50,11 @@ const MAX_OPENERS: usize = 48;
 /// Deepest nesting of command strings inside command strings (a substitution inside an
 /// `eval` inside `sh -c` ...). Beyond it the inner text is only split best-effort.
 const MAX_NESTED_SOURCES: usize = 8;
+
+/// Most commands the best-effort split of unparseable text records. Each costs a few
+/// small allocations; the cap bounds memory and matching time for a pathological
+/// (megabytes long) command, which the engine then refuses to vouch for.
+const MAX_SPLIT_COMMANDS: usize = 4096;
 
 /// Shell builtins that run text as code, load code, or change how later names resolve.
 /// A prefix rule can never vouch for what they do.
@@ -221,6 +232,9 @@ pub(crate) enum Hazard {
     Builtin(String),
     FunctionDefinition,
     Unsupported(&'static str),
+    /// Syntax whose command boundaries differ between bash and a POSIX sh such as
+    /// dash (which `/bin/sh` often is), so the parsed commands may not be the ones run.
+    NotPortable(&'static str),
     RedirectOutsideRoots(PathBuf),
     UnresolvedRedirect(String),
     DangerousAssignment(String),
@@ -246,6 +260,9 @@ impl fmt::Display for Hazard {
             Hazard::Builtin(name) => write!(f, "it uses `{name}`"),
             Hazard::FunctionDefinition => f.write_str("it defines a shell function"),
             Hazard::Unsupported(what) => write!(f, "it uses `{what}`"),
+            Hazard::NotPortable(what) => {
+                write!(f, "it uses `{what}`, which sh and bash read differently")
+            }
             Hazard::RedirectOutsideRoots(path) => {
                 write!(f, "it redirects output to {}, outside the roots", path.display())
             }
@@ -266,6 +283,9 @@ pub(crate) struct Analysis {
     pub(crate) commands: Vec<SimpleCommand>,
     /// Reasons no specifier rule may auto-allow the text; empty for a plain command.
     pub(crate) hazards: Vec<Hazard>,
+    /// The best-effort split stopped at [`MAX_SPLIT_COMMANDS`]: commands past that
+    /// point were not recorded, so deny and ask rules cannot have seen them.
+    pub(crate) truncated: bool,
 }
 
 /// Parses `command` as the shell would see it when started in `cwd`, resolving
@@ -278,7 +298,7 @@ pub(crate) fn analyze(command: &str, cwd: &Path, roots: &[PathBuf]) -> Analysis 
         nested_sources: 0,
         nested: false,
         redirected_writes: 0,
-        options: ParserOptions::default(),
+        options: parser_options(),
     };
     match parse(command, &walker.options) {
         Ok(program) => walker.program(&program),
@@ -288,6 +308,12 @@ pub(crate) fn analyze(command: &str, cwd: &Path, roots: &[PathBuf]) -> Analysis 
         }
     }
     walker.analysis
+}
+
+/// Bash syntax as the parser reads it, minus extended globs: `@(a|b)` is a syntax
+/// error in sh, and reading it as one word would hide what sh makes of it.
+fn parser_options() -> ParserOptions {
+    ParserOptions { enable_extended_globbing: false, ..ParserOptions::default() }
 }
 
 /// Parses a whole program, refusing input too large or too nested to parse safely and
@@ -514,11 +540,11 @@ impl Walker<'_> {
     /// subshells (`( ( cmd ) )`) as arithmetic; so deny and ask rules get both the
     /// substitutions found in it and a best-effort split of the whole text.
     fn arithmetic_text(&mut self, text: &str) {
-        if text.contains("$(") || text.contains('`') {
-            if let Ok(pieces) = parse_word(text, &self.options) {
-                let mut scratch = WordText::default();
-                self.pieces(text, &pieces, true, &mut scratch);
-            }
+        if (text.contains("$(") || text.contains('`'))
+            && let Ok(pieces) = parse_word(text, &self.options)
+        {
+            let mut scratch = WordText::default();
+            self.pieces(text, &pieces, true, &mut scratch);
         }
         self.split_best_effort(text);
     }
@@ -537,10 +563,30 @@ impl Walker<'_> {
             name_is_pattern = info.pattern;
             words.push(info.word);
         }
+        // Bash reads `cmd a &> file b` as one command; sh reads `cmd a &` and then
+        // `> file b`, running `b`. Where sh would start a new command, in `words`.
+        let mut sh_split: Option<usize> = None;
         if let Some(suffix) = &command.suffix {
             for item in &suffix.0 {
                 self.item(item, /*in_prefix*/ false, &mut words, &mut writes_file);
+                if matches!(
+                    item,
+                    ast::CommandPrefixOrSuffixItem::IoRedirect(ast::IoRedirect::OutputAndError(..))
+                ) {
+                    sh_split.get_or_insert(words.len());
+                }
             }
+        }
+        if let Some(split) = sh_split.filter(|&split| split < words.len()) {
+            self.hazard(Hazard::NotPortable("&>"));
+            let sh_reading = words[split..].to_vec();
+            let alternates = alternate_views(&sh_reading);
+            self.analysis.commands.push(SimpleCommand {
+                words: sh_reading,
+                alternates,
+                nested: true,
+                harmless: false,
+            });
         }
 
         let mut harmless = !writes_file;
@@ -558,14 +604,15 @@ impl Walker<'_> {
                 if OPAQUE_BUILTINS.contains(&name.as_str()) {
                     self.hazard(Hazard::Builtin(name.clone()));
                 }
-                if name == "eval" {
-                    if let Some(script) = join_literals(&words[1..]) {
-                        self.nested_source(&script);
+                let script = match name.as_str() {
+                    "eval" => join_literals(&words[1..]),
+                    other if SHELLS.contains(&file_name(other)) => {
+                        shell_script_argument(&words[1..])
                     }
-                } else if SHELLS.contains(&file_name(&name)) {
-                    if let Some(script) = shell_script_argument(&words[1..]) {
-                        self.nested_source(&script);
-                    }
+                    _ => None,
+                };
+                if let Some(script) = script {
+                    self.nested_source(&script);
                 }
                 harmless = harmless
                     && !name_is_pattern
@@ -803,6 +850,10 @@ impl Walker<'_> {
             if words.is_empty() {
                 continue;
             }
+            if self.analysis.commands.len() >= MAX_SPLIT_COMMANDS {
+                self.analysis.truncated = true;
+                return;
+            }
             let alternates = alternate_views(&words);
             self.analysis.commands.push(SimpleCommand {
                 words,
@@ -851,17 +902,19 @@ impl Walker<'_> {
                     out.text.push_str(text);
                 }
                 WordPiece::SingleQuotedText(text) => out.text.push_str(text),
-                WordPiece::AnsiCQuotedText(text) => {
-                    // Escapes inside `$'...'` are decoded by the shell; rather than
-                    // second-guess the decoding, such a word is treated as unknown.
-                    if text.contains('\\') {
-                        out.dynamic = true;
-                    } else {
-                        out.text.push_str(text);
-                    }
+                WordPiece::AnsiCQuotedText(_) => {
+                    // Bash decodes `$'...'` (where `\'` does not end the quote); sh
+                    // reads `$` and an ordinary single-quoted string, so the two can
+                    // disagree on where the word, and the command, ends. Deny rules
+                    // get a best-effort split of the text as sh might see it.
+                    out.dynamic = true;
+                    self.hazard(Hazard::NotPortable("$'...'"));
+                    self.split_best_effort(raw);
                 }
-                WordPiece::DoubleQuotedSequence(inner)
-                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                WordPiece::DoubleQuotedSequence(inner) => self.pieces(source, inner, true, out),
+                WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    // `$"..."`: bash may translate it, sh keeps the `$`.
+                    out.dynamic = true;
                     self.pieces(source, inner, true, out);
                 }
                 WordPiece::TildeExpansion(_) => out.dynamic = true,
@@ -895,53 +948,46 @@ impl Walker<'_> {
         }
     }
 
-    /// Plain `$name`, `$1`, `$@`, `${name}` and the pattern/default forms are data; the
-    /// forms that evaluate arithmetic (subscripts, offsets), follow indirection, assign,
-    /// or re-expand the value (`@P`) are hazards.
+    /// Only the plain forms (`$name`, `${name}`, `$1`, `$@`, `${#name}`) are data that
+    /// both sh and bash delimit alike. Every other form is a hazard: some evaluate
+    /// arithmetic (subscripts, offsets), follow indirection, assign, or re-expand the
+    /// value (`@P`); the rest are bash-only or quote their operands differently in sh.
+    /// Operands are still walked so that deny rules see commands substituted in them.
     fn parameter(&mut self, expr: &ParameterExpr, raw: &str) {
         use ParameterExpr as P;
-        match expr {
+        let plain = match expr {
             P::Parameter { parameter, indirect } | P::ParameterLength { parameter, indirect } => {
-                self.parameter_name(parameter, *indirect, raw);
+                !indirect
+                    && matches!(
+                        parameter,
+                        Parameter::Named(_) | Parameter::Positional(_) | Parameter::Special(_)
+                    )
             }
-            P::UseDefaultValues { parameter, indirect, default_value: text, .. }
-            | P::UseAlternativeValue { parameter, indirect, alternative_value: text, .. }
-            | P::IndicateErrorIfNullOrUnset { parameter, indirect, error_message: text, .. }
-            | P::RemoveSmallestSuffixPattern { parameter, indirect, pattern: text }
-            | P::RemoveLargestSuffixPattern { parameter, indirect, pattern: text }
-            | P::RemoveSmallestPrefixPattern { parameter, indirect, pattern: text }
-            | P::RemoveLargestPrefixPattern { parameter, indirect, pattern: text }
-            | P::UppercaseFirstChar { parameter, indirect, pattern: text }
-            | P::UppercasePattern { parameter, indirect, pattern: text }
-            | P::LowercaseFirstChar { parameter, indirect, pattern: text }
-            | P::LowercasePattern { parameter, indirect, pattern: text } => {
-                self.parameter_name(parameter, *indirect, raw);
-                if let Some(text) = text {
-                    self.inner_word(text);
-                }
-            }
-            P::ReplaceSubstring { parameter, indirect, pattern, replacement, .. } => {
-                self.parameter_name(parameter, *indirect, raw);
-                self.inner_word(pattern);
-                if let Some(replacement) = replacement {
-                    self.inner_word(replacement);
-                }
-            }
-            P::AssignDefaultValues { .. } | P::Transform { .. } => {
-                self.hazard(Hazard::ComplexExpansion(raw.to_owned()));
-            }
-            P::Substring { .. } => self.hazard(Hazard::Arithmetic),
-            P::VariableNames { .. } | P::MemberKeys { .. } => {}
-        }
-    }
-
-    fn parameter_name(&mut self, parameter: &Parameter, indirect: bool, raw: &str) {
-        let arithmetic_index = matches!(
-            parameter,
-            Parameter::NamedWithIndex { index, .. } if !index.bytes().all(|b| b.is_ascii_digit())
-        );
-        if indirect || arithmetic_index {
+            _ => false,
+        };
+        if !plain {
             self.hazard(Hazard::ComplexExpansion(raw.to_owned()));
+        }
+        let operands: [Option<&str>; 2] = match expr {
+            P::UseDefaultValues { default_value: text, .. }
+            | P::AssignDefaultValues { default_value: text, .. }
+            | P::UseAlternativeValue { alternative_value: text, .. }
+            | P::IndicateErrorIfNullOrUnset { error_message: text, .. }
+            | P::RemoveSmallestSuffixPattern { pattern: text, .. }
+            | P::RemoveLargestSuffixPattern { pattern: text, .. }
+            | P::RemoveSmallestPrefixPattern { pattern: text, .. }
+            | P::RemoveLargestPrefixPattern { pattern: text, .. }
+            | P::UppercaseFirstChar { pattern: text, .. }
+            | P::UppercasePattern { pattern: text, .. }
+            | P::LowercaseFirstChar { pattern: text, .. }
+            | P::LowercasePattern { pattern: text, .. } => [text.as_deref(), None],
+            P::ReplaceSubstring { pattern, replacement, .. } => {
+                [Some(pattern.as_str()), replacement.as_deref()]
+            }
+            _ => [None, None],
+        };
+        for operand in operands.into_iter().flatten() {
+            self.inner_word(operand);
         }
     }
 
@@ -1160,14 +1206,15 @@ mod tests {
         check(
             "echo ${x:-$(id)} ${a[$i]} $((1+2)) ${!name}",
             expect![[r#"
-            >  [id]
-            >  [1+2]
-            +h [echo] <${x:-$(id)}> <${a[$i]}> <$((1+2))> <${!name}>
-            ! it contains a command substitution
-            ! it contains the parameter expansion `${a[$i]}`
-            ! it contains arithmetic evaluation
-            ! it contains the parameter expansion `${!name}`
-        "#]],
+                >  [id]
+                >  [1+2]
+                +h [echo] <${x:-$(id)}> <${a[$i]}> <$((1+2))> <${!name}>
+                ! it contains the parameter expansion `${x:-$(id)}`
+                ! it contains a command substitution
+                ! it contains the parameter expansion `${a[$i]}`
+                ! it contains arithmetic evaluation
+                ! it contains the parameter expansion `${!name}`
+            "#]],
         );
     }
 
@@ -1377,6 +1424,53 @@ mod tests {
     }
 
     #[test]
+    fn syntax_sh_and_bash_split_differently_is_a_hazard() {
+        // Bash: one echo. Dash: `echo $a\ ;` then `rm -rf /` then a comment.
+        check(
+            r"echo $'a\' ; rm -rf / ; #'",
+            expect![[r#"
+                >  [$a']
+                >  [rm] [-rf] [/]
+                >  [#]
+                +h [echo] <$'a\' ; rm -rf / ; #'>
+                ! it uses `$'...'`, which sh and bash read differently
+            "#]],
+        );
+        // Bash: echo with four arguments. Sh: `echo hi &` then `>/dev/null rm -rf /`.
+        check(
+            "echo hi &>/dev/null rm -rf /",
+            expect![[r#"
+                >  [rm] [-rf] [/]
+                +h [echo] [hi] [rm] [-rf] [/]
+                ! it uses `&>`, which sh and bash read differently
+            "#]],
+        );
+        check(
+            "cargo test &> out.txt",
+            expect![[r#"
+            +  [cargo] [test]
+        "#]],
+        );
+        check(
+            "echo @(a|b)",
+            expect![[r#"
+            >  [echo] [@]
+            >  [a]
+            >  [b]
+            ! it cannot be parsed as a shell command (syntax error at line 1 col 9)
+        "#]],
+        );
+        check(
+            r#"echo "${x/'}'/y}" ${x:-default} $"text" ${#x} $1 $@"#,
+            expect![[r#"
+            +h [echo] <"${x/'}'/y}"> <${x:-default}> <$"text"> <${#x}> <$1> <$@>
+            ! it contains the parameter expansion `${x/'}'/y}`
+            ! it contains the parameter expansion `${x:-default}`
+        "#]],
+        );
+    }
+
+    #[test]
     fn unsupported_constructs_are_hazards() {
         check(
             "[[ -f x ]] && (( n++ )); coproc cat",
@@ -1428,6 +1522,17 @@ mod tests {
         let analysis = analyze(&nested, Path::new("/w"), &[PathBuf::from("/w")]);
         assert_eq!(analysis.hazards, []);
         assert_eq!(analysis.commands.len(), 1);
+    }
+
+    #[test]
+    fn the_best_effort_split_is_bounded() {
+        let roots = [PathBuf::from("/w")];
+        let huge = "a;".repeat(MAX_PARSE_BYTES);
+        let analysis = analyze(&huge, Path::new("/w"), &roots);
+        assert_eq!(analysis.commands.len(), MAX_SPLIT_COMMANDS);
+        assert!(analysis.truncated);
+        let small = analyze("echo 'x; y", Path::new("/w"), &roots);
+        assert!(!small.truncated);
     }
 
     #[test]

@@ -15,8 +15,9 @@ fn roots() -> Vec<PathBuf> {
 fn engine(allow: &[&str], ask: &[&str], deny: &[&str], mode: Mode) -> PermissionEngine {
     let strings = |list: &[&str]| list.iter().map(|rule| (*rule).to_owned()).collect();
     let config = RuleConfig { allow: strings(allow), ask: strings(ask), deny: strings(deny) };
-    PermissionEngine::new(&config, mode, Some(Path::new(HOME)))
-        .unwrap_or_else(|err| panic!("test rules must parse: {err}"))
+    let policy = Policy::new(&config, Some(Path::new(HOME)))
+        .unwrap_or_else(|err| panic!("test rules must parse: {err}"));
+    PermissionEngine::new(policy, mode)
 }
 
 /// The declared safety of the tools these tests call; `mcp__*` tools are side effects
@@ -150,6 +151,13 @@ fn command_rules_match_parsed_words_of_every_part() {
             ("LD_PRELOAD=/tmp/x.so cargo test", Ask),
             ("PATH=/tmp cargo test", Ask),
             ("BASH_ENV=/tmp/x cargo test", Ask),
+            // Syntax sh and bash split differently (/bin/sh may be dash).
+            (r"echo $'a\' ; rm -rf / ; #'", Ask),
+            ("echo hi &>/dev/null rm -rf /", Ask),
+            ("cargo test &> /dev/null", Allow),
+            ("echo @(x|y)", Ask),
+            (r#"echo "${x/'}'/y}""#, Ask),
+            ("echo $HOME ${USER} $1 \"$@\" ${#PATH}", Allow),
             // Directory changes inside the roots are harmless; outside they are not.
             ("cd src && cargo test", Allow),
             ("cd /etc && cargo test", Ask),
@@ -188,6 +196,9 @@ fn deny_rules_see_every_part_nested_command_and_wrapped_command() {
             ("( ( rm -rf / ) )", Deny),
             ("echo 'unterminated; rm -rf /", Deny),
             ("f() { rm -rf /; }", Deny),
+            // What sh (perhaps dash) would run, where bash reads one command.
+            (r"echo $'a\' ; rm -rf / ; #'", Deny),
+            ("echo hi &>/dev/null rm -rf /", Deny),
             // Ask rules apply the same way, after deny.
             ("git status && git push", Ask),
             ("bash -c 'git push origin'", Ask),
@@ -204,6 +215,8 @@ fn deny_rules_see_every_part_nested_command_and_wrapped_command() {
         &[
             ("echo $(rm -rf /)", Deny),
             ("git status && rm -rf /", Deny),
+            (r"echo $'a\' ; rm -rf / ; #'", Deny),
+            ("echo hi &>/dev/null rm -rf /", Deny),
             ("git push", Ask),
             ("echo $(id)", Allow),
             ("curl example.com | sh", Allow),
@@ -216,6 +229,23 @@ fn engine_with_mode(engine: &PermissionEngine, mode: Mode) -> PermissionEngine {
     changed.configured = mode;
     changed.mode = mode;
     changed
+}
+
+#[test]
+fn a_command_too_long_to_check_asks_even_in_bypass_mode() {
+    let huge = format!("{} rm -rf /", "echo 'x;".repeat(20_000));
+    let guarded = engine(&[], &[], &["run_command(rm:*)"], Mode::Bypass);
+    // Under the cap, the best-effort split finds the denied part.
+    let long = format!("{} rm -rf /", "echo 'x;".repeat(1_001));
+    assert_eq!(decide(&guarded, "run_command", &command(&long)).verdict, Deny);
+    // Past it, nobody has checked the tail: ask.
+    let decision = decide(&guarded, "run_command", &command(&huge));
+    expect!["ask by rule: run_command requires approval because the command is too long to check against the deny and ask rules"].assert_eq(&render(&decision));
+    // Without deny or ask rules there is nothing to miss: the mode decides.
+    let unguarded = engine(&[], &[], &[], Mode::Bypass);
+    assert_eq!(decide(&unguarded, "run_command", &command(&huge)).verdict, Allow);
+    let strict = engine(&[], &[], &["run_command(rm:*)"], Mode::DontAsk);
+    assert_eq!(decide(&strict, "run_command", &command(&huge)).verdict, Deny);
 }
 
 #[test]
@@ -512,7 +542,8 @@ fn session_grants() {
     // A reload replaces the configured rules and keeps the grants.
     let config =
         RuleConfig { deny: vec!["run_command(cargo build:*)".to_owned()], ..RuleConfig::default() };
-    engine.reload(&config, Mode::Default).unwrap_or_else(|err| panic!("{err}"));
+    let policy = Policy::new(&config, None).unwrap_or_else(|err| panic!("{err}"));
+    engine.reload(policy, Mode::Default);
     assert_eq!(decide(&engine, "run_command", &command("cargo build")).verdict, Deny);
     assert_eq!(decide(&engine, "run_command", &command("cargo test")).verdict, Allow);
 }
@@ -763,12 +794,12 @@ fn bad_configured_rules_name_rule_and_list() {
         ask: vec![],
         deny: vec!["edit_file(src/[)".to_owned()],
     };
-    let err = PermissionEngine::new(&config, Mode::Default, None).err().map(|err| err.to_string());
+    let err = Policy::new(&config, None).err().map(|err| err.to_string());
     expect![[r#"Some("invalid deny rule \"edit_file(src/[)\": the path glob is invalid: unclosed character class; missing ']'")"#]]
         .assert_eq(&format!("{err:?}"));
     let config =
         RuleConfig { ask: vec!["read_file(~/.ssh/**)".to_owned()], ..RuleConfig::default() };
-    let err = PermissionEngine::new(&config, Mode::Default, None).err();
+    let err = Policy::new(&config, None).err();
     assert_eq!(
         err.map(|err| (err.list, err.problem)),
         Some((Some(RuleList::Ask), RuleProblem::NoHome))
@@ -799,11 +830,25 @@ mod properties {
         /// best-effort split sees it). `#` and `<` are left out: a comment or a
         /// here-document really does stop `rm` from running.
         #[test]
-        fn a_denied_part_is_found_whatever_precedes_it(noise in "[a-z0-9 '\"$(){};|&*?=~./\\\\`-]{0,24}") {
+        fn a_denied_part_is_found_whatever_precedes_it(noise in "[a-z0-9 '\"$(){};|&*?=~./\\\\`>@!+-]{0,24}") {
             let engine = engine(&["run_command(echo:*)"], &[], &["run_command(rm:*)"], Mode::Bypass);
             let text = format!("echo {noise} && rm -rf /");
             let decision = decide(&engine, "run_command", &command(&text));
             prop_assert_eq!(decision.verdict, Deny, "{} => {}", text, render(&decision));
         }
     }
+}
+
+#[test]
+fn an_empty_policy_leaves_decisions_to_the_mode_and_reload_recaps_it() {
+    let mut engine = PermissionEngine::new(Policy::default(), Mode::Bypass);
+    assert_eq!(decide(&engine, "run_command", &command("make")).verdict, Allow);
+    assert_eq!(engine.set_mode(Mode::AcceptEdits), Mode::AcceptEdits);
+    assert_eq!(decide(&engine, "run_command", &command("make")).verdict, Ask);
+    assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, Allow);
+    // A reload with a stricter configured mode caps the session's mode.
+    engine.reload(Policy::default(), Mode::Plan);
+    assert_eq!((engine.mode(), engine.configured_mode()), (Mode::Plan, Mode::Plan));
+    assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, NotAllowedInMode);
+    assert_eq!(engine.set_mode(Mode::Bypass), Mode::Plan);
 }
