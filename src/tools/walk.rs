@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -110,10 +111,32 @@ impl PathGlob {
         Ok(PathGlob { matcher: glob.compile_matcher(), whole_path: pattern.contains('/') })
     }
 
-    /// `relative` is the path relative to the search root, `name` its last component.
-    pub(crate) fn is_match(&self, relative: &Path, name: &OsStr) -> bool {
-        if self.whole_path { self.matcher.is_match(relative) } else { self.matcher.is_match(name) }
+    /// `relative` is the path relative to the search root.
+    pub(crate) fn is_match(&self, relative: &Path) -> bool {
+        if self.whole_path {
+            return self.matcher.is_match(relative);
+        }
+        let bytes = relative.as_os_str().as_bytes();
+        let name = match memchr::memrchr(b'/', bytes) {
+            Some(slash) => &bytes[slash + 1..],
+            None => bytes,
+        };
+        self.matcher.is_match(Path::new(OsStr::from_bytes(name)))
     }
+}
+
+/// `path` relative to `root`, for a path the walker built by joining names onto
+/// `root`. A plain byte comparison: `Path::strip_prefix` parses both paths into
+/// components, which showed up as the largest single cost of walking a big tree.
+pub(crate) fn relative_to<'p>(root: &Path, path: &'p Path) -> Option<&'p Path> {
+    let root = root.as_os_str().as_bytes();
+    let rest = path.as_os_str().as_bytes().strip_prefix(root)?;
+    let rest = match rest.strip_prefix(b"/") {
+        Some(below) => below,
+        None if rest.is_empty() || root.ends_with(b"/") => rest,
+        None => return None,
+    };
+    Some(Path::new(OsStr::from_bytes(rest)))
 }
 
 /// A mirror of the call's cancellation token in an atomic flag, so the blocking walker
@@ -222,6 +245,38 @@ impl<State, Visit> Drop for Visitor<'_, State, Visit> {
     }
 }
 
+/// A relative path as a sort key: its bytes with every `/` replaced by NUL (which no
+/// file name contains). Plain byte comparison of keys then orders paths component by
+/// component, like `Path`'s own ordering (`a/b` before `a.txt`), at the cost of a
+/// `memcmp` instead of parsing components on every comparison.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct PathKey(Box<[u8]>);
+
+impl PathKey {
+    pub(crate) fn new(relative: &Path) -> PathKey {
+        let bytes = relative.as_os_str().as_bytes();
+        PathKey(bytes.iter().map(|&byte| if byte == b'/' { 0 } else { byte }).collect())
+    }
+
+    /// Whether `relative` sorts before this key (without building its key).
+    fn is_after(&self, relative: &Path) -> bool {
+        let bytes =
+            relative.as_os_str().as_bytes().iter().map(|&byte| if byte == b'/' { 0 } else { byte });
+        bytes.cmp(self.0.iter().copied()) == std::cmp::Ordering::Less
+    }
+
+    /// Appends the path with `/` separators; a name that is not UTF-8 is shown lossily
+    /// rather than dropped.
+    pub(crate) fn push_to(&self, out: &mut String) {
+        for (idx, component) in self.0.split(|&byte| byte == 0).enumerate() {
+            if idx > 0 {
+                out.push('/');
+            }
+            out.push_str(&String::from_utf8_lossy(component));
+        }
+    }
+}
+
 /// The entries that can still be among the first `limit` output lines in path order.
 ///
 /// Each entry carries a weight: the number of output lines it will produce. After
@@ -234,7 +289,7 @@ pub(crate) struct Prefix<T> {
     limit: usize,
     /// Sum of the weights of `items`.
     weight: usize,
-    items: BTreeMap<PathBuf, (T, usize)>,
+    items: BTreeMap<PathKey, (T, usize)>,
 }
 
 impl<T> Prefix<T> {
@@ -242,18 +297,18 @@ impl<T> Prefix<T> {
         Prefix { limit, weight: 0, items: BTreeMap::new() }
     }
 
-    /// Whether an entry at `path` could still be part of the first `limit` lines.
+    /// Whether an entry at `relative` could still be part of the first `limit` lines.
     /// Once this is false for a path it stays false, so the caller may skip the work
     /// of rendering that entry.
-    pub(crate) fn wants(&self, path: &Path) -> bool {
+    pub(crate) fn wants(&self, relative: &Path) -> bool {
         self.weight < self.limit
-            || self.items.last_key_value().is_some_and(|(last, _)| path < last.as_path())
+            || self.items.last_key_value().is_some_and(|(last, _)| last.is_after(relative))
     }
 
     /// Adds an entry (paths are unique within a walk) and drops what can no longer be
     /// in the prefix.
-    pub(crate) fn insert(&mut self, path: PathBuf, item: T, weight: usize) {
-        if let Some((_, old_weight)) = self.items.insert(path, (item, weight)) {
+    pub(crate) fn insert(&mut self, key: PathKey, item: T, weight: usize) {
+        if let Some((_, old_weight)) = self.items.insert(key, (item, weight)) {
             self.weight -= old_weight;
         }
         self.weight += weight;
@@ -267,18 +322,30 @@ impl<T> Prefix<T> {
         }
     }
 
-    /// Folds another thread's prefix into this one.
-    pub(crate) fn merge(&mut self, other: Prefix<T>) {
-        for (path, (item, weight)) in other.items {
-            if self.wants(&path) {
-                self.insert(path, item, weight);
+    /// Folds other threads' prefixes into one, starting from the largest.
+    pub(crate) fn merge_all(
+        prefixes: impl IntoIterator<Item = Prefix<T>>,
+        limit: usize,
+    ) -> Prefix<T> {
+        let mut prefixes: Vec<Prefix<T>> = prefixes.into_iter().collect();
+        prefixes.sort_by_key(|prefix| std::cmp::Reverse(prefix.items.len()));
+        let mut prefixes = prefixes.into_iter();
+        let mut merged = prefixes.next().unwrap_or_else(|| Prefix::new(limit));
+        for other in prefixes {
+            for (key, (item, weight)) in other.items {
+                if merged.weight < merged.limit
+                    || merged.items.last_key_value().is_some_and(|(last, _)| key < *last)
+                {
+                    merged.insert(key, item, weight);
+                }
             }
         }
+        merged
     }
 
     /// The kept entries in path order.
-    pub(crate) fn into_sorted(self) -> impl Iterator<Item = (PathBuf, T)> {
-        self.items.into_iter().map(|(path, (item, _))| (path, item))
+    pub(crate) fn into_sorted(self) -> impl Iterator<Item = (PathKey, T)> {
+        self.items.into_iter().map(|(key, (item, _))| (key, item))
     }
 }
 
@@ -287,7 +354,37 @@ mod tests {
     use super::*;
 
     fn paths<T>(prefix: Prefix<T>) -> Vec<String> {
-        prefix.into_sorted().map(|(path, _)| path.display().to_string()).collect()
+        prefix
+            .into_sorted()
+            .map(|(key, _)| {
+                let mut shown = String::new();
+                key.push_to(&mut shown);
+                shown
+            })
+            .collect()
+    }
+
+    fn key(path: &str) -> PathKey {
+        PathKey::new(Path::new(path))
+    }
+
+    #[test]
+    fn path_keys_order_like_paths() {
+        let mut names =
+            vec!["a.txt", "a/b", "a/b/c", "a-b/c", "a/b.rs", "b", "a", "ab/c", "é/x", "z"];
+        let mut by_key = names.clone();
+        by_key.sort_by_key(|name| key(name));
+        names.sort_by(|left, right| Path::new(left).cmp(Path::new(right)));
+        assert_eq!(by_key, names);
+        for left in &names {
+            for right in &names {
+                assert_eq!(
+                    key(right).is_after(Path::new(left)),
+                    Path::new(left) < Path::new(right),
+                    "{left} {right}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -295,7 +392,7 @@ mod tests {
         let mut prefix = Prefix::new(3);
         for name in ["e", "b", "d", "a", "f", "c"] {
             if prefix.wants(Path::new(name)) {
-                prefix.insert(PathBuf::from(name), (), 1);
+                prefix.insert(key(name), (), 1);
             }
         }
         assert_eq!(paths(prefix), ["a", "b", "c"]);
@@ -306,9 +403,9 @@ mod tests {
         // "a" fills 2 of 3 lines, "b" (5 lines) is needed for the third line, "c" is
         // never shown.
         let mut prefix = Prefix::new(3);
-        prefix.insert(PathBuf::from("c"), (), 1);
-        prefix.insert(PathBuf::from("b"), (), 5);
-        prefix.insert(PathBuf::from("a"), (), 2);
+        prefix.insert(key("c"), (), 1);
+        prefix.insert(key("b"), (), 5);
+        prefix.insert(key("a"), (), 2);
         assert!(!prefix.wants(Path::new("d")));
         assert_eq!(paths(prefix), ["a", "b"]);
     }
@@ -330,30 +427,44 @@ mod tests {
             }
             let shard = &mut shards[idx % 4];
             if shard.wants(Path::new(name)) {
-                shard.insert(PathBuf::from(name), (), 1);
+                shard.insert(key(name), (), 1);
             }
         }
-        let mut merged = Prefix::new(25);
-        for shard in shards {
-            merged.merge(shard);
-        }
-        assert_eq!(paths(merged), expected);
+        assert_eq!(paths(Prefix::merge_all(shards, 25)), expected);
     }
 
     #[test]
     fn glob_without_slash_matches_the_file_name_at_any_depth() {
         let glob = PathGlob::new("*.rs").unwrap();
-        assert!(glob.is_match(Path::new("a/b/c.rs"), OsStr::new("c.rs")));
-        assert!(!glob.is_match(Path::new("a/b/c.rsx"), OsStr::new("c.rsx")));
+        assert!(glob.is_match(Path::new("a/b/c.rs")));
+        assert!(glob.is_match(Path::new("c.rs")));
+        assert!(!glob.is_match(Path::new("a/b/c.rsx")));
+        assert!(!glob.is_match(Path::new("a.rs/c.txt")));
+        let name = PathGlob::new("Cargo.toml").unwrap();
+        assert!(name.is_match(Path::new("crates/x/Cargo.toml")));
+        assert!(!name.is_match(Path::new("crates/x/Cargo.toml.orig")));
     }
 
     #[test]
     fn glob_with_slash_matches_the_relative_path() {
         let glob = PathGlob::new("src/*.rs").unwrap();
-        assert!(glob.is_match(Path::new("src/main.rs"), OsStr::new("main.rs")));
-        assert!(!glob.is_match(Path::new("src/deep/main.rs"), OsStr::new("main.rs")));
+        assert!(glob.is_match(Path::new("src/main.rs")));
+        assert!(!glob.is_match(Path::new("src/deep/main.rs")));
         let deep = PathGlob::new("./src/**/*.rs").unwrap();
-        assert!(deep.is_match(Path::new("src/deep/main.rs"), OsStr::new("main.rs")));
-        assert!(deep.is_match(Path::new("src/main.rs"), OsStr::new("main.rs")));
+        assert!(deep.is_match(Path::new("src/deep/main.rs")));
+        assert!(deep.is_match(Path::new("src/main.rs")));
+    }
+
+    #[test]
+    fn relative_to_strips_whole_components_only() {
+        let root = Path::new("/tmp/root");
+        assert_eq!(relative_to(root, Path::new("/tmp/root/a/b.rs")), Some(Path::new("a/b.rs")));
+        assert_eq!(relative_to(root, Path::new("/tmp/root")), Some(Path::new("")));
+        assert_eq!(relative_to(root, Path::new("/tmp/rootx/a")), None);
+        assert_eq!(relative_to(root, Path::new("/tmp/other/a")), None);
+        assert_eq!(
+            relative_to(Path::new("/"), Path::new("/etc/hosts")),
+            Some(Path::new("etc/hosts"))
+        );
     }
 }

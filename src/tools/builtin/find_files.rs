@@ -6,7 +6,7 @@
 //! every run whatever order the walker threads saw them in, and capped at `limit` with
 //! an exact total.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tools::walk::{self, PathGlob, Prefix, WalkOptions};
+use crate::tools::walk::{self, PathGlob, PathKey, Prefix, WalkOptions};
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
@@ -137,7 +137,7 @@ struct Query {
 /// What a walk found.
 struct Found {
     /// The first `limit` matches in path order.
-    paths: Vec<PathBuf>,
+    paths: Vec<PathKey>,
     /// Every match in the tree.
     total: u64,
     /// Entries the walker could not read (permissions, vanished files).
@@ -178,15 +178,15 @@ fn find(query: &Query, cancel: &AtomicBool) -> Option<Found> {
                     WalkState::Continue
                 };
             }
-            let Ok(relative) = entry.path().strip_prefix(&query.root) else {
+            let Some(relative) = walk::relative_to(&query.root, entry.path()) else {
                 return WalkState::Continue;
             };
-            if !query.glob.is_match(relative, entry.file_name()) {
+            if !query.glob.is_match(relative) {
                 return WalkState::Continue;
             }
             state.total += 1;
             if state.kept.wants(relative) {
-                state.kept.insert(relative.to_path_buf(), (), 1);
+                state.kept.insert(PathKey::new(relative), (), 1);
             }
             WalkState::Continue
         },
@@ -194,14 +194,9 @@ fn find(query: &Query, cancel: &AtomicBool) -> Option<Found> {
     if cancel.load(Ordering::Relaxed) {
         return None;
     }
-    let mut kept = Prefix::new(query.limit);
-    let mut total = 0;
-    let mut unreadable = 0;
-    for state in states {
-        kept.merge(state.kept);
-        total += state.total;
-        unreadable += state.unreadable;
-    }
+    let total = states.iter().map(|state| state.total).sum();
+    let unreadable = states.iter().map(|state| state.unreadable).sum();
+    let kept = Prefix::merge_all(states.into_iter().map(|state| state.kept), query.limit);
     let paths = kept.into_sorted().map(|(path, ())| path).collect();
     Some(Found { paths, total, unreadable })
 }
@@ -212,12 +207,13 @@ fn render(found: Found, max_output_bytes: usize) -> ToolResult {
     let mut content = String::new();
     let mut count: u64 = 0;
     for path in &found.paths {
-        let line = display(path);
-        if content.len() + line.len() + 1 > max_output_bytes {
+        let before = content.len();
+        path.push_to(&mut content);
+        content.push('\n');
+        if content.len() > max_output_bytes {
+            content.truncate(before);
             break;
         }
-        content.push_str(&line);
-        content.push('\n');
         count += 1;
     }
     let truncated = count < found.total;
@@ -237,10 +233,4 @@ fn render(found: Found, max_output_bytes: usize) -> ToolResult {
         res = res.with_meta("unreadable", found.unreadable);
     }
     res
-}
-
-/// Paths go to the model as UTF-8 with `/` separators; a name that is not UTF-8 is
-/// shown lossily rather than dropped.
-fn display(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
 }

@@ -25,7 +25,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tools::walk::{self, PathGlob, Prefix, WalkOptions};
+use crate::tools::walk::{self, PathGlob, PathKey, Prefix, WalkOptions};
 use crate::tools::{
     Definition, ErrorType, FsError, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
@@ -234,11 +234,11 @@ impl Query {
     }
 
     /// The path shown for a searched file.
-    fn display(&self, path: &Path) -> Option<PathBuf> {
+    fn display<'p>(&self, path: &'p Path) -> Option<&'p Path> {
         if self.root_is_file {
-            return path.file_name().map(PathBuf::from);
+            return path.file_name().map(Path::new);
         }
-        path.strip_prefix(&self.root).ok().map(Path::to_path_buf)
+        walk::relative_to(&self.root, path)
     }
 }
 
@@ -277,7 +277,7 @@ struct FileHit {
 /// What a search found.
 struct Found {
     /// The files that can appear in the output, in path order.
-    hits: Vec<(PathBuf, FileHit)>,
+    hits: Vec<(PathKey, FileHit)>,
     /// Files with at least one match.
     files: u64,
     /// Matching lines in all files (not counted in files_with_matches mode, which
@@ -343,7 +343,7 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
                 return WalkState::Continue;
             };
             if let Some(glob) = &query.glob
-                && !glob.is_match(&shown, entry.file_name())
+                && !glob.is_match(shown)
             {
                 return WalkState::Continue;
             }
@@ -354,14 +354,10 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
     if cancel.load(Ordering::Relaxed) {
         return None;
     }
-    let mut kept = Prefix::new(query.limit);
-    let (mut files, mut matches, mut unreadable) = (0, 0, 0);
-    for state in states {
-        kept.merge(state.kept);
-        files += state.files;
-        matches += state.matches;
-        unreadable += state.unreadable;
-    }
+    let files = states.iter().map(|state| state.files).sum();
+    let matches = states.iter().map(|state| state.matches).sum();
+    let unreadable = states.iter().map(|state| state.unreadable).sum();
+    let kept = Prefix::merge_all(states.into_iter().map(|state| state.kept), query.limit);
     Some(Found {
         hits: kept.into_sorted().collect(),
         files,
@@ -377,7 +373,7 @@ fn search_file(
     query: &Query,
     state: &mut ThreadSearch,
     path: &Path,
-    shown: PathBuf,
+    shown: &Path,
     cancel: &AtomicBool,
 ) {
     let file = match File::open(path) {
@@ -388,10 +384,10 @@ fn search_file(
         }
     };
     let reader = CancelReader { file, cancel };
-    let wanted = state.kept.wants(&shown);
+    let wanted = state.kept.wants(shown);
     let (res, hit) = match query.mode {
         OutputMode::Content if wanted => {
-            let mut sink = ContentSink::new(&shown, &query.matcher, query.limit, cancel);
+            let mut sink = ContentSink::new(shown, &query.matcher, query.limit, cancel);
             let res = state.content_searcher.search_reader(&query.matcher, reader, &mut sink);
             state.matches += sink.matched_lines;
             let hit = FileHit { lines: sink.lines, complete: !sink.clipped, text: sink.text };
@@ -432,7 +428,7 @@ fn search_file(
     if let Some(hit) = hit {
         state.files += 1;
         let weight = hit.lines;
-        state.kept.insert(shown, hit, weight);
+        state.kept.insert(PathKey::new(shown), hit, weight);
     }
 }
 
