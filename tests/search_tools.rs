@@ -50,9 +50,13 @@ impl Tree {
     }
 
     async fn call(&self, tool: &str, args: Value) -> ToolResult {
+        self.call_in(&self.env(), tool, args).await
+    }
+
+    async fn call_in(&self, env: &Arc<Env>, tool: &str, args: Value) -> ToolResult {
         let registry = Registry::with_builtins();
         let call = Call::from_value("c1", tool, &args);
-        registry.execute(&call, &self.env(), &CancellationToken::new()).await
+        registry.execute(&call, env, &CancellationToken::new()).await
     }
 
     async fn ok(&self, tool: &str, args: Value) -> ToolResult {
@@ -624,6 +628,57 @@ async fn search_code_searches_a_single_file() {
             lib.rs:2:    "hello"
         "#]],
     );
+}
+
+#[tokio::test]
+async fn search_code_rejects_out_of_range_arguments() {
+    let tree = project();
+    for args in [
+        json!({"pattern": ""}),
+        json!({"pattern": "x", "context": 101}),
+        json!({"pattern": "x", "limit": 0}),
+        json!({"pattern": "x", "output_mode": "lines"}),
+        json!({"pattern": "x", "ignore_case": true}),
+    ] {
+        let (error_type, _) = tree.failure("search_code", args).await;
+        assert_eq!(error_type, ErrorType::InvalidArguments);
+    }
+}
+
+#[tokio::test]
+async fn search_code_strips_crlf_line_endings() {
+    let tree = Tree::new(&[("dos.txt", "first\r\nneedle here\r\nlast\r\n")]);
+    check(
+        &tree.content("search_code", json!({"pattern": "here$", "context": 1})).await,
+        expect![[r#"
+            dos.txt-1-first
+            dos.txt:2:needle here
+            dos.txt-3-last
+        "#]],
+    );
+}
+
+#[tokio::test]
+async fn output_is_cut_at_the_sessions_byte_cap() {
+    let tree = wide_tree(2, 10);
+    let mut env = Env::for_root(tree.root()).unwrap();
+    env.max_output_bytes = 40;
+    let env = Arc::new(env);
+    let found = tree.call_in(&env, "find_files", json!({"pattern": "*.txt"})).await;
+    check(
+        &found.content,
+        expect![[r#"
+            d00/f000.txt
+            d00/f001.txt
+            d00/f002.txt
+            [truncated: 3 of 20 paths shown; narrow the pattern or path]
+        "#]],
+    );
+    assert_eq!(found.metadata["truncated"], json!(true));
+    let searched = tree.call_in(&env, "search_code", json!({"pattern": "needle"})).await;
+    assert_eq!(searched.metadata["truncated"], json!(true));
+    assert_eq!(searched.metadata["count"], json!(1));
+    assert_eq!(searched.metadata["matches"], json!(20));
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use grep_matcher::Matcher;
+use grep_matcher::{LineTerminator, Matcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
@@ -184,12 +184,15 @@ impl Query {
         builder
             .case_insensitive(args.case_insensitive)
             .fixed_strings(args.fixed_strings)
-            // `^` and `$` match at line boundaries, as in ripgrep.
-            .multi_line(true);
-        if !args.multiline {
-            // Line-oriented search: the matcher may never match across a newline,
-            // which is what lets the searcher work line by line.
-            builder.line_terminator(Some(b'\n'));
+            // `^` and `$` match at line boundaries, as in ripgrep, and `$` also
+            // before a `\r\n`: a model does not know which files have DOS line
+            // endings, and `foo$` silently failing on them is a classic trap.
+            .multi_line(true)
+            .crlf(true);
+        if args.multiline {
+            // Matches may span lines, so the matcher has no line terminator (the
+            // searcher then reads whole files).
+            builder.line_terminator(None);
         }
         let matcher = builder.build(&args.pattern)?;
         let mode = args.output_mode;
@@ -227,6 +230,9 @@ impl Query {
     fn base_searcher(&self) -> SearcherBuilder {
         let mut builder = SearcherBuilder::new();
         builder
+            // Lines end at `\n`; a `\r` before it is not part of the line (matching
+            // the matcher's CRLF mode).
+            .line_terminator(LineTerminator::crlf())
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .multi_line(self.multiline)
             .heap_limit(Some(MAX_HEAP_BYTES));
@@ -277,7 +283,7 @@ struct FileHit {
 /// What a search found.
 struct Found {
     /// The files that can appear in the output, in path order.
-    hits: Vec<(PathKey, FileHit)>,
+    hits: Vec<FileHit>,
     /// Files with at least one match.
     files: u64,
     /// Matching lines in all files (not counted in files_with_matches mode, which
@@ -359,7 +365,7 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
     let unreadable = states.iter().map(|state| state.unreadable).sum();
     let kept = Prefix::merge_all(states.into_iter().map(|state| state.kept), query.limit);
     Some(Found {
-        hits: kept.into_sorted().collect(),
+        hits: kept.into_sorted().map(|(_, hit)| hit).collect(),
         files,
         matches,
         unreadable,
@@ -384,49 +390,46 @@ fn search_file(
         }
     };
     let reader = CancelReader { file, cancel };
+    // Files that cannot appear in the output are only counted, never rendered.
     let wanted = state.kept.wants(shown);
-    let (res, hit) = match query.mode {
+    let (res, matched, hit) = match query.mode {
         OutputMode::Content if wanted => {
             let mut sink = ContentSink::new(shown, &query.matcher, query.limit, cancel);
             let res = state.content_searcher.search_reader(&query.matcher, reader, &mut sink);
             state.matches += sink.matched_lines;
             let hit = FileHit { lines: sink.lines, complete: !sink.clipped, text: sink.text };
-            (res, (sink.matched_lines > 0).then_some(hit))
+            (res, sink.matched_lines > 0, Some(hit))
         }
         OutputMode::Content | OutputMode::Count => {
             let mut sink = CountSink { matched_lines: 0, cancel };
             let res = state.counting_searcher.search_reader(&query.matcher, reader, &mut sink);
             state.matches += sink.matched_lines;
-            let hit = (sink.matched_lines > 0 && wanted).then(|| FileHit {
+            let hit = (query.mode == OutputMode::Count && wanted).then(|| FileHit {
                 text: format!("{}:{}\n", shown.to_string_lossy(), sink.matched_lines),
                 lines: 1,
                 complete: true,
             });
-            if sink.matched_lines > 0 && !wanted {
-                // Still counted as a file with matches below.
-                state.files += 1;
-            }
-            (res, hit)
+            (res, sink.matched_lines > 0, hit)
         }
         OutputMode::FilesWithMatches => {
             let mut sink = FirstMatchSink { found: false, cancel };
             let res = state.counting_searcher.search_reader(&query.matcher, reader, &mut sink);
-            if sink.found && !wanted {
-                state.files += 1;
-            }
-            let hit = (sink.found && wanted).then(|| FileHit {
+            let hit = wanted.then(|| FileHit {
                 text: format!("{}\n", shown.to_string_lossy()),
                 lines: 1,
                 complete: true,
             });
-            (res, hit)
+            (res, sink.found, hit)
         }
     };
     if res.is_err() && !cancel.load(Ordering::Relaxed) {
         state.unreadable += 1;
     }
+    if !matched {
+        return;
+    }
+    state.files += 1;
     if let Some(hit) = hit {
-        state.files += 1;
         let weight = hit.lines;
         state.kept.insert(PathKey::new(shown), hit, weight);
     }
@@ -624,7 +627,7 @@ fn render(found: &Found, mode: OutputMode, max_output_bytes: usize) -> ToolResul
     let mut shown_lines: usize = 0;
     let mut complete_files: u64 = 0;
     let mut cut = false;
-    'files: for (idx, (_, hit)) in found.hits.iter().enumerate() {
+    'files: for (idx, hit) in found.hits.iter().enumerate() {
         if found.separate_files && idx > 0 {
             if shown_lines >= found.limit || content.len() + 3 > max_output_bytes {
                 cut = true;
