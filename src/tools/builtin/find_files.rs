@@ -110,6 +110,8 @@ impl Tool for FindFiles {
             limit: args.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
         };
 
+        // Raised when the call is canceled or times out, and when this future is
+        // dropped: either way the blocking walk below stops at its next entry.
         let cancel = walk::CancelFlag::watch(&ctx.cancel);
         let flag = cancel.shared();
         let found = match tokio::task::spawn_blocking(move || find(&query, &flag)).await {
@@ -120,7 +122,6 @@ impl Tool for FindFiles {
                 return ToolResult::failure(ErrorType::InternalError, "the file walk failed");
             }
         };
-        drop(cancel);
         render(found, ctx.env.max_output_bytes)
     }
 }

@@ -140,6 +140,8 @@ impl Tool for SearchCode {
             Ok(query) => query,
             Err(err) => return err.into(),
         };
+        // Raised when the call is canceled or times out, and when this future is
+        // dropped: either way the blocking walk below stops at its next entry.
         let cancel = walk::CancelFlag::watch(&ctx.cancel);
         let flag = cancel.shared();
         let found = match tokio::task::spawn_blocking(move || search(&query, &flag)).await {
@@ -150,7 +152,6 @@ impl Tool for SearchCode {
                 return ToolResult::failure(ErrorType::InternalError, "the search failed");
             }
         };
-        drop(cancel);
         render(&found, args.output_mode, ctx.env.max_output_bytes)
     }
 }
