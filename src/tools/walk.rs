@@ -25,30 +25,16 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::{Env, FsError};
 
-/// Resolves the optional `path` argument of a search tool to a canonical path inside
-/// the session roots. No path means the session cwd; a relative path is resolved
-/// against the cwd (never the daemon's own current directory). Symlinks are followed
-/// before the roots are checked, so a link that leads outside is refused.
-///
-/// The result may be a file; the caller decides whether that is acceptable.
-// TODO(fs): use fs::resolve_dir
+/// Confines the search root: `None` is the session cwd; the path must stay inside
+/// the roots after following symlinks (checked race-free by `fs::resolve`). A file is
+/// accepted too (search_code searches a single file); find_files checks for a
+/// directory itself. Returns the path as the kernel resolved it.
 pub(crate) fn confined_dir(env: &Env, path: Option<&str>) -> Result<PathBuf, FsError> {
-    let shown = path.unwrap_or(".");
-    let requested = match path {
-        None | Some("") => env.cwd.clone(),
-        Some(relative_or_absolute) => env.cwd.join(relative_or_absolute),
+    let path = match path {
+        None | Some("") => ".",
+        Some(path) => path,
     };
-    let canonical = match std::fs::canonicalize(&requested) {
-        Ok(canonical) => canonical,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Err(FsError::NotFound(shown.to_owned()));
-        }
-        Err(err) => return Err(FsError::Io { path: shown.to_owned(), source: err }),
-    };
-    if !env.roots.iter().any(|root| canonical.starts_with(root)) {
-        return Err(FsError::AccessDenied(format!("{shown} is outside the session roots")));
-    }
-    Ok(canonical)
+    Ok(super::fs::resolve(env, path)?.path)
 }
 
 /// The filters a search applies to the tree, as the model chose them.
