@@ -7,6 +7,8 @@
 //! Run with `cargo bench --bench pipeline`; compare the medians of the first two (the
 //! difference is what the agent layer adds per call).
 
+#![allow(clippy::unwrap_used, reason = "a benchmark fails loudly")]
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -57,7 +59,12 @@ fn hundred_rules() -> RuleConfig {
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("file.txt"), "x".repeat(63).repeat(64) + "\n").unwrap();
+    // 4 KiB of ordinary source-like text: 64 lines of 64 bytes.
+    let line =
+        format!("{}\n", "let value = compute(alpha, beta) + offset; // keep going".repeat(2));
+    let text: String =
+        line.chars().take(63).chain(std::iter::once('\n')).collect::<String>().repeat(64);
+    std::fs::write(dir.path().join("file.txt"), text).unwrap();
 
     let registry = Registry::with_builtins();
     registry

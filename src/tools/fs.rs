@@ -419,12 +419,24 @@ pub fn write_atomic_replacing(
     write_atomic_inner(dir.as_fd(), name, bytes, Some(mode), Some((existing.uid, existing.gid)))
 }
 
-/// Stable for the life of the process (`DefaultHasher::new` uses fixed keys), which is
-/// all stamps need: they never leave memory.
+/// A fast non-cryptographic hash of a file's content, for stale checks: it only has
+/// to notice that a file changed between two looks by this process, not resist an
+/// adversary (whoever can write the file can just write it). Eight bytes at a time
+/// with a multiply-rotate mix, then the length; stable for the life of the process.
 pub fn content_hash(bytes: &[u8]) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
-    hasher.write(bytes);
-    hasher.finish()
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |hash: u64, word: u64| (hash.rotate_left(5) ^ word).wrapping_mul(K);
+    let mut chunks = bytes.chunks_exact(8);
+    let mut hash = 0u64;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        hash = mix(hash, u64::from_le_bytes(word));
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    hash = mix(hash, u64::from_le_bytes(tail));
+    mix(hash, bytes.len() as u64)
 }
 
 /// Runs blocking filesystem work off the async threads. A panic inside is re-raised

@@ -7,7 +7,6 @@
 //! `max_read_bytes`. Images come back as an attachment (the MCP face turns it into an
 //! image block) with a one-line text rendering; other binary files are refused.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock};
 
 use base64::Engine as _;
@@ -82,32 +81,49 @@ impl Tool for ReadFile {
             Err(res) => return res,
         };
         let env = ctx.env.clone();
-        fs::blocking(move || Ok(read(&env, &args))).await.unwrap_or_else(ToolResult::from)
+        // Opening and stat-ing are a few quick syscalls; a small file is read right
+        // here, since handing it to the blocking pool would cost more than the read.
+        // Anything larger goes to the blocking pool.
+        let opened = match open(&env, &args) {
+            Ok(opened) => opened,
+            Err(err) => return ToolResult::from(err),
+        };
+        if opened.info.len <= INLINE_READ_BYTES {
+            return finish(&env, &args, opened).unwrap_or_else(ToolResult::from);
+        }
+        fs::blocking(move || finish(&env, &args, opened)).await.unwrap_or_else(ToolResult::from)
     }
 }
 
-fn read(env: &Env, args: &Args) -> ToolResult {
-    match read_inner(env, args) {
-        Ok(res) => res,
-        Err(err) => ToolResult::from(err),
-    }
+/// Files up to this size are read on the calling task (a local read of this size takes
+/// a few microseconds; a thread handoff costs more).
+const INLINE_READ_BYTES: u64 = 64 * 1024;
+
+/// A file opened beneath the roots, with what fstat said of it.
+struct Opened {
+    resolved: fs::Resolved,
+    info: fs::FileInfo,
 }
 
-fn read_inner(env: &Env, args: &Args) -> Result<ToolResult, FsError> {
+fn open(env: &Env, args: &Args) -> Result<Opened, FsError> {
     let resolved = fs::open_read(env, &args.path)?;
     match resolved.kind {
         FileKind::File => {}
         FileKind::Directory => return Err(FsError::IsDirectory(shorten(&args.path))),
         FileKind::Other => return Err(FsError::NotRegularFile(shorten(&args.path))),
     }
-    let shown_path = resolved.path.display().to_string();
     let info = fs::file_info(&resolved.fd).map_err(|err| FsError::from_io(&args.path, err))?;
+    Ok(Opened { resolved, info })
+}
+
+fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError> {
+    let Opened { resolved, info } = opened;
+    let shown_path = resolved.path.display().to_string();
     let file = std::fs::File::from(resolved.fd);
     let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
     // Recorded for every outcome below, binary included: the session has seen what
     // the file is, which is what a later overwrite needs to know.
     env.files.record(resolved.path, FileStamp::of(&info, &bytes));
-
     if let Some(image) = sniff_image(&bytes) {
         return Ok(image_result(&args.path, &shown_path, &bytes, &image));
     }
@@ -134,7 +150,7 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
     let limit =
         args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
 
-    let mut content = String::new();
+    let mut content = String::with_capacity(decoded.text.len().min(MAX_TEXT_BYTES) + total * 8);
     let mut shown = 0usize;
     let mut cut_lines = 0usize;
     let mut hit_byte_cap = false;
@@ -142,20 +158,23 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
         let window_end = total.min(start.saturating_sub(1).saturating_add(limit));
         for (idx, line) in lines.iter().enumerate().take(window_end).skip(start - 1) {
             let (line, cut) = cap_line(line);
-            let mut numbered = String::with_capacity(line.len() + 8);
-            let _ = write!(numbered, "{:>6}\t{line}", idx + 1);
-            if let Some(extra) = cut {
-                cut_lines += 1;
-                let _ = write!(numbered, "… [line cut: {extra} more characters]");
-            }
-            if content.len() + numbered.len() + 1 > MAX_TEXT_BYTES {
+            let note = cut.map(|extra| format!("… [line cut: {extra} more characters]"));
+            let number = line_number(idx + 1);
+            let numbered_len = number.len() + 1 + line.len() + note.as_ref().map_or(0, String::len);
+            if content.len() + numbered_len + 1 > MAX_TEXT_BYTES {
                 hit_byte_cap = true;
                 break;
             }
             if shown > 0 {
                 content.push('\n');
             }
-            content.push_str(&numbered);
+            content.push_str(&number);
+            content.push('\t');
+            content.push_str(line);
+            if let Some(note) = note {
+                cut_lines += 1;
+                content.push_str(&note);
+            }
             shown += 1;
         }
     }
@@ -227,8 +246,25 @@ fn split_lines(text: &str) -> Vec<&str> {
     body.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line)).collect()
 }
 
+/// A line number right-aligned in six columns, as `cat -n` prints it (wider numbers
+/// simply take more room).
+fn line_number(number: usize) -> String {
+    let digits = number.to_string();
+    if digits.len() >= 6 {
+        return digits;
+    }
+    let mut padded = " ".repeat(6 - digits.len());
+    padded.push_str(&digits);
+    padded
+}
+
 /// A line cut to [`MAX_LINE_CHARS`], with the number of characters left out.
 fn cap_line(line: &str) -> (&str, Option<usize>) {
+    // A line of at most MAX_LINE_CHARS bytes has at most that many characters: the
+    // common case needs no counting.
+    if line.len() <= MAX_LINE_CHARS {
+        return (line, None);
+    }
     match line.char_indices().nth(MAX_LINE_CHARS) {
         None => (line, None),
         Some((byte_idx, _)) => {
