@@ -70,6 +70,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The per-call process supervisor is this binary re-executed in a hidden mode; it
+    // must take over before anything else starts (no runtime, no logging, no clap).
+    if let Some(code) = toolgate::tools::process::supervise_if_requested() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

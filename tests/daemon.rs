@@ -507,7 +507,7 @@ fn a_second_client_is_unaffected_by_the_first_ones_cancel() {
     let mut first = daemon.connect();
     let mut second = daemon.connect();
     let first_id = first.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark_a}")}, "call_id": "same"}));
-    let second_id = second.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark_b}; echo survived")}, "call_id": "same", "timeout_ms": 100000}));
+    let second_id = second.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark_b}; echo survived"), "timeout_ms": 100000}, "call_id": "same"}));
     wait_started(&format!("sleep {mark_a}"));
     wait_started(&format!("sleep {mark_b}"));
     assert_eq!(first.result("tools/cancel", json!({"call_id": "same"}))["canceled"], 1);
