@@ -17,3 +17,5 @@ pub mod protocol;
 pub mod daemon;
 
 pub mod rpc;
+
+pub mod mcp;
