@@ -449,7 +449,12 @@ fn not_served<T>(what: &'static str) -> Result<T, McpError> {
     ))
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+/// Builds a result from its JSON form, marked complete (`resultType` is required on
+/// 2026-07-28; rmcp removes it for older peers).
+fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, McpError> {
+    if let Value::Object(map) = &mut value {
+        map.insert("resultType".to_owned(), Value::String("complete".to_owned()));
+    }
     serde_json::from_value(value).map_err(|err| McpError::internal_error(err.to_string(), None))
 }
 

@@ -36,7 +36,12 @@ pub fn tool_json(definition: &Definition) -> Value {
     json!({
         "name": definition.name,
         "title": title_for(&definition.name),
-        "description": definition.description,
+        // Hosts and the spec expect a description; a tool without one shows its title.
+        "description": if definition.description.trim().is_empty() {
+            title_for(&definition.name)
+        } else {
+            definition.description.clone()
+        },
         "inputSchema": input_schema,
         "annotations": {
             "readOnlyHint": read_only,
@@ -103,7 +108,9 @@ pub fn call_result_json(result: &ToolResult) -> Value {
         });
     }
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
+    // `resultType` is required from 2026-07-28 on; rmcp removes it for older peers.
     json!({
+        "resultType": "complete",
         "content": content,
         "structuredContent": structured,
         "isError": !result.ok,
@@ -227,6 +234,7 @@ mod tests {
                 }
               ],
               "isError": false,
+              "resultType": "complete",
               "structuredContent": {
                 "content": "hello",
                 "metadata": {

@@ -452,15 +452,8 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let session = self.session(&ctx).await?;
-        let tools = session
-            .definitions()
-            .iter()
-            .map(mapping::tool)
-            .collect::<Result<Vec<Tool>, _>>()
-            .map_err(internal)?;
-        let mut result = ListToolsResult::default();
-        result.tools = tools;
-        Ok(result)
+        let tools: Vec<Value> = session.definitions().iter().map(mapping::tool_json).collect();
+        serde_json::from_value(json!({"resultType": "complete", "tools": tools})).map_err(internal)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

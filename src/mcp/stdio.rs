@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn bad_input_gets_json_rpc_errors() {
-        assert_eq!(reply_of("{nope")?["error"]["code"], json!(-32700));
+        assert_eq!(reply_of("{nope").map(|v| v["error"]["code"].clone()), Some(json!(-32700)));
         let invalid = reply_of(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":7}"#);
         assert_eq!(invalid.as_ref().map(|v| v["error"]["code"].clone()), Some(json!(-32600)));
         assert_eq!(invalid.map(|v| v["id"].clone()), Some(json!(4)));
