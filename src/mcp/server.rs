@@ -24,9 +24,9 @@ use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, InputRequiredResult, ListToolsResult,
     LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerConfig, SetLevelRequestParams, Tool,
+    ProtocolVersion, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -502,6 +502,38 @@ impl ServerHandler for McpHandler {
             return Ok(CallToolResponse::InputRequired(self.input_required(&request, &arguments)?));
         }
         Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp keeps only what was requested *and* advertised in the capabilities.
+        Some(requested.clone())
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream: `tools/list_changed` whenever
+    /// the registry changes, until the client cancels or the daemon stops.
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        let mut changes = self.face.daemon.registry().subscribe_changes();
+        changes.mark_unchanged();
+        let shutdown = self.face.daemon.shutdown_token().clone();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    if subscription.accepted().tools_list_changed == Some(true)
+                        && subscription.sink().notify_tool_list_changed().await.is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn set_level(

@@ -130,6 +130,13 @@ async fn read_messages<R: AsyncRead + Unpin>(
         };
         let reply = match frame {
             Frame::Eof => return,
+            // The reader only bounds what it buffers; a whole line that arrived in one
+            // read can still be over the limit.
+            Frame::Line(line) if line.len() > max_message_bytes => Some(error_line(
+                &Value::Null,
+                -32600,
+                &format!("message larger than {max_message_bytes} bytes refused"),
+            )),
             Frame::TooLong => Some(error_line(
                 &Value::Null,
                 -32600,
