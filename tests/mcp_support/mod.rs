@@ -2,6 +2,8 @@
 //! with two test tools, and a line-based MCP client over an in-memory duplex.
 
 #![allow(dead_code, unreachable_pub)]
+// Test helpers: a failed setup step is a failed test, reported where it happened.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
