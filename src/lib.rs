@@ -27,3 +27,4 @@ pub mod systemd;
 pub mod server;
 
 pub mod cli;
+pub mod mcp;

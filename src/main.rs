@@ -32,6 +32,24 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Serve MCP on stdio (for MCP hosts' configuration files).
+    Mcp {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A workspace root (repeatable); default: the configured roots.
+        #[arg(long = "root")]
+        roots: Vec<PathBuf>,
+        /// The permission mode, replacing the configured one (default | accept_edits |
+        /// plan | bypass | dont_ask).
+        #[arg(long)]
+        mode: Option<String>,
+        /// Register the fixture tools of the MCP conformance suite.
+        #[arg(long, hide = true)]
+        conformance_fixtures: bool,
+        /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+    },
     /// List the tools the daemon offers.
     List {
         #[arg(long)]
@@ -100,6 +118,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 socket,
                 inherited,
             }))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
+            init_tracing();
+            runtime()?.block_on(toolgate::server::serve_mcp(
+                toolgate::server::McpCommandOptions {
+                    config,
+                    roots,
+                    mode,
+                    conformance_fixtures,
+                    http,
+                },
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { socket, json } => runtime()?.block_on(toolgate::cli::list(socket, json)),

@@ -180,6 +180,21 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             }
         }));
     }
+    if let Some(addr) = config.server.mcp_http {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        tracing::info!(%addr, "MCP Streamable HTTP endpoint at /mcp");
+        let router = crate::mcp::http_router(daemon.clone(), mcp_options(&config)?);
+        let stop = accept_stop.clone();
+        accept_loops.push(tokio::spawn(async move {
+            let serving =
+                axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned());
+            if let Err(err) = serving.await {
+                tracing::error!(%err, "the MCP HTTP endpoint failed");
+            }
+        }));
+    }
     if let Some(path) = &bound_socket {
         tracing::info!(socket = %path.display(), roots = ?config.workspace.roots, "toolgate is listening");
     }
@@ -254,9 +269,105 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
 /// What `toolgate mcp` was asked to do.
 #[derive(Debug, Default)]
-pub struct McpStdioOptions {
+pub struct McpCommandOptions {
     pub config: Option<PathBuf>,
+    /// Replace the configured roots (the operator's choice on the command line).
     pub roots: Vec<PathBuf>,
+    /// Replace the configured mode (likewise).
     pub mode: Option<String>,
     pub conformance_fixtures: bool,
+    /// Serve Streamable HTTP on this address instead of stdio.
+    pub http: Option<String>,
+}
+
+/// `toolgate mcp`: one MCP conversation on stdio (or an HTTP endpoint), over the same
+/// engine as the daemon. Returns at the end of input (stdio) or on SIGTERM/SIGINT.
+pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
+    let (config, load_options) = load_config(options.config.clone())?;
+    let mut settings = settings_from_config(&config, load_options.home.as_deref())?;
+    if !options.roots.is_empty() {
+        let mut roots = Vec::with_capacity(options.roots.len());
+        for root in &options.roots {
+            let canonical = std::fs::canonicalize(root)
+                .map_err(|err| ServeError::Other(format!("--root {}: {err}", root.display())))?;
+            roots.push(canonical);
+        }
+        settings.roots = roots;
+    }
+    if let Some(mode) = &options.mode {
+        settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
+    }
+    let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
+    let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
+    let daemon = Daemon::new(default_registry(), settings, Some(observer));
+    let mut mcp_options = mcp_options(&config)?;
+    mcp_options.conformance_fixtures = options.conformance_fixtures;
+    let outcome = match &options.http {
+        None => crate::mcp::run_stdio(daemon.clone(), mcp_options)
+            .await
+            .map_err(|err| ServeError::Other(err.to_string())),
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
+            if let Ok(local) = listener.local_addr() {
+                tracing::info!(%local, "MCP Streamable HTTP endpoint at /mcp");
+            }
+            let stop = CancellationToken::new();
+            let router = crate::mcp::http_router(daemon.clone(), mcp_options);
+            let serving = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.clone().cancelled_owned());
+            tokio::select! {
+                served = serving => served.map_err(|err| ServeError::Other(err.to_string())),
+                () = termination() => {
+                    stop.cancel();
+                    Ok(())
+                }
+            }
+        }
+    };
+    daemon.begin_shutdown();
+    daemon.tasks().close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), daemon.tasks().wait()).await;
+    let _ = audit.flush().await;
+    outcome
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    let (Ok(mut terminate), Ok(mut interrupt)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
+
+/// The MCP face's options from the configuration: the bearer token (the first one
+/// of `token_file`) and the message limit.
+fn mcp_options(config: &Config) -> Result<crate::mcp::McpOptions, ServeError> {
+    let bearer_token = match &config.server.token_file {
+        Some(path) => Some(first_token(path)?),
+        None => None,
+    };
+    Ok(crate::mcp::McpOptions {
+        bearer_token,
+        max_message_bytes: config.server.max_message_bytes,
+        ..crate::mcp::McpOptions::default()
+    })
+}
+
+/// The secret of the first token in a token file (`name:secret` or `secret` per line,
+/// `#` comments).
+fn first_token(path: &std::path::Path) -> Result<String, ServeError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ServeError::Other(format!("cannot read {}: {err}", path.display())))?;
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| line.split_once(':').map_or(line, |(_, secret)| secret).to_owned())
+        .ok_or_else(|| ServeError::Other(format!("{} holds no token", path.display())))
 }

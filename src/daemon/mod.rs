@@ -197,6 +197,25 @@ impl Daemon {
         client: &str,
         params: &SessionOpenParams,
     ) -> Result<Arc<SessionEntry>, SessionError> {
+        let events = Arc::new(EventHub::new(self.settings().event_buffer));
+        let broker =
+            Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
+        self.open_session_with(owner, client, params, events.clone(), events, broker)
+    }
+
+    /// Opens a session whose events and permission questions go where the caller
+    /// says (the MCP face turns output into progress notifications and questions into
+    /// elicitations). The intersection with the configuration is the same as for
+    /// [`Daemon::open_session`]; `hub` is what `broadcast` reaches.
+    pub fn open_session_with(
+        &self,
+        owner: u64,
+        client: &str,
+        params: &SessionOpenParams,
+        hub: Arc<EventHub>,
+        events: Arc<dyn EventSink>,
+        approvals: Arc<dyn crate::agent::ApprovalBroker>,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
         if self.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
         }
@@ -249,9 +268,6 @@ impl Daemon {
             control: Default::default(),
         };
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::Relaxed));
-        let events = Arc::new(EventHub::new(settings.event_buffer));
-        let broker =
-            Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
         let session = Session::new(
             self.registry.clone(),
             SessionOptions {
@@ -264,13 +280,13 @@ impl Daemon {
                 hooks: settings.hooks.clone(),
                 approval_timeout: settings.approval_timeout,
                 max_concurrent_calls: settings.max_calls_per_session,
-                events: events.clone(),
-                approvals: broker,
+                events,
+                approvals,
                 observer: self.observer.clone(),
                 cancel: self.shutdown.child_token(),
             },
         );
-        let entry = Arc::new(SessionEntry { session, events, owner });
+        let entry = Arc::new(SessionEntry { session, events: hub, owner });
         self.sessions.insert(id, entry.clone());
         Ok(entry)
     }
