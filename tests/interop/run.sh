@@ -69,7 +69,7 @@ start_http() {
   toolgate_mcp --root "$root" --conformance-fixtures --http "127.0.0.1:$port" >/dev/null 2>"$log_file" &
   pids+=("$!")
   for _ in $(seq 1 200); do
-    grep -q "listening on" "$log_file" 2>/dev/null && { url="http://127.0.0.1:$port/mcp"; return; }
+    grep -q "MCP Streamable HTTP endpoint" "$log_file" 2>/dev/null && { url="http://127.0.0.1:$port/mcp"; return; }
     sleep 0.05
   done
   log "the server did not start"; cat "$log_file" >&2; exit 1

@@ -152,9 +152,13 @@ impl TestDaemon {
     }
 }
 
-/// Whether a process (group leader) still exists.
+/// Whether a process still runs. A zombie (killed, not yet reaped by its parent)
+/// counts as dead: it executes nothing and holds nothing but its table entry.
 pub fn process_alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
 }
 
 pub fn read_pid(path: &Path) -> Option<i32> {
