@@ -1,0 +1,1 @@
+//! Skills (placeholder while the module is written).
