@@ -109,7 +109,7 @@ impl Skills {
     /// Loads every skill of `dirs` and makes the Registry's skill tools exactly these
     /// (one `tools_list_changed` at most). Broken files are logged and skipped.
     pub fn load(&self, dirs: &[PathBuf]) -> LoadReport {
-        let (found, mut skipped) = scan(dirs);
+        let Scan { found, mut skipped } = scan(dirs);
         let mut tools: Vec<(Arc<dyn Tool>, ToolSource)> = Vec::with_capacity(found.len());
         let mut paths = BTreeMap::new();
         for (tool, path) in found {
@@ -239,9 +239,16 @@ fn watch_dirs(
     watched
 }
 
+/// What a scan of the skill directories found.
+struct Scan {
+    /// Each tool with the file that declares it.
+    found: Vec<(Arc<dyn Tool>, PathBuf)>,
+    skipped: Vec<Skipped>,
+}
+
 /// Reads every skill of `dirs`, in order (directories as given, entries by name). The
 /// first skill of a name wins; later ones are skipped.
-pub fn scan(dirs: &[PathBuf]) -> (Vec<(Arc<dyn Tool>, PathBuf)>, Vec<Skipped>) {
+fn scan(dirs: &[PathBuf]) -> Scan {
     let mut found: Vec<(Arc<dyn Tool>, PathBuf)> = Vec::new();
     let mut skipped = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
@@ -301,7 +308,7 @@ pub fn scan(dirs: &[PathBuf]) -> (Vec<(Arc<dyn Tool>, PathBuf)>, Vec<Skipped>) {
             }
         }
     }
-    (found, skipped)
+    Scan { found, skipped }
 }
 
 /// Checks a declared tool name: a short identifier, none of the reserved prefixes.

@@ -497,3 +497,223 @@ async fn a_streamable_http_server_is_proxied_with_its_headers() {
     assert!(seen.lines().all(|line| line == "sesame"), "{seen}");
     upstreams.shutdown().await;
 }
+
+/// The interpreter behind `python3`, resolved once, so that the daemon test does not
+/// depend on how `python3` is found (shims, a different `HOME`).
+fn python() -> String {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let out = std::process::Command::new("python3")
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        })
+        .clone()
+}
+
+/// A blocking NDJSON client of the daemon's socket.
+struct SocketClient {
+    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
+    writer: std::os::unix::net::UnixStream,
+    next_id: u64,
+    events: Vec<serde_json::Value>,
+}
+
+impl SocketClient {
+    fn connect(socket: &Path) -> SocketClient {
+        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        SocketClient {
+            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_id: 1,
+            events: Vec::new(),
+        }
+    }
+
+    fn read(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
+        assert!(n > 0, "the daemon closed the connection");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn result(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        std::io::Write::write_all(&mut self.writer, format!("{line}\n").as_bytes()).unwrap();
+        loop {
+            let message = self.read();
+            if message.get("id") == Some(&json!(id)) {
+                assert!(message.get("error").is_none(), "{message}");
+                return message["result"].clone();
+            }
+            self.events.push(message);
+        }
+    }
+
+    /// Reads until an event of this type arrives.
+    fn event(&mut self, kind: &str) -> serde_json::Value {
+        if let Some(idx) = self.events.iter().position(|e| e["params"]["result"]["type"] == kind) {
+            return self.events.remove(idx);
+        }
+        loop {
+            let message = self.read();
+            if message["params"]["result"]["type"] == kind {
+                return message;
+            }
+        }
+    }
+}
+
+/// The daemon under test; killed if the test ends early.
+struct DaemonProcess(std::process::Child);
+
+impl DaemonProcess {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).unwrap();
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn poll_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The real daemon: upstreams start after it listens, their tools and the skills are
+/// listed with their sources, `daemon/status` shows them, SIGHUP without the server
+/// removes its tools (and tells the session), SIGTERM kills the upstream.
+#[test]
+fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let workspace = root.join("workspace");
+    let skills = root.join("skills");
+    let state = root.join("state");
+    for dir in [&workspace, &skills, &state] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(
+        skills.join("greet.toml"),
+        "name = \"greet\"\ndescription = \"Greets.\"\ncommand = [\"echo\", \"hi\"]\n",
+    )
+    .unwrap();
+    let base = format!(
+        "[workspace]\nroots = [{workspace:?}]\n\n[skills]\ndirs = [{skills:?}]\n",
+        workspace = workspace.display().to_string(),
+        skills = skills.display().to_string(),
+    );
+    let with_server = format!(
+        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\n",
+        python = python(),
+        fixture = fixture().display().to_string(),
+        state = state.display().to_string(),
+    );
+    let config = root.join("config.toml");
+    std::fs::write(&config, &with_server).unwrap();
+    let socket = root.join("run").join("toolgate.sock");
+    let mut daemon = DaemonProcess(
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&workspace)
+            .env("XDG_CONFIG_HOME", root.join("config-home"))
+            .env("XDG_STATE_HOME", root.join("state-home"))
+            .env("XDG_RUNTIME_DIR", root.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    poll_until("the daemon to listen", || socket.exists());
+    let mut client = SocketClient::connect(&socket);
+    client.result("events/subscribe", json!({}));
+
+    poll_until("the upstream to be ready", || {
+        let status = client.result("daemon/status", json!({}));
+        status["upstreams"][0]["state"] == "ready"
+    });
+    let status = client.result("daemon/status", json!({}));
+    assert_eq!(
+        status["upstreams"],
+        json!([{"name": "fx", "state": "ready", "restarts": 0, "tools": 8}])
+    );
+    let listed = client.result("tools/list", json!({}));
+    let sources = &listed["sources"];
+    assert_eq!(sources["mcp__fx__echo"], "mcp:fx");
+    assert_eq!(sources["read_file"], "builtin");
+    assert_eq!(sources["greet"], format!("skill:{}", skills.join("greet.toml").display()));
+    let echoed = client.result(
+        "tools/call",
+        json!({"name": "mcp__fx__echo", "arguments": {"text": "through the daemon"}}),
+    );
+    assert_eq!(echoed["content"], "through the daemon", "{echoed}");
+    let server_pid: i32 = std::fs::read_to_string(state.join("starts.log"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Reload without the server: its tools go, the session hears about it.
+    client.events.clear();
+    std::fs::write(&config, &base).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    client.event("tools_list_changed");
+    poll_until("the proxied tools to go", || {
+        let listed = client.result("tools/list", json!({}));
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|tool| !tool["name"].as_str().unwrap().starts_with("mcp__"))
+    });
+    assert_eq!(client.result("daemon/status", json!({}))["upstreams"], json!([]));
+    poll_until("the removed server to die", || !alive(server_pid));
+    assert_eq!(
+        client.result("tools/list", json!({}))["sources"]["greet"],
+        format!("skill:{}", skills.join("greet.toml").display())
+    );
+
+    // Back again, then SIGTERM: the daemon exits cleanly and takes the server along.
+    std::fs::write(&config, &with_server).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    poll_until("the server to be back", || {
+        client.result("daemon/status", json!({}))["upstreams"][0]["state"] == "ready"
+    });
+    let second_pid: i32 = std::fs::read_to_string(state.join("starts.log"))
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    drop(client);
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut code = None;
+    poll_until("the daemon to exit", || {
+        code = daemon.0.try_wait().unwrap().map(|status| status.code());
+        code.is_some()
+    });
+    assert_eq!(code, Some(Some(0)));
+    poll_until("the upstream to die with the daemon", || !alive(second_pid));
+}
