@@ -287,6 +287,27 @@ async fn a_skill_folder_becomes_a_read_only_instructions_tool() {
     assert_eq!(res.metadata["files"], json!(["reference.md", "scripts/check.py"]));
     // The skill folder is outside this session's roots: read_file could not open it.
     assert_eq!(res.metadata["files_readable"], json!(false));
+
+    // A session whose roots hold the skill folder can read the bundled files.
+    let env = Arc::new(Env::for_root(setup.skills.parent().unwrap()).unwrap());
+    let res = setup
+        .registry
+        .execute(&Call::new("c2", "skill__review", "{}"), &env, &CancellationToken::new())
+        .await;
+    assert_eq!(res.metadata["files_readable"], json!(true));
+    let read = setup
+        .registry
+        .execute(
+            &Call::from_value(
+                "c3",
+                "read_file",
+                &json!({"path": dir.join("scripts/check.py").display().to_string()}),
+            ),
+            &env,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(read.ok && read.content.contains("print('ok')"), "{read:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -717,3 +717,49 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
     assert_eq!(code, Some(Some(0)));
     poll_until("the upstream to die with the daemon", || !alive(second_pid));
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+// A single-threaded runtime: every task runs on this thread, under its subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn the_servers_stderr_goes_to_the_log_line_by_line() {
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    call(&registry, "mcp__fx__crash", json!({})).await;
+    wait_for("the stderr lines in the log", || logs.text().contains("crashing on request")).await;
+    let text = logs.text();
+    let started_line = text.lines().find(|line| line.contains("fixture fx started")).unwrap();
+    assert!(started_line.contains("server=fx"), "{started_line}");
+    let crash_line = text.lines().find(|line| line.contains("crashing on request")).unwrap();
+    assert!(crash_line.contains("server=fx"), "{crash_line}");
+    upstreams.shutdown().await;
+}
