@@ -45,6 +45,9 @@ pub const INSTRUCTION_PREFIX: &str = "skill__";
 /// Quiet time after a change in a skill directory before reloading: editors write a
 /// file in several steps (truncate, write, rename), and one reload should see them all.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Longest a reload waits for changes to settle: a directory that never goes quiet (a
+/// log file written into it, say) still gets its skills reloaded.
+const MAX_SETTLE: Duration = Duration::from_secs(2);
 
 /// Largest command skill file; a declaration is a few hundred bytes.
 const MAX_TOML_BYTES: u64 = 64 * 1024;
@@ -192,8 +195,15 @@ async fn reload_on_change(
     mut changes: mpsc::Receiver<()>,
 ) {
     while changes.recv().await.is_some() {
-        // Debounce: wait until nothing has changed for a while.
-        while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changes.recv()).await {}
+        // Debounce: wait until nothing has changed for a while (or for long enough).
+        let settle_by = tokio::time::Instant::now() + MAX_SETTLE;
+        while tokio::time::Instant::now() < settle_by {
+            match tokio::time::timeout(DEBOUNCE, changes.recv()).await {
+                Ok(Some(())) => continue,
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
         let Some(skills) = skills.upgrade() else { return };
         // A skill directory created since the last look is watched from now on.
         watched = watch_dirs(&mut watcher, &dirs, &mut watched);

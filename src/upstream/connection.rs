@@ -104,10 +104,6 @@ impl Link {
         self.status_lock().clone()
     }
 
-    pub(crate) fn state(&self) -> UpstreamState {
-        self.status_lock().state
-    }
-
     pub(crate) fn set_state(&self, state: UpstreamState, reason: Option<String>) {
         let mut status = self.status_lock();
         status.state = state;

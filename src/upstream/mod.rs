@@ -47,6 +47,24 @@ pub enum UpstreamState {
     Stopped,
 }
 
+impl UpstreamState {
+    /// The wire name (`starting`, `ready`, `failed`, `stopped`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamState::Starting => "starting",
+            UpstreamState::Ready => "ready",
+            UpstreamState::Failed => "failed",
+            UpstreamState::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for UpstreamState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One upstream server in `daemon/status`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct UpstreamStatus {
@@ -101,6 +119,8 @@ impl Default for UpstreamOptions {
 /// The supervisor of one configured server.
 struct Supervised {
     config: McpServerConfig,
+    /// The environment policy it was started with (a change restarts it).
+    env_policy: EnvPolicy,
     link: Arc<Link>,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -142,7 +162,9 @@ impl Upstreams {
         let gone: Vec<String> = running
             .iter()
             .filter(|(name, supervised)| {
-                wanted.get(name.as_str()).is_none_or(|config| **config != supervised.config)
+                wanted.get(name.as_str()).is_none_or(|config| {
+                    **config != supervised.config || *env_policy != supervised.env_policy
+                })
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -180,8 +202,16 @@ impl Upstreams {
                 }
                 supervisor.run().await;
             });
-            running
-                .insert(name.to_owned(), Supervised { config: config.clone(), link, stop, task });
+            running.insert(
+                name.to_owned(),
+                Supervised {
+                    config: config.clone(),
+                    env_policy: env_policy.clone(),
+                    link,
+                    stop,
+                    task,
+                },
+            );
         }
         // Whatever is left belongs to servers that were removed outright.
         self.retire(previous.into_values());

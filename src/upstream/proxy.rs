@@ -76,11 +76,8 @@ impl ProxyTool {
 
     fn unavailable(&self) -> ToolResult {
         let status = self.link.status();
-        let mut message = format!(
-            "the MCP server {} is not available ({:?}",
-            self.link.name(),
-            self.link.state()
-        );
+        let mut message =
+            format!("the MCP server {} is not available ({}", self.link.name(), status.state);
         if let Some(reason) = status.reason {
             message.push_str(": ");
             message.push_str(&reason);
