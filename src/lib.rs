@@ -6,6 +6,10 @@
 
 pub mod tools;
 
+pub mod upstream;
+
+pub mod skills;
+
 pub mod permission;
 
 pub mod hooks;

@@ -1,5 +1,9 @@
 //! Running the daemon: configuration → Registry → Daemon → listeners, then the life
 //! cycle (READY, watchdog, SIGHUP reload, SIGTERM drain and stop).
+//!
+//! Skills are loaded before the daemon listens (local files, quick); upstream MCP
+//! servers are started only once it listens, in the background, so that a slow
+//! upstream never delays the built-in tools.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,8 +19,10 @@ use crate::daemon::{Daemon, Settings};
 use crate::hooks::{HookError, Hooks};
 use crate::permission::{Mode, Policy, RuleConfig, RuleError};
 use crate::rpc;
+use crate::skills::Skills;
 use crate::systemd::{Inherited, Notifier};
 use crate::tools::Registry;
+use crate::upstream::{UpstreamOptions, Upstreams};
 
 /// Why the daemon could not start (or reload).
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +107,49 @@ pub fn default_registry() -> Arc<Registry> {
     Arc::new(registry)
 }
 
+/// The tools that come and go while the daemon runs: skills from the skill
+/// directories and the tools of upstream MCP servers. Every face that serves a
+/// Registry (the native daemon, the MCP face) drives them the same way.
+pub struct DynamicTools {
+    pub skills: Arc<Skills>,
+    pub upstreams: Arc<Upstreams>,
+}
+
+impl DynamicTools {
+    /// Loads the skills into `registry` and watches their directories. Upstream
+    /// servers wait for [`DynamicTools::start_upstreams`]. Needs a Tokio runtime.
+    pub fn load(registry: &Arc<Registry>, config: &Config) -> DynamicTools {
+        let skills = Skills::new(registry.clone());
+        let report = skills.watch(config.skills.dirs.clone());
+        tracing::info!(
+            loaded = report.loaded.len(),
+            skipped = report.skipped.len(),
+            dirs = ?config.skills.dirs,
+            "skills loaded"
+        );
+        let upstreams = Upstreams::new(registry.clone(), UpstreamOptions::default());
+        DynamicTools { skills, upstreams }
+    }
+
+    /// Starts the configured upstream servers in the background (returns at once).
+    pub fn start_upstreams(&self, config: &Config) {
+        self.upstreams.apply(&config.mcp_servers, &config.env_policy());
+    }
+
+    /// Applies a reloaded configuration: skills rescanned (with the new directories),
+    /// upstream servers added, removed or restarted as their entries changed.
+    pub fn reload(&self, config: &Config) {
+        self.skills.watch(config.skills.dirs.clone());
+        self.start_upstreams(config);
+    }
+
+    /// Stops watching skills and stops every upstream server (children killed).
+    pub async fn shutdown(&self) {
+        self.skills.stop();
+        self.upstreams.shutdown().await;
+    }
+}
+
 /// Writes one audit record per finished call.
 struct AuditObserver(AuditLog);
 
@@ -131,14 +180,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let settings = settings_from_config(&config, load_options.home.as_deref())?;
     let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
     let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
-    let daemon = Daemon::new(default_registry(), settings, Some(observer));
+    let registry = default_registry();
+    let daemon = Daemon::new(registry.clone(), settings, Some(observer));
+    let dynamic = DynamicTools::load(&registry, &config);
+    daemon.attach_upstreams(dynamic.upstreams.clone());
     let max_message = config.server.max_message_bytes;
 
     if options.stdio {
         let stdin = tokio::io::stdin();
         let stdout = tokio::io::stdout();
+        dynamic.start_upstreams(&config);
         rpc::serve_lines(&daemon, "stdio".to_owned(), stdin, stdout, max_message).await;
         daemon.begin_shutdown();
+        dynamic.shutdown().await;
         let _ = audit.flush().await;
         return Ok(());
     }
@@ -201,6 +255,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     let notifier = Notifier::from_env();
     let _ = notifier.ready();
+    dynamic.start_upstreams(&config);
     let watchdog_stop = CancellationToken::new();
     let _watchdog = crate::systemd::spawn_watchdog(watchdog_stop.clone());
 
@@ -217,11 +272,13 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             _ = interrupt.recv() => break,
             _ = hangup.recv() => {
                 let _ = notifier.reloading();
-                match load_config(explicit.clone())
-                    .and_then(|(config, options)| settings_from_config(&config, options.home.as_deref()))
-                {
-                    Ok(settings) => {
+                match load_config(explicit.clone()).and_then(|(config, options)| {
+                    let settings = settings_from_config(&config, options.home.as_deref())?;
+                    Ok((config, settings))
+                }) {
+                    Ok((config, settings)) => {
                         daemon.reload(settings);
+                        dynamic.reload(&config);
                         tracing::info!("configuration reloaded");
                     }
                     Err(err) => tracing::error!(%err, "reload failed; keeping the running configuration"),
@@ -253,6 +310,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         );
     }
     daemon.begin_shutdown();
+    dynamic.shutdown().await;
     daemon.tasks().close();
     if tokio::time::timeout(Duration::from_secs(5), daemon.tasks().wait()).await.is_err() {
         tracing::warn!("some connections did not close in time");

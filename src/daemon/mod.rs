@@ -20,6 +20,7 @@ use crate::hooks::Hooks;
 use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::protocol::{SessionInfo, SessionOpenParams};
 use crate::tools::{Env, EnvPolicy, Registry};
+use crate::upstream::{UpstreamStatus, Upstreams};
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
 /// reload; sessions keep their own copy of the parts they narrowed.
@@ -102,6 +103,8 @@ pub struct Daemon {
     connections: AtomicUsize,
     next_connection: AtomicU64,
     next_session: AtomicU64,
+    /// The upstream MCP servers, when the serving code started any (for status).
+    upstreams: std::sync::OnceLock<Arc<Upstreams>>,
 }
 
 impl Daemon {
@@ -122,6 +125,7 @@ impl Daemon {
             connections: AtomicUsize::new(0),
             next_connection: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
+            upstreams: std::sync::OnceLock::new(),
         });
         daemon.watch_registry();
         daemon
@@ -146,6 +150,16 @@ impl Daemon {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Lets `daemon/status` report the upstream MCP servers (set once, at start-up).
+    pub fn attach_upstreams(&self, upstreams: Arc<Upstreams>) {
+        let _ = self.upstreams.set(upstreams);
+    }
+
+    /// The state of every upstream MCP server (empty when none are configured).
+    pub fn upstreams(&self) -> Vec<UpstreamStatus> {
+        self.upstreams.get().map(|upstreams| upstreams.status()).unwrap_or_default()
     }
 
     pub fn settings(&self) -> Arc<Settings> {

@@ -239,7 +239,16 @@ impl Connection {
             method::TOOLS_LIST => {
                 let params: ToolsListParams = jsonrpc::params(params)?;
                 let entry = self.session(params.session_id.as_deref())?;
-                to_value(&ToolsListResult { tools: entry.session.definitions() })
+                let tools = entry.session.definitions();
+                let registered = self.daemon.registry().sources();
+                let sources = tools
+                    .iter()
+                    .filter_map(|tool| {
+                        let source = registered.get(&tool.name)?;
+                        Some((tool.name.clone(), source.to_string()))
+                    })
+                    .collect();
+                to_value(&ToolsListResult { tools, sources })
             }
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
@@ -355,6 +364,7 @@ impl Connection {
                 sessions: self.daemon.session_count(),
                 calls_in_flight: self.daemon.calls_in_flight(),
                 tools: self.daemon.registry().names().len(),
+                upstreams: self.daemon.upstreams(),
             }),
             other => {
                 Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}")))
