@@ -357,7 +357,12 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     }
     let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
     let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
-    let daemon = Daemon::new(default_registry(), settings, Some(observer));
+    let registry = default_registry();
+    let daemon = Daemon::new(registry.clone(), settings, Some(observer));
+    // Skills and upstream servers reach MCP hosts through the same guards.
+    let dynamic = DynamicTools::load(&registry, &config);
+    daemon.attach_upstreams(dynamic.upstreams.clone());
+    dynamic.start_upstreams(&config);
     let mut mcp_options = mcp_options(&config)?;
     mcp_options.conformance_fixtures = options.conformance_fixtures;
     let outcome = match &options.http {
@@ -387,6 +392,7 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     daemon.begin_shutdown();
     daemon.tasks().close();
     let _ = tokio::time::timeout(Duration::from_secs(5), daemon.tasks().wait()).await;
+    dynamic.shutdown().await;
     let _ = audit.flush().await;
     outcome
 }
