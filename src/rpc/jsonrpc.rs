@@ -2,8 +2,8 @@
 //! errors and notifications. No I/O and no methods here.
 
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Standard error codes.
 pub const PARSE_ERROR: i64 = -32700;

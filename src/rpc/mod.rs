@@ -6,6 +6,7 @@
 
 pub mod connection;
 pub mod jsonrpc;
+pub mod tcp;
 pub mod unix;
 pub mod ws;
 
