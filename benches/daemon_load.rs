@@ -18,7 +18,8 @@
 //! `TOOLGATE_LOAD_IN_FLIGHT` (concurrent callers for throughput, default 64),
 //! `TOOLGATE_LOAD_IDLE` (idle connections for the memory test, default 1000),
 //! `TOOLGATE_LOAD_TRANSPORTS` (comma-separated subset of
-//! `unix-ndjson,unix-ws,tcp-ws,tcp-post`). Without `--bench` (as under `cargo test
+//! `unix-ndjson,unix-ws,tcp-ws,tcp-post`), `TOOLGATE_LOAD_METHOD` (`read_file`, or
+//! `status` to time the transport and dispatch alone with `daemon/status`). Without `--bench` (as under `cargo test
 //! --benches`) it runs a few calls of each kind as a smoke test.
 
 use std::io::{BufRead, Write};
@@ -43,7 +44,7 @@ const ROOT_ENV: &str = "TOOLGATE_LOAD_ROOT";
 const SOCKET_ENV: &str = "TOOLGATE_LOAD_SOCKET";
 /// The bearer token of the benchmark's TCP listener (local to this run).
 const TOKEN: &str = "load-benchmark-token-0123456789";
-/// In every successful answer.
+/// In every successful `read_file` answer.
 const SUCCESS_MARKER: &str = r#""ok":true,"tool":"read_file""#;
 /// The file every call reads.
 const FILE_NAME: &str = "data.txt";
@@ -56,6 +57,43 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 const WARMUP_CALLS: usize = 500;
 /// Seconds of load before the throughput count starts.
 const WARMUP_LOAD: Duration = Duration::from_millis(500);
+
+/// What each call asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    /// `tools/call read_file` of the 4 KiB file: the number that matters.
+    ReadFile,
+    /// `daemon/status`: the transport and the dispatch core alone, without a tool, to
+    /// tell their cost from the tool pipeline's.
+    Status,
+}
+
+impl Workload {
+    fn request(self, id: u64) -> String {
+        match self {
+            Workload::ReadFile => format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"{FILE_NAME}"}}}}}}"#
+            ),
+            Workload::Status => {
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"daemon/status"}}"#)
+            }
+        }
+    }
+
+    /// Whether `response` is the successful answer to call `id`.
+    fn succeeded(self, id: u64, response: &str) -> bool {
+        let expected = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"#);
+        if !response.starts_with(&expected) {
+            return false;
+        }
+        match self {
+            // The result's fields come in name order; the file's text is escaped inside
+            // `content`, so the marker cannot come from it.
+            Workload::ReadFile => response.contains(SUCCESS_MARKER),
+            Workload::Status => true,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Transport {
@@ -93,6 +131,7 @@ struct Plan {
     in_flight: usize,
     idle_connections: usize,
     transports: Vec<Transport>,
+    workload: Workload,
 }
 
 impl Plan {
@@ -115,6 +154,11 @@ impl Plan {
                 .collect::<anyhow::Result<Vec<_>>>()?,
             Err(_) => Transport::ALL.to_vec(),
         };
+        let workload = match std::env::var("TOOLGATE_LOAD_METHOD").as_deref() {
+            Ok("read_file") | Err(_) => Workload::ReadFile,
+            Ok("status") => Workload::Status,
+            Ok(other) => bail!("unknown TOOLGATE_LOAD_METHOD {other:?} (read_file or status)"),
+        };
         if smoke {
             return Ok(Plan {
                 seconds: 0.2,
@@ -122,6 +166,7 @@ impl Plan {
                 in_flight: 4,
                 idle_connections: 20,
                 transports,
+                workload,
             });
         }
         Ok(Plan {
@@ -130,6 +175,7 @@ impl Plan {
             in_flight: number("TOOLGATE_LOAD_IN_FLIGHT", 64.0)? as usize,
             idle_connections: number("TOOLGATE_LOAD_IDLE", 1000.0)? as usize,
             transports,
+            workload,
         })
     }
 }
@@ -149,9 +195,12 @@ fn main() -> anyhow::Result<()> {
     let client = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
 
     println!("toolgate daemon load ({} cores)", available_cores());
+    let asked = match plan.workload {
+        Workload::ReadFile => format!("tools/call read_file of a {FILE_BYTES}-byte file"),
+        Workload::Status => "daemon/status (no tool)".to_owned(),
+    };
     println!(
-        "read_file of a {FILE_BYTES}-byte file; latency: {} sequential calls; throughput: {} \
-         callers for {:.1} s",
+        "{asked}; latency: {} sequential calls; throughput: {} callers for {:.1} s",
         plan.latency_calls, plan.in_flight, plan.seconds
     );
 
@@ -238,6 +287,7 @@ impl Row {
 }
 
 async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::Result<Row> {
+    let workload = plan.workload;
     // Latency: one caller, one call at a time.
     let mut client = Client::connect(transport, target).await?;
     let mut errors = 0u64;
@@ -245,7 +295,7 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
     let mut id = 0u64;
     for _ in 0..WARMUP_CALLS.min(plan.latency_calls) {
         id += 1;
-        if let Err(err) = client.call(id).await {
+        if let Err(err) = client.call(id, workload).await {
             errors += 1;
             first_error.get_or_insert_with(|| err.to_string());
         }
@@ -254,7 +304,7 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
     for _ in 0..plan.latency_calls {
         id += 1;
         let started = Instant::now();
-        let outcome = client.call(id).await;
+        let outcome = client.call(id, workload).await;
         samples.push(started.elapsed());
         if let Err(err) = outcome {
             errors += 1;
@@ -283,7 +333,7 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
             let mut first_error = None;
             while !stop.load(Ordering::Relaxed) {
                 id += 1;
-                match client.call(id).await {
+                match client.call(id, workload).await {
                     Ok(()) => completed.fetch_add(1, Ordering::Relaxed),
                     Err(err) => {
                         first_error.get_or_insert_with(|| err.to_string());
@@ -378,11 +428,9 @@ impl Client {
             .map_err(|_| anyhow!("connecting over {} timed out", transport.name()))?
     }
 
-    /// One `tools/call read_file`; an error unless it succeeded with the right id.
-    async fn call(&mut self, id: u64) -> anyhow::Result<()> {
-        let request = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"{FILE_NAME}"}}}}}}"#
-        );
+    /// One call; an error unless it succeeded with the right id.
+    async fn call(&mut self, id: u64, workload: Workload) -> anyhow::Result<()> {
+        let request = workload.request(id);
         let response = match self {
             Client::Lines { reader, writer, line } => {
                 let mut framed = request;
@@ -400,10 +448,7 @@ impl Client {
                 post_call(stream, host, buffer, &request).await?
             }
         };
-        // The result's fields come in name order; the file's text is escaped inside
-        // `content`, so the marker below cannot come from it.
-        let expected = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"#);
-        if !response.starts_with(&expected) || !response.contains(SUCCESS_MARKER) {
+        if !workload.succeeded(id, &response) {
             bail!("unexpected answer: {}", response.chars().take(300).collect::<String>());
         }
         Ok(())
