@@ -122,6 +122,8 @@ impl Transport {
 struct Target {
     socket: PathBuf,
     tcp: Option<SocketAddr>,
+    /// The daemon's process, whose CPU time is read around the throughput run.
+    pid: u32,
 }
 
 /// How much to measure.
@@ -217,10 +219,7 @@ fn main() -> anyhow::Result<()> {
     println!("  startup to listening sockets: {}", millis(startup));
     println!("  idle RSS: {}", mib(idle_rss));
     println!();
-    println!(
-        "  {:<12} {:>10} {:>10} {:>10} {:>12} {:>8}",
-        "transport", "p50", "p99", "max", "calls/s", "errors"
-    );
+    print_header();
     let mut results = Vec::new();
     for transport in &plan.transports {
         let row = client.block_on(measure(*transport, &target, &plan))?;
@@ -258,6 +257,17 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn print_header() {
+    println!(
+        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>7}",
+        "transport", "p50", "p99", "max", "calls/s", "daemon cpu", "client cpu", "errors"
+    );
+    println!(
+        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}",
+        "", "", "", "", "", "/call", "/call"
+    );
+}
+
 /// One transport's numbers.
 struct Row {
     transport: Transport,
@@ -265,6 +275,11 @@ struct Row {
     p99: Duration,
     max: Duration,
     calls_per_second: f64,
+    /// The daemon's CPU time per call under load (all its threads): unlike calls/s, it
+    /// does not depend on what else the machine is running.
+    daemon_cpu: Duration,
+    /// The same for this process, the load generator.
+    client_cpu: Duration,
     errors: u64,
     first_error: Option<String>,
 }
@@ -272,12 +287,14 @@ struct Row {
 impl Row {
     fn print(&self) {
         println!(
-            "  {:<12} {:>10} {:>10} {:>10} {:>12.0} {:>8}",
+            "  {:<12} {:>10} {:>10} {:>10} {:>10.0} {:>11} {:>11} {:>7}",
             self.transport.name(),
             micros(self.p50),
             micros(self.p99),
             micros(self.max),
             self.calls_per_second,
+            micros(self.daemon_cpu),
+            micros(self.client_cpu),
             self.errors
         );
         if let Some(error) = &self.first_error {
@@ -346,10 +363,15 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
     }
     tokio::time::sleep(WARMUP_LOAD).await;
     let start_count = completed.load(Ordering::Relaxed);
+    let daemon_cpu_before = cpu_time(target.pid)?;
+    let client_cpu_before = cpu_time(std::process::id())?;
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(plan.seconds)).await;
     let end_count = completed.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let daemon_cpu = cpu_time(target.pid)?.saturating_sub(daemon_cpu_before);
+    let client_cpu = cpu_time(std::process::id())?.saturating_sub(client_cpu_before);
+    let calls = (end_count - start_count).max(1);
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         if let Some(error) = tokio::time::timeout(STEP_TIMEOUT, caller).await??
@@ -365,6 +387,8 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
         p99,
         max,
         calls_per_second: (end_count - start_count) as f64 / elapsed.as_secs_f64(),
+        daemon_cpu: daemon_cpu / u32::try_from(calls).unwrap_or(u32::MAX),
+        client_cpu: client_cpu / u32::try_from(calls).unwrap_or(u32::MAX),
         errors,
         first_error,
     })
@@ -556,10 +580,7 @@ impl Binary {
             mib(self.with_idle),
             self.per_connection
         );
-        println!(
-            "  {:<12} {:>10} {:>10} {:>10} {:>12} {:>8}",
-            "transport", "p50", "p99", "max", "calls/s", "errors"
-        );
+        print_header();
         self.unix.print();
     }
 }
@@ -611,7 +632,7 @@ async fn measure_binary(
     let idle_rss = rss_kib(pid)?;
     let (with_idle, per_connection) =
         idle_connections_rss(&socket, pid, plan.idle_connections).await?;
-    let target = Target { socket, tcp: None };
+    let target = Target { socket, tcp: None, pid };
     let unix = measure(Transport::UnixNdjson, &target, plan).await?;
     terminate(&mut child);
     Ok(Some(Binary {
@@ -642,7 +663,8 @@ fn spawn_library_daemon(root: &Path, socket: &Path) -> anyhow::Result<(Child, Ta
         bail!("the daemon did not start: {line:?}");
     };
     let tcp = Some(addr.parse()?);
-    Ok((child, Target { socket: socket.to_path_buf(), tcp }))
+    let pid = child.id();
+    Ok((child, Target { socket: socket.to_path_buf(), tcp, pid }))
 }
 
 /// The daemon side: every transport over one `Daemon`, until stdin closes (which it
@@ -714,6 +736,21 @@ fn file_text() -> String {
         text.push_str(&line);
     }
     text
+}
+
+/// The CPU time all threads of a process (live ones) have used: the first field of
+/// each `/proc/PID/task/TID/schedstat`, in nanoseconds.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            // The thread ended between the listing and the read.
+            continue;
+        };
+        let on_cpu = stat.split_whitespace().next().unwrap_or("0");
+        total += on_cpu.parse::<u64>().unwrap_or(0);
+    }
+    Ok(Duration::from_nanos(total))
 }
 
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
