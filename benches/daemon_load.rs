@@ -19,7 +19,7 @@
 //! `TOOLGATE_LOAD_IDLE` (idle connections for the memory test, default 1000),
 //! `TOOLGATE_LOAD_TRANSPORTS` (comma-separated subset of
 //! `unix-ndjson,unix-ws,tcp-ws,tcp-post`), `TOOLGATE_LOAD_METHOD` (`read_file`, or
-//! `status` to time the transport and dispatch alone with `daemon/status`). Without `--bench` (as under `cargo test
+//! `noop` to time the transport and dispatch alone with a `tools/cancel` of no call). Without `--bench` (as under `cargo test
 //! --benches`) it runs a few calls of each kind as a smoke test.
 
 use std::io::{BufRead, Write};
@@ -63,9 +63,9 @@ const WARMUP_LOAD: Duration = Duration::from_millis(500);
 enum Workload {
     /// `tools/call read_file` of the 4 KiB file: the number that matters.
     ReadFile,
-    /// `daemon/status`: the transport and the dispatch core alone, without a tool, to
-    /// tell their cost from the tool pipeline's.
-    Status,
+    /// `tools/cancel` of a call that does not exist: the cheapest real method, to time
+    /// the transport and the dispatch core without the tool pipeline.
+    Noop,
 }
 
 impl Workload {
@@ -74,9 +74,9 @@ impl Workload {
             Workload::ReadFile => format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"{FILE_NAME}"}}}}}}"#
             ),
-            Workload::Status => {
-                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"daemon/status"}}"#)
-            }
+            Workload::Noop => format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/cancel","params":{{"call_id":"none"}}}}"#
+            ),
         }
     }
 
@@ -90,7 +90,7 @@ impl Workload {
             // The result's fields come in name order; the file's text is escaped inside
             // `content`, so the marker cannot come from it.
             Workload::ReadFile => response.contains(SUCCESS_MARKER),
-            Workload::Status => true,
+            Workload::Noop => response.contains(r#""canceled":false"#),
         }
     }
 }
@@ -158,8 +158,8 @@ impl Plan {
         };
         let workload = match std::env::var("TOOLGATE_LOAD_METHOD").as_deref() {
             Ok("read_file") | Err(_) => Workload::ReadFile,
-            Ok("status") => Workload::Status,
-            Ok(other) => bail!("unknown TOOLGATE_LOAD_METHOD {other:?} (read_file or status)"),
+            Ok("noop") => Workload::Noop,
+            Ok(other) => bail!("unknown TOOLGATE_LOAD_METHOD {other:?} (read_file or noop)"),
         };
         if smoke {
             return Ok(Plan {
@@ -199,7 +199,7 @@ fn main() -> anyhow::Result<()> {
     println!("toolgate daemon load ({} cores)", available_cores());
     let asked = match plan.workload {
         Workload::ReadFile => format!("tools/call read_file of a {FILE_BYTES}-byte file"),
-        Workload::Status => "daemon/status (no tool)".to_owned(),
+        Workload::Noop => "tools/cancel of no call (no tool)".to_owned(),
     };
     println!(
         "{asked}; latency: {} sequential calls; throughput: {} callers for {:.1} s",
@@ -218,6 +218,14 @@ fn main() -> anyhow::Result<()> {
     println!("library daemon (this benchmark re-executed as a daemon, pid {pid})");
     println!("  startup to listening sockets: {}", millis(startup));
     println!("  idle RSS: {}", mib(idle_rss));
+    let (with_idle, per_connection) =
+        client.block_on(idle_connections_rss(&target.socket, pid, plan.idle_connections))?;
+    println!(
+        "  RSS with {} idle unix connections: {} ({:.1} KiB per connection)",
+        plan.idle_connections,
+        mib(with_idle),
+        per_connection
+    );
     println!();
     print_header();
     let mut results = Vec::new();
@@ -226,16 +234,12 @@ fn main() -> anyhow::Result<()> {
         row.print();
         results.push(row);
     }
-    let (with_idle, per_connection) =
-        client.block_on(idle_connections_rss(&target.socket, pid, plan.idle_connections))?;
     println!();
     println!(
-        "  RSS with {} idle unix connections: {} ({:.1} KiB per connection)",
-        plan.idle_connections,
-        mib(with_idle),
-        per_connection
+        "  RSS after the load: {} (peak {})",
+        mib(rss_kib(pid)?),
+        mib(status_kib(pid, "VmHWM:")?)
     );
-    println!("  peak RSS (VmHWM) over the whole run: {}", mib(status_kib(pid, "VmHWM:")?));
     stop_child(&mut child);
 
     // The real binary, when its `serve` command is wired.
@@ -535,20 +539,20 @@ async fn post_call(
     Ok(String::from_utf8(buffer[head_end..head_end + length].to_vec())?)
 }
 
-/// Opens idle connections (each has sent one request, so it has its framing chosen
-/// and its default session open), reads the daemon's RSS, and closes them.
+/// Opens idle connections (each has made one request, so it has its framing chosen and
+/// its default session open), reads the daemon's RSS, and closes them.
 async fn idle_connections_rss(socket: &Path, pid: u32, count: usize) -> anyhow::Result<(u64, f64)> {
     let before = rss_kib(pid)?;
     let mut connections = Vec::with_capacity(count);
     for index in 0..count {
         let stream = UnixStream::connect(socket).await?;
         let mut stream = BufReader::new(stream);
-        let request = format!(r#"{{"jsonrpc":"2.0","id":{index},"method":"daemon/status"}}"#);
+        let request = Workload::Noop.request(index as u64);
         stream.get_mut().write_all(format!("{request}\n").as_bytes()).await?;
         let mut line = String::new();
         tokio::time::timeout(STEP_TIMEOUT, stream.read_line(&mut line)).await??;
-        if !line.contains("\"result\"") {
-            bail!("daemon/status failed: {line}");
+        if !Workload::Noop.succeeded(index as u64, &line) {
+            bail!("a request on an idle connection failed: {line}");
         }
         connections.push(stream);
     }

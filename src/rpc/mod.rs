@@ -12,7 +12,7 @@ pub mod ws;
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 pub use connection::Connection;
@@ -85,30 +85,35 @@ pub async fn serve_lines<R, W>(
     let _ = writer_task.await;
 }
 
-/// Drains a connection's outbound queue into the writer, one line per message,
-/// flushing whenever the queue runs dry.
-async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver<String>) {
-    let mut writer = BufWriter::new(writer);
-    while let Some(line) = lines.recv().await {
-        if write_line(&mut writer, &line).await.is_err() {
-            return;
-        }
-        while let Ok(line) = lines.try_recv() {
-            if write_line(&mut writer, &line).await.is_err() {
-                return;
+/// Drains a connection's outbound queue into the writer, one line per message. A lone
+/// line goes out in one write; lines that queued up meanwhile are gathered (up to
+/// [`WRITE_BATCH`] bytes) into one. Nothing is kept between writes, so an idle
+/// connection holds no write buffer.
+async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: mpsc::Receiver<String>) {
+    while let Some(mut line) = lines.recv().await {
+        line.push('\n');
+        let written = if lines.is_empty() {
+            writer.write_all(line.as_bytes()).await
+        } else {
+            let mut batch = line.into_bytes();
+            while batch.len() < WRITE_BATCH {
+                let Ok(next) = lines.try_recv() else { break };
+                batch.extend_from_slice(next.as_bytes());
+                batch.push(b'\n');
             }
-        }
-        if writer.flush().await.is_err() {
+            writer.write_all(&batch).await
+        };
+        // A no-op on sockets; stdout needs it to hand the bytes on.
+        if written.is_err() || (lines.is_empty() && writer.flush().await.is_err()) {
             return;
         }
     }
     let _ = writer.flush().await;
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> std::io::Result<()> {
-    writer.write_all(line.as_bytes()).await?;
-    writer.write_all(b"\n").await
-}
+/// How many bytes of queued lines are gathered into one write: enough to carry a burst
+/// of events in one system call, small enough not to hold a large copy.
+const WRITE_BATCH: usize = 64 * 1024;
 
 /// One result of reading a line.
 #[derive(Debug, PartialEq, Eq)]
@@ -247,6 +252,21 @@ mod tests {
         assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"second".to_vec()));
         assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"last".to_vec()));
         assert_eq!(reader.next_line().await.unwrap(), Frame::Eof);
+    }
+
+    #[tokio::test]
+    async fn write_lines_writes_every_line_in_order_then_flushes() {
+        let (client, mut server) = tokio::io::duplex(1 << 20);
+        let (outbound, queue) = mpsc::channel(16);
+        for index in 0..10 {
+            outbound.send(format!("{{\"n\":{index}}}")).await.unwrap();
+        }
+        drop(outbound);
+        write_lines(client, queue).await;
+        let mut written = String::new();
+        server.read_to_string(&mut written).await.unwrap();
+        let expected: String = (0..10).map(|index| format!("{{\"n\":{index}}}\n")).collect();
+        assert_eq!(written, expected);
     }
 
     #[tokio::test]
