@@ -512,6 +512,10 @@ async fn serve_stops_on_daemon_shutdown() {
     // The WebSocket session ends with the daemon.
     within(async { while let Some(Ok(_)) = socket.next().await {} }).await;
     assert!(TcpStream::connect(server.addr).await.is_err());
+    // Every connection task and session the transport started has ended.
+    server.daemon.tasks().close();
+    within(server.daemon.tasks().wait()).await;
+    assert_eq!(server.daemon.connection_count(), 0);
 }
 
 #[tokio::test]

@@ -254,9 +254,9 @@ fn validate_name(name: &str) -> Result<(), TokenError> {
     if plain { Ok(()) } else { Err(TokenError::BadName(name.to_owned())) }
 }
 
-/// Compares a secret with a presented value in time that depends only on the secret's
-/// length: every byte is visited and the differences are folded together, never
-/// returning early.
+/// Compares a secret with a presented value without an early return: every byte of
+/// the secret is visited and the differences are folded together, so the time taken
+/// does not tell where the first difference is.
 fn constant_time_eq(secret: &[u8], presented: &[u8]) -> bool {
     let mut difference = secret.len() ^ presented.len();
     for (index, byte) in secret.iter().enumerate() {
@@ -321,6 +321,10 @@ struct Shared {
 #[derive(Clone)]
 struct Identity(String);
 
+/// The address a request came from, for the log.
+#[derive(Clone, Copy)]
+struct Peer(SocketAddr);
+
 /// A connection's slot under the connection cap. A WebSocket keeps a clone for its
 /// whole life, since it outlives the HTTP connection task that upgraded it.
 #[derive(Clone)]
@@ -356,7 +360,8 @@ async fn require_token(
         return unauthorized("Bearer realm=\"toolgate\"", "a bearer token is required\n");
     };
     let Some(name) = shared.tokens.authenticate(presented) else {
-        tracing::info!("request with an unknown bearer token refused");
+        let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
+        tracing::info!(?peer, "request with an unknown bearer token refused");
         return unauthorized(
             "Bearer realm=\"toolgate\", error=\"invalid_token\"",
             "the bearer token is not valid\n",
@@ -525,8 +530,9 @@ async fn too_many(_request: Request) -> Response {
 }
 
 /// Serves the TCP transport on `listener` until the daemon shuts down, then waits for
-/// its HTTP connections to finish (WebSocket sessions end through the daemon's own
-/// shutdown and are tracked by its task tracker).
+/// its HTTP connections to finish. Every connection task (and every WebSocket session)
+/// is also tracked by the daemon's task tracker, so a caller that stops this accept
+/// loop early (by dropping it) still finds them in the daemon's shutdown wait.
 pub async fn serve(
     daemon: Arc<Daemon>,
     listener: TcpListener,
@@ -566,20 +572,23 @@ pub async fn serve(
             let service = hyper::service::service_fn(move |request: HyperRequest| {
                 let mut request = request.map(Body::new);
                 request.extensions_mut().insert(slot.clone());
+                request.extensions_mut().insert(Peer(peer));
                 app.clone().oneshot(request)
             });
             let shutdown = shutdown.clone();
-            connections.spawn(serve_connection(stream, service, Admission::Served, shutdown));
+            let serving = serve_connection(stream, service, Admission::Served, shutdown);
+            tokio::spawn(connections.track_future(daemon.tasks().track_future(serving)));
         } else if let Ok(permit) = refusals.clone().try_acquire_owned() {
             tracing::debug!(%peer, "connection past the cap refused with 429");
             let service = hyper::service::service_fn(|request: HyperRequest| async move {
                 Ok::<_, Infallible>(too_many(request.map(Body::new)).await)
             });
             let shutdown = shutdown.clone();
-            connections.spawn(async move {
+            let refusing = async move {
                 serve_connection(stream, service, Admission::Refused, shutdown).await;
                 drop(permit);
-            });
+            };
+            tokio::spawn(connections.track_future(daemon.tasks().track_future(refusing)));
         } else {
             tracing::debug!(%peer, "connection past every cap closed unanswered");
             drop(stream);
