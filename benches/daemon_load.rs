@@ -217,7 +217,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("library daemon (this benchmark re-executed as a daemon, pid {pid})");
     println!("  startup to listening sockets: {}", millis(startup));
-    println!("  idle RSS: {}", mib(idle_rss));
+    println!("  idle RSS: {}", memory_breakdown(pid, idle_rss)?);
     let (with_idle, per_connection) =
         client.block_on(idle_connections_rss(&target.socket, pid, plan.idle_connections))?;
     println!(
@@ -566,7 +566,8 @@ async fn idle_connections_rss(socket: &Path, pid: u32, count: usize) -> anyhow::
 /// The real binary's numbers.
 struct Binary {
     startup: Duration,
-    idle_rss: u64,
+    /// Rendered with its breakdown while the process was alive.
+    idle_rss: String,
     idle_connections: usize,
     with_idle: u64,
     per_connection: f64,
@@ -577,7 +578,7 @@ impl Binary {
     fn print(&self) {
         println!("toolgate binary (`toolgate serve`, no configuration file)");
         println!("  startup to a listening socket: {}", millis(self.startup));
-        println!("  idle RSS: {}", mib(self.idle_rss));
+        println!("  idle RSS: {}", self.idle_rss);
         println!(
             "  RSS with {} idle unix connections: {} ({:.1} KiB per connection)",
             self.idle_connections,
@@ -633,7 +634,7 @@ async fn measure_binary(
     };
     let pid = child.id();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let idle_rss = rss_kib(pid)?;
+    let idle_rss = memory_breakdown(pid, rss_kib(pid)?)?;
     let (with_idle, per_connection) =
         idle_connections_rss(&socket, pid, plan.idle_connections).await?;
     let target = Target { socket, tcp: None, pid };
@@ -755,6 +756,18 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
         total += on_cpu.parse::<u64>().unwrap_or(0);
     }
     Ok(Duration::from_nanos(total))
+}
+
+/// `total (anonymous A, file F)`: file pages are the executable's code, which depends on
+/// the binary (this benchmark's own is larger than `toolgate`), anonymous ones are the
+/// daemon's data.
+fn memory_breakdown(pid: u32, total: u64) -> anyhow::Result<String> {
+    Ok(format!(
+        "{} (anonymous {}, file-backed {})",
+        mib(total),
+        mib(status_kib(pid, "RssAnon:")?),
+        mib(status_kib(pid, "RssFile:")?)
+    ))
 }
 
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
