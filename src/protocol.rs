@@ -4,6 +4,8 @@
 //! These types are the source of `proto/*.schema.json`; a test fails when the committed
 //! schemas drift from them. Editor plugins and remote agents read `proto/`, not Rust.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -11,6 +13,7 @@ use serde_json::Value;
 use crate::agent::{ApprovalDecision, ApprovalScope, Event};
 use crate::permission::{Explanation, Mode};
 use crate::tools::{Definition, Todo, ToolResult};
+use crate::upstream::UpstreamStatus;
 
 /// Method names, in one place.
 pub mod method {
@@ -112,6 +115,10 @@ pub struct ToolsListParams {
 pub struct ToolsListResult {
     /// Sorted by name; the session's allowlist and mode applied.
     pub tools: Vec<Definition>,
+    /// Where each listed tool comes from, by name: `builtin`, `mcp:<server>` (a
+    /// proxied MCP server) or `skill:<path>` (a skill file or folder).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, String>,
 }
 
 /// `tools/call`: one call, like MCP's. The result is the tool Result itself.
@@ -239,6 +246,9 @@ pub struct DaemonStatusResult {
     pub sessions: usize,
     pub calls_in_flight: usize,
     pub tools: usize,
+    /// The configured upstream MCP servers, by name.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamStatus>,
 }
 
 /// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).

@@ -16,7 +16,7 @@ use super::approval::{
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
 use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
-    CallContext, Decision, Explanation, Layer, Mode, Policy, ToolFacts, Verdict,
+    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, Policy, ToolFacts, Verdict,
 };
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, Registry, SessionControl, Todo,
@@ -27,13 +27,15 @@ use crate::tools::{
 /// (already intersected with what the client asked for).
 pub struct SessionOptions {
     pub id: String,
+    /// Who is on the other end (`uid:1000`, `token:ci`), for the audit log.
+    pub client: String,
     pub env: Env,
+    /// The configured rules, with the configured mode as the ceiling.
+    pub engine: PermissionEngine,
+    /// The mode asked for; restricted by the engine's ceiling.
     pub mode: Mode,
-    /// The most permissive mode this session may ever be in (the configured mode).
-    pub mode_ceiling: Mode,
     /// Empty = every tool; otherwise only these (system tools are always allowed).
     pub allowlist: Vec<String>,
-    pub policy: Arc<Policy>,
     pub hooks: Arc<Hooks>,
     pub approval_timeout: Duration,
     /// How many calls of this session may run at once.
@@ -50,6 +52,7 @@ pub struct SessionOptions {
 #[derive(Clone, Debug)]
 pub struct CallRecord {
     pub session_id: String,
+    pub client: String,
     pub call_id: String,
     pub tool: String,
     pub arguments: Value,
@@ -68,20 +71,18 @@ pub trait CallObserver: Send + Sync {
 
 /// The parts of a session that change at runtime, under one short lock.
 struct Mutable {
-    mode: Mode,
+    /// Rules, mode and the grants of "allow for this session" answers.
+    engine: PermissionEngine,
     allowlist: Vec<String>,
-    policy: Arc<Policy>,
     hooks: Arc<Hooks>,
-    /// Rules granted by "allow for this session" answers.
-    grants: Vec<String>,
     todos: Vec<Todo>,
 }
 
 pub struct Session {
     id: String,
+    client: String,
     registry: Arc<Registry>,
     env: Arc<Env>,
-    mode_ceiling: Mode,
     approval_timeout: Duration,
     state: Mutex<Mutable>,
     events: Arc<dyn EventSink>,
@@ -112,18 +113,18 @@ impl Session {
             env.session_id = options.id.clone();
             let control: Weak<dyn SessionControl> = weak.clone();
             env.control = Control::new(control);
+            let mut engine = options.engine;
+            engine.set_mode(options.mode);
             Session {
                 id: options.id,
+                client: options.client,
                 registry,
                 env: Arc::new(env),
-                mode_ceiling: options.mode_ceiling,
                 approval_timeout: options.approval_timeout,
                 state: Mutex::new(Mutable {
-                    mode: options.mode.restrict_to(options.mode_ceiling),
+                    engine,
                     allowlist: options.allowlist,
-                    policy: options.policy,
                     hooks: options.hooks,
-                    grants: Vec::new(),
                     todos: Vec::new(),
                 }),
                 events: options.events,
@@ -152,11 +153,16 @@ impl Session {
     }
 
     pub fn mode(&self) -> Mode {
-        self.lock().mode
+        self.lock().engine.mode()
     }
 
+    /// The configured mode: no request can make the session more permissive.
     pub fn mode_ceiling(&self) -> Mode {
-        self.mode_ceiling
+        self.lock().engine.configured_mode()
+    }
+
+    pub fn client(&self) -> &str {
+        &self.client
     }
 
     pub fn allowlist(&self) -> Vec<String> {
@@ -174,12 +180,11 @@ impl Session {
 
     /// Changes the mode, never beyond the ceiling. Returns the mode now in force.
     pub fn set_mode(&self, mode: Mode) -> Mode {
-        let mode = mode.restrict_to(self.mode_ceiling);
-        let changed = {
+        let (mode, changed) = {
             let mut state = self.lock();
-            let changed = state.mode != mode;
-            state.mode = mode;
-            changed
+            let before = state.engine.mode();
+            let mode = state.engine.set_mode(mode);
+            (mode, mode != before)
         };
         if changed {
             self.events.emit(Event::ModeChanged { session_id: self.id.clone(), mode });
@@ -192,10 +197,11 @@ impl Session {
         self.lock().allowlist = allowlist;
     }
 
-    /// Swaps rules and hooks (configuration reload); grants survive.
-    pub fn reload(&self, policy: Arc<Policy>, hooks: Arc<Hooks>) {
+    /// Swaps rules, the mode ceiling and hooks (configuration reload); session
+    /// grants survive and the mode is re-capped by the new ceiling.
+    pub fn reload(&self, policy: Policy, configured: Mode, hooks: Arc<Hooks>) {
         let mut state = self.lock();
-        state.policy = policy;
+        state.engine.reload(policy, configured);
         state.hooks = hooks;
     }
 
@@ -204,7 +210,7 @@ impl Session {
     pub fn definitions(&self) -> Vec<Definition> {
         let (allowlist, mode) = {
             let state = self.lock();
-            (state.allowlist.clone(), state.mode)
+            (state.allowlist.clone(), state.engine.mode())
         };
         let mut definitions = self.registry.definitions_filtered(&allowlist);
         if mode == Mode::Plan {
@@ -343,6 +349,7 @@ impl Session {
         if let Some(observer) = &self.observer {
             observer.call_finished(&CallRecord {
                 session_id: self.id.clone(),
+                client: self.client.clone(),
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 arguments: final_arguments,
@@ -541,7 +548,7 @@ impl Session {
                 format!("{} is not in this session's tool allowlist", definition.name),
             ));
         }
-        if state.mode == Mode::Plan && !definition.safety.is_read_only() {
+        if state.engine.mode() == Mode::Plan && !definition.safety.is_read_only() {
             return Some(ToolResult::failure(
                 ErrorType::ToolNotAllowed,
                 format!(
@@ -555,17 +562,9 @@ impl Session {
     }
 
     fn decide(&self, definition: &Definition, args: &Value) -> Decision {
-        let (policy, mode, grants) = {
-            let state = self.lock();
-            (state.policy.clone(), state.mode, state.grants.clone())
-        };
-        let facts = ToolFacts {
-            name: &definition.name,
-            safety: definition.safety,
-            system: definition.system,
-        };
-        let ctx = CallContext { cwd: &self.env.cwd, roots: &self.env.roots };
-        policy.decide(mode, &grants, &facts, args, &ctx)
+        // A clone is a few Arc bumps; deciding outside the lock keeps it short.
+        let engine = self.lock().engine.clone();
+        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env))
     }
 
     /// Puts a question to the approver and waits, bounded by the approval timeout and
@@ -580,9 +579,8 @@ impl Session {
     ) -> Result<Verdicts, (ToolResult, Verdicts)> {
         // A hook can make an allowed call ask; then no later grant settles it.
         let asked_by_rules = decision.verdict == Verdict::Ask;
+        let suggestions = decision.suggestions;
         let explanation = decision.explanation;
-        let policy = self.lock().policy.clone();
-        let suggestions = policy.suggestions(&definition.name, arguments);
         if self.mode() == Mode::DontAsk {
             let reason = format!(
                 "{} requires approval and the session is in dont_ask mode{}",
@@ -629,9 +627,7 @@ impl Session {
         match answer {
             Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. }) => {
                 if scope == ApprovalScope::Session {
-                    let grant =
-                        suggestions.first().cloned().unwrap_or_else(|| definition.name.clone());
-                    self.lock().grants.push(grant);
+                    self.grant_for_session(definition, &suggestions);
                 }
                 Ok(verdict("ask→allow", Some(explanation)))
             }
@@ -672,6 +668,22 @@ impl Session {
                 ),
                 verdict("ask→unavailable", Some(explanation)),
             )),
+        }
+    }
+
+    /// Remembers an "allow for this session" answer as session rules: the suggested
+    /// rules when there are any, else the bare tool name.
+    fn grant_for_session(&self, definition: &Definition, suggestions: &[String]) {
+        let mut state = self.lock();
+        let rules: Vec<&str> = if suggestions.is_empty() {
+            vec![definition.name.as_str()]
+        } else {
+            suggestions.iter().map(String::as_str).collect()
+        };
+        for rule in rules {
+            if let Err(err) = state.engine.add_session_rule(rule) {
+                tracing::warn!(session = %self.id, %err, "could not record a session grant");
+            }
         }
     }
 
@@ -762,7 +774,7 @@ impl SessionControl for Session {
         if self.mode() != Mode::Plan {
             return Err("the session is not in plan mode".to_owned());
         }
-        if !Mode::Default.within(self.mode_ceiling) {
+        if !Mode::Default.is_at_most(self.mode_ceiling()) {
             return Err("the configuration keeps this session in plan mode".to_owned());
         }
         let _gate = tokio::select! {

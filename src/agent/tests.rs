@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::hooks::{HookConfig, Hooks, OnError};
-use crate::permission::{Mode, Policy};
+use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::tools::{
     Call, Definition, Env, ErrorType, OutputStream, Registry, Safety, Tool, ToolContext, ToolResult,
 };
@@ -206,11 +206,11 @@ fn harness(setup: Setup) -> Harness {
         Arc::new(registry),
         SessionOptions {
             id: "s1".to_owned(),
+            client: "test".to_owned(),
             env: Env::for_root(dir.path()).unwrap(),
+            engine: PermissionEngine::new(Policy::default(), Mode::Bypass),
             mode: setup.mode,
-            mode_ceiling: Mode::Bypass,
             allowlist: setup.allowlist,
-            policy: Arc::new(Policy::default()),
             hooks: Arc::new(setup.hooks),
             approval_timeout: setup.approval_timeout,
             max_concurrent_calls: 8,

@@ -17,9 +17,10 @@ use self::approvals::{ApprovalHub, SessionBroker};
 use self::events::EventHub;
 use crate::agent::{CallObserver, Event, EventSink, Session, SessionOptions};
 use crate::hooks::Hooks;
-use crate::permission::{Mode, Policy};
+use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::protocol::{SessionInfo, SessionOpenParams};
 use crate::tools::{Env, EnvPolicy, Registry};
+use crate::upstream::{UpstreamStatus, Upstreams};
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
 /// reload; sessions keep their own copy of the parts they narrowed.
@@ -29,7 +30,8 @@ pub struct Settings {
     pub roots: Vec<PathBuf>,
     /// The configured mode: the default and the ceiling of every session.
     pub mode: Mode,
-    pub policy: Arc<Policy>,
+    /// The configured rules, compiled once and shared by every session.
+    pub policy: Policy,
     pub hooks: Arc<Hooks>,
     pub default_timeout: Duration,
     pub max_timeout: Duration,
@@ -48,7 +50,7 @@ impl Settings {
         Settings {
             roots,
             mode: Mode::Default,
-            policy: Arc::new(Policy::default()),
+            policy: Policy::default(),
             hooks: Arc::new(Hooks::default()),
             default_timeout: crate::tools::DEFAULT_TIMEOUT,
             max_timeout: crate::tools::MAX_TIMEOUT,
@@ -101,6 +103,8 @@ pub struct Daemon {
     connections: AtomicUsize,
     next_connection: AtomicU64,
     next_session: AtomicU64,
+    /// The upstream MCP servers, when the serving code started any (for status).
+    upstreams: std::sync::OnceLock<Arc<Upstreams>>,
 }
 
 impl Daemon {
@@ -121,6 +125,7 @@ impl Daemon {
             connections: AtomicUsize::new(0),
             next_connection: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
+            upstreams: std::sync::OnceLock::new(),
         });
         daemon.watch_registry();
         daemon
@@ -145,6 +150,16 @@ impl Daemon {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Lets `daemon/status` report the upstream MCP servers (set once, at start-up).
+    pub fn attach_upstreams(&self, upstreams: Arc<Upstreams>) {
+        let _ = self.upstreams.set(upstreams);
+    }
+
+    /// The state of every upstream MCP server (empty when none are configured).
+    pub fn upstreams(&self) -> Vec<UpstreamStatus> {
+        self.upstreams.get().map(|upstreams| upstreams.status()).unwrap_or_default()
     }
 
     pub fn settings(&self) -> Arc<Settings> {
@@ -193,7 +208,27 @@ impl Daemon {
     pub fn open_session(
         &self,
         owner: u64,
+        client: &str,
         params: &SessionOpenParams,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
+        let events = Arc::new(EventHub::new(self.settings().event_buffer));
+        let broker =
+            Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
+        self.open_session_with(owner, client, params, events.clone(), events, broker)
+    }
+
+    /// Opens a session whose events and permission questions go where the caller
+    /// says (the MCP face turns output into progress notifications and questions into
+    /// elicitations). The intersection with the configuration is the same as for
+    /// [`Daemon::open_session`]; `hub` is what `broadcast` reaches.
+    pub fn open_session_with(
+        &self,
+        owner: u64,
+        client: &str,
+        params: &SessionOpenParams,
+        hub: Arc<EventHub>,
+        events: Arc<dyn EventSink>,
+        approvals: Arc<dyn crate::agent::ApprovalBroker>,
     ) -> Result<Arc<SessionEntry>, SessionError> {
         if self.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
@@ -247,28 +282,25 @@ impl Daemon {
             control: Default::default(),
         };
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::Relaxed));
-        let events = Arc::new(EventHub::new(settings.event_buffer));
-        let broker =
-            Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
         let session = Session::new(
             self.registry.clone(),
             SessionOptions {
                 id: id.clone(),
+                client: client.to_owned(),
                 env,
+                engine: PermissionEngine::new(settings.policy.clone(), settings.mode),
                 mode: params.mode.unwrap_or(settings.mode),
-                mode_ceiling: settings.mode,
                 allowlist: params.allowlist.clone().unwrap_or_default(),
-                policy: settings.policy.clone(),
                 hooks: settings.hooks.clone(),
                 approval_timeout: settings.approval_timeout,
                 max_concurrent_calls: settings.max_calls_per_session,
-                events: events.clone(),
-                approvals: broker,
+                events,
+                approvals,
                 observer: self.observer.clone(),
                 cancel: self.shutdown.child_token(),
             },
         );
-        let entry = Arc::new(SessionEntry { session, events, owner });
+        let entry = Arc::new(SessionEntry { session, events: hub, owner });
         self.sessions.insert(id, entry.clone());
         Ok(entry)
     }
@@ -341,7 +373,7 @@ impl Daemon {
         *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             settings.clone();
         for entry in &self.sessions {
-            entry.session.reload(settings.policy.clone(), settings.hooks.clone());
+            entry.session.reload(settings.policy.clone(), settings.mode, settings.hooks.clone());
         }
     }
 

@@ -54,10 +54,12 @@ impl Connection {
         outbound: mpsc::Sender<String>,
     ) -> Result<Arc<Connection>, SessionError> {
         let guard = daemon.connect();
-        let default_session = daemon.open_session(guard.id, &SessionOpenParams::default())?;
+        let identity = identity.into();
+        let default_session =
+            daemon.open_session(guard.id, &identity, &SessionOpenParams::default())?;
         Ok(Arc::new(Connection {
             daemon: daemon.clone(),
-            identity: identity.into(),
+            identity,
             default_session,
             outbound,
             requests: DashMap::new(),
@@ -237,7 +239,16 @@ impl Connection {
             method::TOOLS_LIST => {
                 let params: ToolsListParams = jsonrpc::params(params)?;
                 let entry = self.session(params.session_id.as_deref())?;
-                to_value(&ToolsListResult { tools: entry.session.definitions() })
+                let tools = entry.session.definitions();
+                let registered = self.daemon.registry().sources();
+                let sources = tools
+                    .iter()
+                    .filter_map(|tool| {
+                        let source = registered.get(&tool.name)?;
+                        Some((tool.name.clone(), source.to_string()))
+                    })
+                    .collect();
+                to_value(&ToolsListResult { tools, sources })
             }
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
@@ -306,8 +317,10 @@ impl Connection {
             }
             method::SESSION_OPEN => {
                 let params: SessionOpenParams = jsonrpc::params(params)?;
-                let entry =
-                    self.daemon.open_session(self.guard.id, &params).map_err(session_error)?;
+                let entry = self
+                    .daemon
+                    .open_session(self.guard.id, &self.identity, &params)
+                    .map_err(session_error)?;
                 to_value(&self.daemon.info(&entry.session))
             }
             method::SESSION_UPDATE => {
@@ -351,6 +364,7 @@ impl Connection {
                 sessions: self.daemon.session_count(),
                 calls_in_flight: self.daemon.calls_in_flight(),
                 tools: self.daemon.registry().names().len(),
+                upstreams: self.daemon.upstreams(),
             }),
             other => {
                 Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}")))

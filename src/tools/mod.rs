@@ -13,6 +13,7 @@ pub mod builtin;
 pub mod fs;
 pub mod process;
 pub mod registry;
+pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-pub use registry::{RegisterError, Registry};
+pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
 /// Whether a tool can change anything outside itself.
 ///

@@ -1,1 +1,1163 @@
-//! SKELETON: spawning and process-tree supervision, filled in by the run_command work.
+//! Spawning commands and supervising their whole process tree, shared by run_command,
+//! command hooks and upstream servers.
+//!
+//! The promise this module keeps is that **no process started for a call outlives the
+//! call**: not on a normal exit that leaves `sleep 100 &` behind, not on a timeout or a
+//! cancellation, not when the caller's future is dropped, and not when the daemon
+//! itself dies — including children that call `setsid` or double-fork, which leave the
+//! process group and so escape a plain `killpg`.
+//!
+//! How: every command runs under a small per-call *supervisor*, which is this same
+//! binary re-executed in a hidden mode ([`SUPERVISE_ARG`]). Re-executing (rather than
+//! forking the multi-threaded daemon) keeps everything safe Rust. The supervisor
+//! 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
+//!    descendant re-parents to it instead of to init, and stays findable;
+//! 2. starts the command with the daemon-chosen cwd, environment and stdin, handing it
+//!    its own stdout and stderr (the daemon's pipes) directly;
+//! 3. when the command exits, or the daemon asks, or the daemon goes away, SIGKILLs
+//!    every process whose ancestry leads back to it (found by walking `/proc`), again
+//!    and again until none is left, reaping them all;
+//! 4. reports the command's exit status and that the tree is gone.
+//!
+//! The daemon talks to the supervisor over a Unix socket pair installed as the
+//! supervisor's stdin (`fd 0`). The daemon sends the command's stdin bytes, then
+//! nothing: closing (or shutting down) its end means "kill everything now". Because the
+//! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
+//! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
+//! supervisor answers with newline-terminated [`Report`] lines.
+//!
+//! The daemon side ([`run`]) reads stdout and stderr as they arrive, forwards every
+//! chunk (never splitting a UTF-8 character) to the live [`OutputSink`], keeps the head
+//! and the tail of each stream within the output budget, and enforces the deadline and
+//! the cancellation token.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::WaitStatus;
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
+
+/// The hidden first argument that turns the `toolgate` binary into a supervisor.
+pub const SUPERVISE_ARG: &str = "__supervise";
+
+/// The shell every [`Program::Shell`] command runs under. Fixed rather than `$SHELL`:
+/// the model writes POSIX shell, and permission rules parse it as such.
+pub const SHELL: &str = "/bin/sh";
+
+/// Size of one read from a child's pipe. 64 KiB matches the default Linux pipe
+/// capacity, so one read usually drains the pipe, and live chunks stay readable.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How long the daemon waits for the supervisor to confirm the tree is gone after it
+/// asked for a kill. Killing and reaping takes milliseconds; this bound only matters
+/// if something is stuck in the kernel (an uninterruptible sleep on a dead NFS mount),
+/// and keeps such a call from hanging forever.
+const SUPERVISOR_EXIT_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the daemon keeps reading stdout/stderr after the supervisor has reported.
+/// Every writer is dead by then, so the pipes close at once; the bound only protects
+/// against a descendant that escaped supervision (say, by handing the pipe to an
+/// unrelated process over a socket) holding a pipe open.
+const PIPE_DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The first and the longest pause between two sweeps of the supervisor's kill loop.
+/// A killed process vanishes from `/proc` within microseconds unless it is in an
+/// uninterruptible sleep; the backoff keeps such a wait from spinning a core.
+const KILL_SWEEP_FIRST_PAUSE: Duration = Duration::from_millis(1);
+const KILL_SWEEP_MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// Bytes of the supervisor's own stderr quoted when it fails to start a command; enough
+/// for an error line, not a flood.
+const HANDSHAKE_DETAIL_BYTES: usize = 1000;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// A shell command line, run as `/bin/sh -c LINE`.
+    Shell(String),
+    /// A program and its arguments, without a shell. A program name without a slash
+    /// is looked up in the `PATH` of the spec's environment.
+    Exec { program: OsString, args: Vec<OsString> },
+}
+
+impl Program {
+    fn argv(&self) -> Vec<OsString> {
+        match self {
+            Program::Shell(line) => vec![SHELL.into(), "-c".into(), line.into()],
+            Program::Exec { program, args } => {
+                let mut argv = Vec::with_capacity(args.len() + 1);
+                argv.push(program.clone());
+                argv.extend(args.iter().cloned());
+                argv
+            }
+        }
+    }
+
+    /// A short human rendering for error messages.
+    pub fn display(&self) -> String {
+        match self {
+            Program::Shell(_) => SHELL.to_owned(),
+            Program::Exec { program, .. } => program.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// What the command reads on stdin.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Stdin {
+    /// `/dev/null`: a read returns end-of-file at once, so nothing waits for input
+    /// that will never come.
+    #[default]
+    Closed,
+    /// These bytes, then end-of-file (hooks get their JSON this way).
+    Bytes(Vec<u8>),
+}
+
+/// Serializes the process-wide supervisor override; see [`Supervisor::install`].
+static INSTALLED_SUPERVISOR: RwLock<Option<PathBuf>> = RwLock::new(None);
+
+/// Where the supervisor binary lives.
+///
+/// In the daemon this is the daemon's own executable (`/proc/self/exe`, which keeps
+/// working even if the file on disk was replaced by an upgrade). Anything else that
+/// links the library — integration tests, most of all — must point it at a `toolgate`
+/// binary with [`Supervisor::install`] or per spec with [`Supervisor::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Supervisor {
+    program: PathBuf,
+}
+
+impl Supervisor {
+    pub fn new(program: impl Into<PathBuf>) -> Supervisor {
+        Supervisor { program: program.into() }
+    }
+
+    /// Sets the process-wide default supervisor binary (what [`Supervisor::current`]
+    /// returns from now on).
+    pub fn install(program: impl Into<PathBuf>) {
+        let mut installed =
+            INSTALLED_SUPERVISOR.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *installed = Some(program.into());
+    }
+
+    /// The installed supervisor binary, else this process's own executable.
+    pub fn current() -> Supervisor {
+        let installed =
+            INSTALLED_SUPERVISOR.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match installed.as_ref() {
+            Some(program) => Supervisor::new(program.clone()),
+            None => Supervisor::new("/proc/self/exe"),
+        }
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+}
+
+impl Default for Supervisor {
+    fn default() -> Supervisor {
+        Supervisor::current()
+    }
+}
+
+/// Everything needed to run one command under supervision.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub program: Program,
+    /// Absolute working directory of the command. Callers confine it to the session's
+    /// roots; the daemon's own cwd is never used.
+    pub cwd: PathBuf,
+    /// The command's complete environment: nothing else is inherited.
+    pub env: Vec<(String, String)>,
+    pub stdin: Stdin,
+    /// When to give up, measured from the start of [`run`]; `None` waits forever (the
+    /// cancel token still applies).
+    pub timeout: Option<Duration>,
+    /// Cancels the command: its whole tree is killed and [`run`] returns promptly.
+    pub cancel: CancellationToken,
+    /// Bytes of output kept, stdout and stderr together (head and tail of each).
+    pub output_cap: usize,
+    /// Receives every chunk of output as it arrives.
+    pub output: OutputSink,
+    pub supervisor: Supervisor,
+}
+
+impl Spec {
+    /// A spec with the defaults: empty environment, stdin closed, no timeout, a fresh
+    /// cancel token, the default output cap, no live output, the current supervisor.
+    pub fn new(program: Program, cwd: impl Into<PathBuf>) -> Spec {
+        Spec {
+            program,
+            cwd: cwd.into(),
+            env: Vec::new(),
+            stdin: Stdin::Closed,
+            timeout: None,
+            cancel: CancellationToken::new(),
+            output_cap: DEFAULT_MAX_OUTPUT_BYTES,
+            output: OutputSink::discard(),
+            supervisor: Supervisor::current(),
+        }
+    }
+}
+
+/// How the command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// It was terminated by this signal (number).
+    Signal(i32),
+}
+
+impl ExitStatus {
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+}
+
+/// One output stream as kept: the text (head, an omission marker, tail) and the byte
+/// counts behind it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// Lossily decoded UTF-8. When bytes were cut, the head and the tail are separated
+    /// by a line `... [N bytes omitted] ...`.
+    pub text: String,
+    /// Bytes the command wrote to this stream in total.
+    pub total_bytes: u64,
+    /// Bytes cut from the middle.
+    pub omitted_bytes: u64,
+}
+
+/// What happened to a supervised command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// `None` when the command never started (canceled first) or its status could
+    /// not be learned (the supervisor did not confirm the kill in time).
+    pub status: Option<ExitStatus>,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// The deadline passed and the tree was killed.
+    pub timed_out: bool,
+    /// The cancel token fired and the tree was killed.
+    pub canceled: bool,
+    pub duration: Duration,
+}
+
+impl Outcome {
+    pub fn truncated(&self) -> bool {
+        self.stdout.omitted_bytes > 0 || self.stderr.omitted_bytes > 0
+    }
+}
+
+/// Why a command could not be run at all (as opposed to running and failing).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("could not set up the command's control channel: {0}")]
+    Setup(#[source] std::io::Error),
+    #[error("could not start the process supervisor {}: {source}", program.display())]
+    StartSupervisor {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the process supervisor {} did not start the command{detail}", program.display())]
+    Handshake { program: PathBuf, detail: String },
+    #[error("could not start {program}: {message}")]
+    Spawn { program: String, message: String },
+    #[error("the process supervisor stopped before the command finished")]
+    SupervisorLost,
+}
+
+/// Runs one command under a supervisor and waits until it and everything it started
+/// are gone. A timeout or a cancellation is an [`Outcome`] (with the partial output),
+/// not an error. If this future is dropped early, the tree is killed all the same.
+pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
+    let started = Instant::now();
+    if spec.cancel.is_cancelled() {
+        return Ok(Outcome {
+            status: None,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            timed_out: false,
+            canceled: true,
+            duration: started.elapsed(),
+        });
+    }
+    let deadline = spec.timeout.map(|timeout| started + timeout);
+
+    let (daemon_end, supervisor_end) = UnixStream::pair().map_err(ProcessError::Setup)?;
+    daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
+    let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
+    let payload = match &spec.stdin {
+        Stdin::Closed => None,
+        Stdin::Bytes(bytes) => Some(bytes.clone()),
+    };
+
+    let mut child = {
+        let mut command = tokio::process::Command::new(spec.supervisor.program());
+        command
+            .arg0("toolgate-supervise")
+            .arg(SUPERVISE_ARG)
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .arg("--cwd")
+            .arg(&spec.cwd);
+        if let Some(bytes) = &payload {
+            command.arg("--stdin-bytes").arg(bytes.len().to_string());
+        }
+        command
+            .arg("--")
+            .args(spec.program.argv())
+            .env_clear()
+            .envs(spec.env.iter().map(|(name, value)| (name, value)))
+            .current_dir("/")
+            .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group: a terminal's signals aimed at the daemon's group
+            // must not hit commands, the daemon decides when they die. No
+            // `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
+            // orphans would escape to init. Dropping the control socket is the kill.
+            .process_group(0);
+        command.spawn().map_err(|source| ProcessError::StartSupervisor {
+            program: spec.supervisor.program().to_owned(),
+            source,
+        })?
+        // `command` is dropped here, and with it the daemon's copy of the
+        // supervisor's socket end: from now on only the supervisor holds it.
+    };
+    let mut guard = TreeGuard { supervisor: child.id().and_then(pid_from_u32) };
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
+    };
+
+    let mut stdout_capture = Capture::new(spec.output_cap);
+    let mut stderr_capture = Capture::new(spec.output_cap);
+    let control_finished = CancellationToken::new();
+    let (control_outcome, ()) = tokio::join!(
+        async {
+            let outcome = drive_control(control, payload, &spec.cancel, deadline).await;
+            control_finished.cancel();
+            outcome
+        },
+        async {
+            let pumps = async {
+                tokio::join!(
+                    pump(stdout, OutputStream::Stdout, &mut stdout_capture, &spec.output),
+                    pump(stderr, OutputStream::Stderr, &mut stderr_capture, &spec.output),
+                )
+            };
+            let grace = async {
+                control_finished.cancelled().await;
+                tokio::time::sleep(PIPE_DRAIN_GRACE).await;
+            };
+            tokio::select! {
+                _ = pumps => {}
+                () = grace => {
+                    tracing::warn!("output pipes still open after the command tree was killed");
+                }
+            }
+        },
+    );
+
+    if control_outcome.finished {
+        // The supervisor exits right after its last report.
+        match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
+            Ok(_) => guard.disarm(),
+            Err(_) => tracing::warn!("the process supervisor did not exit after its report"),
+        }
+    }
+    drop(guard);
+
+    if let Some(message) = control_outcome.spawn_error {
+        return Err(ProcessError::Spawn { program: spec.program.display(), message });
+    }
+    let killed = control_outcome.timed_out || control_outcome.canceled;
+    if !control_outcome.spawned && !killed {
+        let detail = handshake_detail(&stderr_capture);
+        return Err(ProcessError::Handshake {
+            program: spec.supervisor.program().to_owned(),
+            detail,
+        });
+    }
+    if !control_outcome.finished && !killed {
+        return Err(ProcessError::SupervisorLost);
+    }
+
+    let (stdout_budget, stderr_budget) =
+        split_budget(spec.output_cap, stdout_capture.total, stderr_capture.total);
+    Ok(Outcome {
+        status: control_outcome.status,
+        stdout: stdout_capture.render(stdout_budget),
+        stderr: stderr_capture.render(stderr_budget),
+        timed_out: control_outcome.timed_out,
+        canceled: control_outcome.canceled,
+        duration: started.elapsed(),
+    })
+}
+
+/// Kills the supervisor's descendants if [`run`] ends without the supervisor having
+/// confirmed the tree is gone — above all when the future is dropped mid-call. The
+/// closing control socket makes the supervisor finish the job; this sweep makes the
+/// kill synchronous with the drop instead of a few milliseconds later.
+struct TreeGuard {
+    supervisor: Option<Pid>,
+}
+
+impl TreeGuard {
+    fn disarm(&mut self) {
+        self.supervisor = None;
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        // The supervisor is our unreaped child, so its pid cannot have been reused.
+        if let Some(supervisor) = self.supervisor {
+            signal_descendants(supervisor);
+        }
+    }
+}
+
+fn pid_from_u32(pid: u32) -> Option<Pid> {
+    i32::try_from(pid).ok().map(Pid::from_raw)
+}
+
+/// The supervisor's stderr before it started anything: its complaint, if any.
+fn handshake_detail(stderr: &Capture) -> String {
+    let text = String::from_utf8_lossy(&stderr.head);
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    let mut end = text.len().min(HANDSHAKE_DETAIL_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(": {}", &text[..end])
+}
+
+/// What the daemon learned over the control socket.
+#[derive(Debug, Default)]
+struct ControlOutcome {
+    spawned: bool,
+    spawn_error: Option<String>,
+    status: Option<ExitStatus>,
+    /// The supervisor reported that the whole tree is gone.
+    finished: bool,
+    timed_out: bool,
+    canceled: bool,
+}
+
+/// Talks to the supervisor: sends the stdin payload, turns the deadline and the
+/// cancel token into a kill request, and collects the reports until the supervisor
+/// says it is done (or goes away).
+async fn drive_control(
+    control: tokio::net::UnixStream,
+    payload: Option<Vec<u8>>,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+) -> ControlOutcome {
+    let (reader, writer) = control.into_split();
+    let mut writer = Some(writer);
+    let mut lines = BufReader::new(reader).lines();
+    let mut outcome = ControlOutcome::default();
+    let deadline_passed = sleep_until_opt(deadline);
+    tokio::pin!(deadline_passed);
+    let mut kill_requested_at: Option<Instant> = None;
+
+    if let (Some(bytes), Some(sink)) = (payload, writer.as_mut()) {
+        tokio::select! {
+            res = sink.write_all(&bytes) => {
+                // A failed write means the supervisor is gone; the read below sees it.
+                if let Err(err) = res {
+                    tracing::debug!(%err, "could not hand stdin to the supervisor");
+                }
+            }
+            () = cancel.cancelled() => {
+                outcome.canceled = true;
+                request_kill(&mut writer).await;
+                kill_requested_at = Some(Instant::now());
+            }
+            () = &mut deadline_passed => {
+                outcome.timed_out = true;
+                request_kill(&mut writer).await;
+                kill_requested_at = Some(Instant::now());
+            }
+        }
+    }
+
+    loop {
+        let give_up = sleep_until_opt(kill_requested_at.map(|at| at + SUPERVISOR_EXIT_GRACE));
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => match Report::parse(&line) {
+                    Some(Report::Spawned(_)) => outcome.spawned = true,
+                    Some(Report::SpawnError(message)) => outcome.spawn_error = Some(message),
+                    Some(Report::Exited(status)) => outcome.status = Some(status),
+                    Some(Report::Done) => {
+                        outcome.finished = true;
+                        break;
+                    }
+                    None => tracing::warn!(%line, "unexpected line from the process supervisor"),
+                },
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::warn!(%err, "lost the process supervisor's control channel");
+                    break;
+                }
+            },
+            () = cancel.cancelled(), if kill_requested_at.is_none() => {
+                outcome.canceled = true;
+                request_kill(&mut writer).await;
+                kill_requested_at = Some(Instant::now());
+            }
+            () = &mut deadline_passed, if kill_requested_at.is_none() => {
+                outcome.timed_out = true;
+                request_kill(&mut writer).await;
+                kill_requested_at = Some(Instant::now());
+            }
+            () = give_up => {
+                tracing::warn!("the process supervisor did not confirm the kill in time");
+                break;
+            }
+        }
+    }
+    outcome
+}
+
+/// Shuts down the daemon's side of the control socket: the supervisor reads
+/// end-of-file and kills the whole tree.
+async fn request_kill(writer: &mut Option<tokio::net::unix::OwnedWriteHalf>) {
+    if let Some(mut half) = writer.take() {
+        if let Err(err) = half.shutdown().await {
+            tracing::debug!(%err, "shutting down the control socket failed");
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads one output stream to its end, keeping what the budget allows and forwarding
+/// every chunk to the live sink.
+async fn pump<R: AsyncRead + Unpin>(
+    mut reader: R,
+    stream: OutputStream,
+    capture: &mut Capture,
+    sink: &OutputSink,
+) {
+    let mut decoder = Utf8Chunker::default();
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                tracing::debug!(%err, ?stream, "reading command output failed");
+                break;
+            }
+        };
+        let chunk = &buf[..n];
+        capture.push(chunk);
+        if sink.is_active() {
+            let text = decoder.push(chunk);
+            if !text.is_empty() {
+                sink.emit(stream, &text);
+            }
+        }
+    }
+    if sink.is_active() {
+        let rest = decoder.finish();
+        if !rest.is_empty() {
+            sink.emit(stream, &rest);
+        }
+    }
+}
+
+/// Turns a byte stream cut at arbitrary points into text chunks that never split a
+/// UTF-8 character: an incomplete sequence at the end of a chunk is carried over to
+/// the next one; bytes that can never be valid become U+FFFD.
+#[derive(Debug, Default)]
+struct Utf8Chunker {
+    pending: Vec<u8>,
+}
+
+impl Utf8Chunker {
+    fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut text = String::with_capacity(self.pending.len());
+        let mut start = 0;
+        loop {
+            match std::str::from_utf8(&self.pending[start..]) {
+                Ok(valid) => {
+                    text.push_str(valid);
+                    start = self.pending.len();
+                    break;
+                }
+                Err(err) => {
+                    let valid_end = start + err.valid_up_to();
+                    text.push_str(&String::from_utf8_lossy(&self.pending[start..valid_end]));
+                    match err.error_len() {
+                        Some(invalid_len) => {
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            start = valid_end + invalid_len;
+                        }
+                        // An incomplete character at the end: wait for the rest.
+                        None => {
+                            start = valid_end;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending.drain(..start);
+        text
+    }
+
+    /// Whatever is still pending when the stream ends (an incomplete character that
+    /// will never be completed becomes U+FFFD).
+    fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
+}
+
+/// One stream's kept bytes: the head as it came, and a sliding window over the tail.
+///
+/// Each stream keeps up to the *whole* cap (half head, half tail) while the command
+/// runs, because how the cap is shared between stdout and stderr is only known at
+/// the end (a quiet stderr leaves its share to stdout); see [`split_budget`].
+#[derive(Debug)]
+struct Capture {
+    head_limit: usize,
+    tail_limit: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Capture {
+        Capture {
+            head_limit: cap.div_ceil(2),
+            tail_limit: cap / 2,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_room = self.head_limit - self.head.len();
+        let (to_head, rest) = bytes.split_at(head_room.min(bytes.len()));
+        self.head.extend_from_slice(to_head);
+        if rest.len() >= self.tail_limit {
+            self.tail.clear();
+            self.tail.extend(&rest[rest.len() - self.tail_limit..]);
+        } else {
+            self.tail.extend(rest);
+            let excess = self.tail.len().saturating_sub(self.tail_limit);
+            self.tail.drain(..excess);
+        }
+    }
+
+    /// The stream within `budget` bytes (at most the cap given to [`Capture::new`]):
+    /// all of it if it fits, else its first and last bytes around an omission marker.
+    /// Cuts never split a UTF-8 character; the marker counts exactly the bytes cut.
+    fn render(&self, budget: usize) -> Captured {
+        let tail = self.tail.iter().copied().collect::<Vec<u8>>();
+        let complete = (self.head.len() + tail.len()) as u64 == self.total;
+        let head_want = budget.div_ceil(2);
+        let tail_want = budget / 2;
+        let joined;
+        let (head_part, tail_part): (&[u8], &[u8]) = if complete {
+            // Nothing was dropped yet: head and tail are contiguous.
+            joined = [self.head.as_slice(), tail.as_slice()].concat();
+            if joined.len() <= budget {
+                return Captured {
+                    text: String::from_utf8_lossy(&joined).into_owned(),
+                    total_bytes: self.total,
+                    omitted_bytes: 0,
+                };
+            }
+            (&joined[..head_want], &joined[joined.len() - tail_want..])
+        } else {
+            // Bytes were dropped, so head and tail are full, and the budget (at most
+            // the cap) fits in them.
+            let head_end = head_want.min(self.head.len());
+            let tail_start = tail.len().saturating_sub(tail_want);
+            (&self.head[..head_end], &tail[tail_start..])
+        };
+        let head_part = &head_part[..utf8_cut_before(head_part)];
+        let tail_part = &tail_part[utf8_skip_continuation(tail_part)..];
+        let omitted = self.total - head_part.len() as u64 - tail_part.len() as u64;
+        let mut text = String::from_utf8_lossy(head_part).into_owned();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        let _ = writeln!(text, "... [{omitted} bytes omitted] ...");
+        text.push_str(&String::from_utf8_lossy(tail_part));
+        Captured { text, total_bytes: self.total, omitted_bytes: omitted }
+    }
+}
+
+/// The length of `bytes` without a UTF-8 character cut off at its end.
+fn utf8_cut_before(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    // A character is at most 4 bytes: look for its lead byte among the last 4.
+    for back in 1..=len.min(4) {
+        let idx = len - back;
+        let byte = bytes[idx];
+        if byte & 0b1100_0000 == 0b1000_0000 {
+            continue; // a continuation byte: keep looking for the lead
+        }
+        let char_len = match byte {
+            0x00..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return len, // not UTF-8 at all: cut where asked
+        };
+        return if idx + char_len > len { idx } else { len };
+    }
+    len
+}
+
+/// How many leading continuation bytes (the rest of a character whose start was cut
+/// off) to drop; at most 3.
+fn utf8_skip_continuation(bytes: &[u8]) -> usize {
+    bytes.iter().take(3).take_while(|byte| *byte & 0b1100_0000 == 0b1000_0000).count()
+}
+
+/// Shares `cap` bytes between stdout and stderr: both whole if they fit; otherwise a
+/// stream smaller than half keeps all of it and the other gets the rest; otherwise
+/// half each.
+fn split_budget(cap: usize, stdout_total: u64, stderr_total: u64) -> (usize, usize) {
+    let cap_u64 = cap as u64;
+    if stdout_total.saturating_add(stderr_total) <= cap_u64 {
+        // Both fit, so both are at most `cap` and convert losslessly.
+        return (stdout_total as usize, stderr_total as usize);
+    }
+    let half = cap / 2;
+    if stdout_total <= half as u64 {
+        let stdout_budget = stdout_total as usize;
+        return (stdout_budget, cap - stdout_budget);
+    }
+    if stderr_total <= half as u64 {
+        let stderr_budget = stderr_total as usize;
+        return (cap - stderr_budget, stderr_budget);
+    }
+    (cap - half, half)
+}
+
+/// One line the supervisor sends the daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Report {
+    /// The command started with this pid.
+    Spawned(u32),
+    /// The command could not be started; nothing is running.
+    SpawnError(String),
+    /// The command itself ended this way.
+    Exited(ExitStatus),
+    /// The command and every descendant are gone and reaped; the supervisor exits.
+    Done,
+}
+
+impl Report {
+    fn to_line(&self) -> String {
+        match self {
+            Report::Spawned(pid) => format!("spawned {pid}\n"),
+            // One line: the message must not be able to forge another report.
+            Report::SpawnError(message) => {
+                format!("spawn-error {}\n", message.replace(['\n', '\r'], " "))
+            }
+            Report::Exited(ExitStatus::Code(code)) => format!("exit code {code}\n"),
+            Report::Exited(ExitStatus::Signal(signal)) => format!("exit signal {signal}\n"),
+            Report::Done => "done\n".to_owned(),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Report> {
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "spawned" => rest.parse().ok().map(Report::Spawned),
+            "spawn-error" => Some(Report::SpawnError(rest.to_owned())),
+            "exit" => match rest.split_once(' ')? {
+                ("code", code) => {
+                    code.parse().ok().map(|code| Report::Exited(ExitStatus::Code(code)))
+                }
+                ("signal", signal) => {
+                    signal.parse().ok().map(|signal| Report::Exited(ExitStatus::Signal(signal)))
+                }
+                _ => None,
+            },
+            "done" if rest.is_empty() => Some(Report::Done),
+            _ => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The supervisor process.
+
+/// Runs the supervisor if this process was started as one (`argv[1]` is
+/// [`SUPERVISE_ARG`]), returning its exit code; `None` otherwise. The `toolgate`
+/// binary calls this first thing in `main`.
+pub fn supervise_if_requested() -> Option<i32> {
+    let mut args = std::env::args_os();
+    let _program = args.next();
+    if args.next().as_deref() != Some(OsStr::new(SUPERVISE_ARG)) {
+        return None;
+    }
+    Some(supervise_main(args))
+}
+
+/// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
+/// `[--parent PID] [--cwd DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
+/// control socket as stdin. Returns the process exit code.
+pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let args = match SuperviseArgs::parse(args) {
+        Ok(args) => args,
+        Err(message) => {
+            // Goes to the daemon's stderr pipe, which it quotes in its error.
+            eprintln!("toolgate {SUPERVISE_ARG}: {message}");
+            return 2;
+        }
+    };
+    match supervise(args) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("toolgate {SUPERVISE_ARG}: {err}");
+            1
+        }
+    }
+}
+
+/// The supervisor's command line.
+#[derive(Debug, PartialEq, Eq)]
+struct SuperviseArgs {
+    /// The daemon's pid: if the supervisor's parent is already someone else when it
+    /// starts, the daemon died before the death signal was armed.
+    parent: Option<i32>,
+    cwd: Option<PathBuf>,
+    /// Bytes of stdin payload to read from the control socket before starting.
+    stdin_bytes: Option<usize>,
+    argv: Vec<OsString>,
+}
+
+impl SuperviseArgs {
+    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
+        let mut args = args.into_iter();
+        let mut parsed = SuperviseArgs { parent: None, cwd: None, stdin_bytes: None, argv: vec![] };
+        loop {
+            let Some(arg) = args.next() else {
+                return Err("missing `--` before the command".to_owned());
+            };
+            let arg = arg.to_str().map(str::to_owned).ok_or("option is not UTF-8")?;
+            match arg.as_str() {
+                "--" => break,
+                "--parent" => parsed.parent = Some(parse_number(args.next(), "--parent")?),
+                "--stdin-bytes" => {
+                    parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
+                }
+                "--cwd" => {
+                    let dir = args.next().ok_or("--cwd needs a value")?;
+                    parsed.cwd = Some(PathBuf::from(dir));
+                }
+                other => return Err(format!("unknown option {other:?}")),
+            }
+        }
+        parsed.argv = args.collect();
+        if parsed.argv.is_empty() {
+            return Err("no command given".to_owned());
+        }
+        Ok(parsed)
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(value: Option<OsString>, option: &str) -> Result<T, String> {
+    value
+        .as_deref()
+        .and_then(OsStr::to_str)
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| format!("{option} needs a number"))
+}
+
+/// Why the supervisor itself failed (as opposed to the command).
+#[derive(Debug, thiserror::Error)]
+enum SuperviseError {
+    #[error("{what}: {source}")]
+    Sys { what: &'static str, source: Errno },
+    #[error("{what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+}
+
+/// The signals that make the supervisor kill the tree: the daemon's death signal
+/// (SIGTERM) and whatever an operator might send it.
+fn kill_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
+        set.add(signal);
+    }
+    set
+}
+
+fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
+    // Block the kill signals before anything else so that they are only ever taken
+    // by the signal thread below (threads inherit the mask; the command does not,
+    // the standard library resets it when spawning).
+    let signals = kill_signals();
+    signals.thread_block().map_err(|source| SuperviseError::Sys { what: "sigmask", source })?;
+    // The death signal is SIGTERM, not SIGKILL: a SIGKILLed supervisor could not kill
+    // the tree, and its orphans would escape to init.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
+        .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
+    if let Some(parent) = args.parent {
+        if nix::unistd::getppid() != Pid::from_raw(parent) {
+            return Ok(()); // the daemon is already gone: start nothing
+        }
+    }
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
+
+    let control = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(UnixStream::from)
+        .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
+    let payload = match args.stdin_bytes {
+        None => None,
+        Some(len) => {
+            let mut bytes = vec![0u8; len];
+            if (&control).read_exact(&mut bytes).is_err() {
+                return Ok(()); // the daemon gave up before the command started
+            }
+            Some(bytes)
+        }
+    };
+
+    let mut command = std::process::Command::new(&args.argv[0]);
+    command.args(&args.argv[1..]);
+    if let Some(cwd) = &args.cwd {
+        command.current_dir(cwd);
+    }
+    command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            let message = match &args.cwd {
+                Some(cwd) if !cwd.is_dir() => format!("{err} (in {})", cwd.display()),
+                _ => err.to_string(),
+            };
+            send_report(&control, &Report::SpawnError(message));
+            return Ok(());
+        }
+    };
+    send_report(&control, &Report::Spawned(child.id()));
+    let command_pid = pid_from_u32(child.id());
+    let own_pid = nix::unistd::getpid();
+
+    if let (Some(bytes), Some(mut stdin)) = (payload, child.stdin.take()) {
+        // Fails with EPIPE if the command stops reading, which is its right.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&bytes);
+        });
+    }
+    let control_reader = control
+        .try_clone()
+        .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
+    std::thread::spawn(move || {
+        wait_for_kill_request(control_reader);
+        kill_tree(own_pid);
+    });
+    std::thread::spawn(move || {
+        if signals.wait().is_ok() {
+            kill_tree(own_pid);
+        }
+    });
+
+    let status = reap_until_alone(command_pid, own_pid);
+    if let Some(status) = status {
+        send_report(&control, &Report::Exited(status));
+    }
+    send_report(&control, &Report::Done);
+    Ok(())
+}
+
+fn send_report(control: &UnixStream, report: &Report) {
+    // A failed write means the daemon is gone, which the reader thread notices too.
+    let _ = (&*control).write_all(report.to_line().as_bytes());
+}
+
+/// Blocks until the daemon closes its end of the control socket (or sends anything
+/// after the payload, which is reserved to mean the same).
+fn wait_for_kill_request(mut control: UnixStream) {
+    let mut buf = [0u8; 64];
+    loop {
+        match control.read(&mut buf) {
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Reaps children (the command and every orphan re-parented to us) until there are
+/// none. When the command exits, whatever it left behind is killed. Returns how the
+/// command ended.
+fn reap_until_alone(command: Option<Pid>, own_pid: Pid) -> Option<ExitStatus> {
+    let mut status = None;
+    loop {
+        match nix::sys::wait::wait() {
+            Ok(WaitStatus::Exited(pid, code)) if Some(pid) == command => {
+                status = Some(ExitStatus::Code(code));
+                kill_tree(own_pid);
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if Some(pid) == command => {
+                status = Some(ExitStatus::Signal(signal as i32));
+                kill_tree(own_pid);
+            }
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(Errno::ECHILD) => return status,
+            Err(err) => {
+                // Cannot happen for `wait` with valid arguments; never leave a tree.
+                eprintln!("toolgate {SUPERVISE_ARG}: wait failed: {err}");
+                kill_tree(own_pid);
+                return status;
+            }
+        }
+    }
+}
+
+/// SIGKILLs every descendant of `root`, sweep after sweep, until none is alive.
+fn kill_tree(root: Pid) {
+    let mut pause = KILL_SWEEP_FIRST_PAUSE;
+    while signal_descendants(root) > 0 {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(KILL_SWEEP_MAX_PAUSE);
+    }
+}
+
+/// One sweep: sends SIGKILL to every current descendant of `root` and returns how
+/// many of them were alive (not yet zombies).
+fn signal_descendants(root: Pid) -> usize {
+    let table = read_process_table();
+    let family = descendants(&table, root.as_raw());
+    let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
+    members.insert(root.as_raw());
+    let mut alive = 0;
+    for entry in &family {
+        if kill_verified(entry.pid, &members) && !entry.zombie {
+            alive += 1;
+        }
+    }
+    alive
+}
+
+/// SIGKILLs `pid` if it is still a member of the family. A pidfd pins the process
+/// first, so that a pid reused since the scan can never hit an unrelated process.
+/// Returns whether a signal was sent.
+fn kill_verified(pid: i32, members: &HashSet<i32>) -> bool {
+    let Some(target) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    match rustix::process::pidfd_open(target, rustix::process::PidfdFlags::empty()) {
+        Ok(pidfd) => {
+            let still_ours = read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
+            still_ours
+                && rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL).is_ok()
+        }
+        Err(rustix::io::Errno::SRCH) => false,
+        // Kernels before 5.3 have no pidfd: a plain kill, with the (tiny) reuse race.
+        Err(_) => {
+            let still_ours = read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
+            still_ours && nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+        }
+    }
+}
+
+/// What `/proc/PID/stat` says about one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ProcEntry {
+    pid: i32,
+    ppid: i32,
+    /// Dead and waiting to be reaped (state `Z`, or `X` while being reaped).
+    zombie: bool,
+}
+
+fn read_process_table() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let name = entry.ok()?.file_name();
+        let pid: i32 = name.to_str()?.parse().ok()?;
+        read_stat(pid)
+    })
+    .collect()
+}
+
+fn read_stat(pid: i32) -> Option<ProcEntry> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Parses `PID (COMM) STATE PPID ...`. The command name may contain spaces and
+/// parentheses, so the fields are found after its *last* `)`.
+fn parse_stat(text: &str) -> Option<ProcEntry> {
+    let (pid, _) = text.split_once(' ')?;
+    let pid = pid.parse().ok()?;
+    let after_comm = &text[text.rfind(')')? + 1..];
+    let mut fields = after_comm.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(ProcEntry { pid, ppid, zombie: matches!(state, "Z" | "X" | "x") })
+}
+
+/// Every entry whose chain of parents leads to `root` (excluding `root`).
+fn descendants(table: &[ProcEntry], root: i32) -> Vec<ProcEntry> {
+    let mut children: HashMap<i32, Vec<&ProcEntry>> = HashMap::new();
+    for entry in table {
+        children.entry(entry.ppid).or_default().push(entry);
+    }
+    let mut found = Vec::new();
+    let mut seen = HashSet::from([root]);
+    let mut queue = vec![root];
+    while let Some(parent) = queue.pop() {
+        for child in children.get(&parent).into_iter().flatten() {
+            if seen.insert(child.pid) {
+                found.push(**child);
+                queue.push(child.pid);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+#[path = "process_tests.rs"]
+mod tests;

@@ -5,9 +5,15 @@
 //! unknown name, JSON validity, JSON Schema validity, Env defaults, the effective
 //! deadline, cancellation versus timeout, panic isolation, and finally stamping the
 //! tool name and call id on the result. No other code path runs a tool.
+//!
+//! Every entry remembers where it came from ([`ToolSource`]): the built-ins, a proxied
+//! MCP server, or a skill file. Hot reload goes through [`Registry::sync`] and
+//! [`Registry::register_or_replace`], which only ever replace or remove what the same
+//! source owns, so a skill can never shadow a built-in or a proxied tool.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -29,6 +35,69 @@ pub enum RegisterError {
     Duplicate(String),
     #[error("the input schema of {name:?} is not a valid JSON Schema: {reason}")]
     InvalidSchema { name: String, reason: String },
+    /// Hot reload tried to replace a tool that another source registered.
+    #[error("the name {name:?} is taken by a tool from {owner}")]
+    Taken { name: String, owner: ToolSource },
+    /// A sync was handed a tool of another family of sources (a programming error).
+    #[error("{name:?} comes from {from}, outside the family being synced")]
+    Foreign { name: String, from: ToolSource },
+}
+
+/// Where a registered tool came from; shown to clients next to `tools/list` so that a
+/// user can tell a built-in from a proxied or a skill tool of a similar name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolSource {
+    /// Compiled into toolgate (the built-ins and the system tools).
+    Builtin,
+    /// Proxied from the configured MCP server of that name.
+    Mcp(String),
+    /// Declared by the skill file (or `SKILL.md` folder) at that path.
+    Skill(PathBuf),
+}
+
+impl ToolSource {
+    /// Whether two sources belong to the same reloadable family: every skill belongs
+    /// to one family (a skill may move from one file to another), each MCP server is
+    /// its own, and the built-ins are never reloaded.
+    pub fn same_family(&self, other: &ToolSource) -> bool {
+        match (self, other) {
+            (ToolSource::Builtin, ToolSource::Builtin) => true,
+            (ToolSource::Mcp(a), ToolSource::Mcp(b)) => a == b,
+            (ToolSource::Skill(_), ToolSource::Skill(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolSource::Builtin => f.write_str("builtin"),
+            ToolSource::Mcp(server) => write!(f, "mcp:{server}"),
+            ToolSource::Skill(path) => write!(f, "skill:{}", path.display()),
+        }
+    }
+}
+
+/// What one [`Registry::sync`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Names newly registered.
+    pub added: Vec<String>,
+    /// Names whose definition (or source) changed.
+    pub changed: Vec<String>,
+    /// Names removed because the source no longer offers them.
+    pub removed: Vec<String>,
+    /// Tools that were not registered, with the reason (taken by another source,
+    /// invalid schema, blank name, offered twice).
+    pub refused: Vec<(String, RegisterError)>,
+}
+
+impl SyncReport {
+    /// Whether the visible set of tools changed (a `tools_list_changed` was sent).
+    pub fn changed_anything(&self) -> bool {
+        !(self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty())
+    }
 }
 
 /// A registered tool with its compiled argument validator.
@@ -36,6 +105,7 @@ pub enum RegisterError {
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: Arc<jsonschema::Validator>,
+    source: ToolSource,
 }
 
 /// The catalogue. Cheap to share behind an `Arc`; lookups take a short read lock that
@@ -81,7 +151,7 @@ impl Registry {
     /// Adds a tool. Rejects a missing tool, a blank name, a duplicate name and an
     /// input schema that does not compile; never silently overrides.
     pub fn register(&self, tool: Option<Arc<dyn Tool>>) -> Result<(), RegisterError> {
-        let entry = Self::entry_for(tool)?;
+        let entry = Self::entry_for(tool, ToolSource::Builtin)?;
         let name = entry.tool.definition().name.clone();
         let mut tools = self.write();
         if tools.contains_key(&name) {
@@ -91,23 +161,123 @@ impl Registry {
         Ok(())
     }
 
-    /// Adds or replaces a tool. For hot reload only (config-defined tools, proxied
-    /// servers); every call bumps the change generation.
-    pub fn register_or_replace(&self, tool: Arc<dyn Tool>) -> Result<(), RegisterError> {
-        let entry = Self::entry_for(Some(tool))?;
+    /// Adds or replaces one tool of `source`. For hot reload only (proxied servers,
+    /// skills). A tool registered by another family of sources is never replaced
+    /// (`Taken`). The change generation is bumped when the tool is new or its
+    /// definition or source changed; a replacement that clients cannot see (same
+    /// definition, new implementation) is silent.
+    pub fn register_or_replace(
+        &self,
+        tool: Arc<dyn Tool>,
+        source: ToolSource,
+    ) -> Result<(), RegisterError> {
+        let entry = Self::entry_for(Some(tool), source)?;
         let name = entry.tool.definition().name.clone();
-        self.write().insert(name, entry);
-        self.generation.send_modify(|generation| *generation += 1);
+        let visible = {
+            let mut tools = self.write();
+            let visible = match tools.get(&name) {
+                Some(existing) if !existing.source.same_family(&entry.source) => {
+                    return Err(RegisterError::Taken { name, owner: existing.source.clone() });
+                }
+                Some(existing) => {
+                    existing.source != entry.source
+                        || existing.tool.definition() != entry.tool.definition()
+                }
+                None => true,
+            };
+            tools.insert(name, entry);
+            visible
+        };
+        if visible {
+            self.bump();
+        }
         Ok(())
+    }
+
+    /// Makes the tools of one family of sources (see [`ToolSource::same_family`])
+    /// exactly `tools`, in one step and with at most one change notification: new
+    /// names are added, changed ones replaced, and names the family had but no longer
+    /// offers are removed. Names that another family holds are refused, never
+    /// replaced; so is a tool whose source is outside `family`.
+    pub fn sync(&self, family: &ToolSource, tools: Vec<(Arc<dyn Tool>, ToolSource)>) -> SyncReport {
+        let owns = |source: &ToolSource| source.same_family(family);
+        let mut report = SyncReport::default();
+        let mut entries = BTreeMap::new();
+        for (tool, source) in tools {
+            let name = tool.definition().name.clone();
+            if !owns(&source) {
+                let err = RegisterError::Foreign { name: name.clone(), from: source };
+                report.refused.push((name, err));
+                continue;
+            }
+            match Self::entry_for(Some(tool), source) {
+                Ok(entry) if entries.contains_key(&name) => {
+                    drop(entry);
+                    report.refused.push((name.clone(), RegisterError::Duplicate(name)));
+                }
+                Ok(entry) => {
+                    entries.insert(name, entry);
+                }
+                Err(err) => report.refused.push((name, err)),
+            }
+        }
+        {
+            let mut current = self.write();
+            let stale: Vec<String> = current
+                .iter()
+                .filter(|(name, entry)| owns(&entry.source) && !entries.contains_key(*name))
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in stale {
+                current.remove(&name);
+                report.removed.push(name);
+            }
+            for (name, entry) in entries {
+                match current.get(&name) {
+                    Some(existing) if !owns(&existing.source) => {
+                        let owner = existing.source.clone();
+                        report.refused.push((name.clone(), RegisterError::Taken { name, owner }));
+                        continue;
+                    }
+                    Some(existing) => {
+                        if existing.source != entry.source
+                            || existing.tool.definition() != entry.tool.definition()
+                        {
+                            report.changed.push(name.clone());
+                        }
+                    }
+                    None => report.added.push(name.clone()),
+                }
+                current.insert(name, entry);
+            }
+        }
+        if report.changed_anything() {
+            self.bump();
+        }
+        report
     }
 
     /// Removes a tool (hot reload). Returns whether it was there.
     pub fn unregister(&self, name: &str) -> bool {
         let removed = self.write().remove(name).is_some();
         if removed {
-            self.generation.send_modify(|generation| *generation += 1);
+            self.bump();
         }
         removed
+    }
+
+    /// Where a known tool came from; `None` for an unknown name.
+    pub fn source(&self, name: &str) -> Option<ToolSource> {
+        self.read().get(name).map(|entry| entry.source.clone())
+    }
+
+    /// Every tool's source, by name.
+    pub fn sources(&self) -> BTreeMap<String, ToolSource> {
+        self.read().iter().map(|(name, entry)| (name.clone(), entry.source.clone())).collect()
+    }
+
+    fn bump(&self) {
+        self.generation.send_modify(|generation| *generation += 1);
     }
 
     /// A receiver that changes whenever the set of tools changes after start-up.
@@ -285,7 +455,7 @@ impl Registry {
         Ok(args)
     }
 
-    fn entry_for(tool: Option<Arc<dyn Tool>>) -> Result<Entry, RegisterError> {
+    fn entry_for(tool: Option<Arc<dyn Tool>>, source: ToolSource) -> Result<Entry, RegisterError> {
         let Some(tool) = tool else {
             return Err(RegisterError::Missing);
         };
@@ -300,7 +470,7 @@ impl Registry {
                 name: definition.name.clone(),
                 reason: err.to_string(),
             })?;
-        Ok(Entry { tool, validator: Arc::new(validator) })
+        Ok(Entry { tool, validator: Arc::new(validator), source })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {

@@ -130,13 +130,103 @@ fn register_rejects_an_invalid_schema() {
 
 #[test]
 fn register_or_replace_replaces_and_bumps_the_generation() {
-    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let registry = Registry::new();
+    let source = ToolSource::Mcp("fx".to_owned());
+    registry
+        .register_or_replace(Arc::new(TestTool::new("echo", Behaviour::Echo)), source.clone())
+        .unwrap();
     let changes = registry.subscribe_changes();
     let before = *changes.borrow();
-    registry.register_or_replace(Arc::new(TestTool::new("echo", Behaviour::Panic))).unwrap();
+    // Same definition, new implementation: replaced, but nothing visible changed.
+    registry
+        .register_or_replace(Arc::new(TestTool::new("echo", Behaviour::Panic)), source.clone())
+        .unwrap();
+    assert_eq!(*changes.borrow(), before);
+    assert!(run_blocking(&registry, "echo").error_type == Some(ErrorType::InternalError));
+    // A changed definition is a visible change.
+    registry
+        .register_or_replace(
+            Arc::new(TestTool::new("echo", Behaviour::Echo).with_timeout(Duration::from_secs(3))),
+            source.clone(),
+        )
+        .unwrap();
     assert!(*changes.borrow() > before);
+    assert_eq!(registry.source("echo"), Some(source));
     assert!(registry.unregister("echo"));
     assert!(!registry.contains("echo"));
+}
+
+fn run_blocking(registry: &Registry, name: &str) -> ToolResult {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run(registry, name, "{}"))
+}
+
+#[test]
+fn register_or_replace_never_replaces_another_family() {
+    let registry = registry_with(vec![TestTool::new("read_file", Behaviour::Echo)]);
+    let changes = registry.subscribe_changes();
+    let before = *changes.borrow();
+    let err = registry
+        .register_or_replace(
+            Arc::new(TestTool::new("read_file", Behaviour::Panic)),
+            ToolSource::Skill("/skills/read_file.toml".into()),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegisterError::Taken { name: "read_file".to_owned(), owner: ToolSource::Builtin }
+    );
+    assert_eq!(registry.source("read_file"), Some(ToolSource::Builtin));
+    assert_eq!(*changes.borrow(), before);
+}
+
+#[test]
+fn sync_adds_changes_removes_and_refuses_in_one_step() {
+    let registry = registry_with(vec![TestTool::new("builtin", Behaviour::Echo)]);
+    let skill = |file: &str| ToolSource::Skill(format!("/skills/{file}").into());
+    let family = skill("");
+    let first = registry.sync(
+        &family,
+        vec![
+            (Arc::new(TestTool::new("a", Behaviour::Echo)) as Arc<dyn Tool>, skill("a.toml")),
+            (Arc::new(TestTool::new("b", Behaviour::Echo)), skill("b.toml")),
+            (Arc::new(TestTool::new("builtin", Behaviour::Panic)), skill("c.toml")),
+            (Arc::new(TestTool::new("b", Behaviour::Echo)), skill("d.toml")),
+            (Arc::new(TestTool::new("x", Behaviour::Echo)), ToolSource::Mcp("fx".to_owned())),
+        ],
+    );
+    assert_eq!(first.added, vec!["a".to_owned(), "b".to_owned()]);
+    let refused: Vec<&str> = first.refused.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(refused, vec!["b", "x", "builtin"]);
+    assert!(matches!(first.refused[2].1, RegisterError::Taken { .. }));
+    assert_eq!(registry.source("builtin"), Some(ToolSource::Builtin));
+    assert_eq!(registry.source("b"), Some(skill("b.toml")));
+
+    let changes = registry.subscribe_changes();
+    let before = *changes.borrow();
+    // The same set again: nothing visible changes, no notification.
+    let same = registry.sync(
+        &family,
+        vec![
+            (Arc::new(TestTool::new("a", Behaviour::Echo)) as Arc<dyn Tool>, skill("a.toml")),
+            (Arc::new(TestTool::new("b", Behaviour::Echo)), skill("b.toml")),
+        ],
+    );
+    assert!(!same.changed_anything(), "{same:?}");
+    assert_eq!(*changes.borrow(), before);
+
+    // `a` moves to another file, `b` goes away: one notification.
+    let next = registry.sync(
+        &family,
+        vec![(Arc::new(TestTool::new("a", Behaviour::Echo)) as Arc<dyn Tool>, skill("moved.toml"))],
+    );
+    assert_eq!(next.changed, vec!["a".to_owned()]);
+    assert_eq!(next.removed, vec!["b".to_owned()]);
+    assert_eq!(*changes.borrow(), before + 1);
+    assert_eq!(registry.names(), vec!["a".to_owned(), "builtin".to_owned()]);
 }
 
 #[test]

@@ -1,8 +1,357 @@
-//! SKELETON: replaced by the real tool.
-use std::sync::Arc;
+//! run_command: runs a shell command line in the session's working directory and
+//! returns its output, under the supervision of [`crate::tools::process`].
+//!
+//! The command gets `/dev/null` as stdin, exactly the session's [`EnvPolicy`]
+//! environment (secret-looking variables are not inherited), and a deadline. Its
+//! stdout and stderr are streamed live to the call's output sink and kept (head and
+//! tail) within the session's output budget. Whatever the command starts — background
+//! jobs, `setsid` daemons, double-forked grandchildren — is killed when the call ends.
+//!
+//! [`EnvPolicy`]: crate::tools::EnvPolicy
 
-use crate::tools::{Safety, Tool};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
+use crate::tools::{
+    Definition, Env, ErrorType, FsError, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
+};
+
+/// The longest part of a call's deadline that run_command keeps back for itself. The
+/// registry enforces the same deadline and, when its timer wins, can only answer a
+/// bare `timeout`; firing a little earlier lets the tool kill the tree and still hand
+/// the model the output produced so far. A second is ample to kill and reap a tree.
+const KILL_RESERVE_MAX: Duration = Duration::from_secs(1);
+
+/// The arguments of a run_command call.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// The command line, run with `/bin/sh -c`.
+    #[schemars(length(min = 1))]
+    command: String,
+    /// Deadline in milliseconds (capped by the session's maximum). On timeout the
+    /// command and everything it started are killed.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    timeout_ms: Option<u64>,
+    /// Working directory, relative to the session's working directory; must be inside
+    /// the session's roots.
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+struct RunCommand {
+    definition: Definition,
+}
 
 pub fn tool() -> Arc<dyn Tool> {
-    super::placeholder("run_command", Safety::SideEffect)
+    Arc::new(RunCommand {
+        definition: Definition {
+            name: "run_command".to_owned(),
+            description: "Run a shell command (/bin/sh -c) in the session's working directory \
+                          (or `cwd`, which must be inside the workspace roots). stdin is \
+                          closed. Returns stdout, then stderr under a [stderr] header, then \
+                          the exit code; long output keeps its beginning and end. A non-zero \
+                          exit is an error that still carries the output. Every process the \
+                          command starts, including background jobs, is killed when it ends \
+                          or times out."
+                .to_owned(),
+            input_schema: schema_for::<Args>(),
+            safety: Safety::SideEffect,
+            system: false,
+            timeout: None,
+        },
+    })
+}
+
+#[async_trait::async_trait]
+impl Tool for RunCommand {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    fn requested_timeout(&self, args: &Value) -> Option<Duration> {
+        args.get("timeout_ms").and_then(Value::as_u64).map(Duration::from_millis)
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        let args: Args = match parse_args(args) {
+            Ok(args) => args,
+            Err(res) => return res,
+        };
+        let cwd = match confined_dir(&ctx.env, args.cwd.as_deref()) {
+            Ok(cwd) => cwd,
+            Err(err) => return err.into(),
+        };
+        let mut spec = Spec::new(Program::Shell(args.command), cwd);
+        spec.env = ctx.env.env_policy.build();
+        spec.stdin = Stdin::Closed;
+        spec.timeout = Some(own_deadline(ctx.timeout));
+        spec.cancel = ctx.cancel.clone();
+        spec.output_cap = ctx.env.max_output_bytes;
+        spec.output = ctx.output.clone();
+        match process::run(spec).await {
+            Ok(outcome) => result_for(&outcome, ctx.timeout),
+            Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
+        }
+    }
+}
+
+/// The deadline the tool enforces itself: the call's, minus a reserve to kill the
+/// tree and report before the registry's timer fires.
+fn own_deadline(timeout: Duration) -> Duration {
+    timeout.saturating_sub((timeout / 10).min(KILL_RESERVE_MAX))
+}
+
+/// Turns an outcome into the call's result: the rendering in `content`, the facts in
+/// metadata, and the error code that says why it did not succeed.
+fn result_for(outcome: &Outcome, timeout: Duration) -> ToolResult {
+    let res = if outcome.timed_out {
+        ToolResult::failure(
+            ErrorType::Timeout,
+            format!(
+                "the command timed out after {}; it and every process it started were killed",
+                describe_duration(timeout)
+            ),
+        )
+        .with_meta("timeout_ms", millis(timeout))
+    } else if outcome.canceled {
+        ToolResult::failure(
+            ErrorType::Canceled,
+            "the command was canceled; it and every process it started were killed",
+        )
+    } else {
+        match outcome.status {
+            Some(ExitStatus::Code(0)) => ToolResult::success(String::new()),
+            Some(ExitStatus::Code(code)) => ToolResult::failure(
+                ErrorType::CommandFailed,
+                format!("the command exited with code {code}"),
+            ),
+            Some(ExitStatus::Signal(signal)) => ToolResult::failure(
+                ErrorType::CommandFailed,
+                format!("the command was killed by signal {signal} ({})", signal_name(signal)),
+            ),
+            None => ToolResult::failure(
+                ErrorType::IoError,
+                "the command's exit status could not be determined",
+            ),
+        }
+    };
+    let res = match outcome.status {
+        Some(ExitStatus::Code(code)) => res.with_meta("exit_code", code),
+        Some(ExitStatus::Signal(signal)) => res.with_meta("signal", signal),
+        None => res,
+    };
+    res.with_content(render(outcome, timeout))
+        .with_meta("stdout_bytes", outcome.stdout.total_bytes)
+        .with_meta("stderr_bytes", outcome.stderr.total_bytes)
+        .with_meta("truncated", outcome.truncated())
+        .with_meta("omitted_bytes", outcome.stdout.omitted_bytes + outcome.stderr.omitted_bytes)
+        .with_meta("duration_ms", millis(outcome.duration))
+}
+
+/// stdout, then stderr under a `[stderr]` header, then one line saying how it ended.
+fn render(outcome: &Outcome, timeout: Duration) -> String {
+    let mut content = outcome.stdout.text.clone();
+    if !outcome.stderr.text.is_empty() {
+        end_line(&mut content);
+        content.push_str("[stderr]\n");
+        content.push_str(&outcome.stderr.text);
+    }
+    end_line(&mut content);
+    let ending = if outcome.timed_out {
+        format!("[timed out after {}]", describe_duration(timeout))
+    } else if outcome.canceled {
+        "[canceled]".to_owned()
+    } else {
+        match outcome.status {
+            Some(ExitStatus::Code(code)) => format!("[exit code {code}]"),
+            Some(ExitStatus::Signal(signal)) => {
+                format!("[killed by signal {signal} ({})]", signal_name(signal))
+            }
+            None => "[exit status unknown]".to_owned(),
+        }
+    };
+    content.push_str(&ending);
+    content
+}
+
+fn end_line(text: &mut String) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(signal).map_or("unknown signal", |signal| signal.as_str())
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn describe_duration(duration: Duration) -> String {
+    if duration.as_millis() % 1000 == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
+// TODO(fs): use fs::resolve_dir
+/// The directory a command runs in: the session cwd, or `cwd` resolved against it,
+/// which must exist, be a directory, and lie inside the roots after following
+/// symlinks. A path outside the roots is refused before its existence is revealed.
+fn confined_dir(env: &Env, cwd: Option<&str>) -> Result<PathBuf, FsError> {
+    let Some(cwd) = cwd else {
+        return Ok(env.cwd.clone());
+    };
+    let outside = || FsError::AccessDenied(format!("{cwd} is outside the workspace roots"));
+    let lexical = normalize(&env.cwd.join(cwd));
+    if !env.roots.iter().any(|root| lexical.starts_with(root)) {
+        return Err(outside());
+    }
+    let canonical = std::fs::canonicalize(&lexical).map_err(|err| match err.kind() {
+        std::io::ErrorKind::NotFound => FsError::NotFound(cwd.to_owned()),
+        _ => FsError::Io { path: cwd.to_owned(), source: err },
+    })?;
+    if !env.roots.iter().any(|root| canonical.starts_with(root)) {
+        return Err(outside());
+    }
+    if !canonical.is_dir() {
+        return Err(FsError::InvalidPath(format!("{cwd} is not a directory")));
+    }
+    Ok(canonical)
+}
+
+/// Removes `.` and resolves `..` without touching the filesystem.
+fn normalize(path: &Path) -> PathBuf {
+    let mut normalized = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normalized.pop();
+            }
+            other => normalized.push(other),
+        }
+    }
+    normalized
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::process::Captured;
+
+    fn outcome(status: Option<ExitStatus>, stdout: &str, stderr: &str) -> Outcome {
+        let captured = |text: &str| Captured {
+            text: text.to_owned(),
+            total_bytes: text.len() as u64,
+            omitted_bytes: 0,
+        };
+        Outcome {
+            status,
+            stdout: captured(stdout),
+            stderr: captured(stderr),
+            timed_out: false,
+            canceled: false,
+            duration: Duration::from_millis(12),
+        }
+    }
+
+    #[test]
+    fn rendering_puts_stderr_under_a_header_and_the_exit_code_last() {
+        let out = outcome(Some(ExitStatus::Code(3)), "out\nno newline", "err\n");
+        assert_eq!(
+            render(&out, Duration::from_secs(1)),
+            "out\nno newline\n[stderr]\nerr\n[exit code 3]"
+        );
+        assert_eq!(
+            render(&outcome(Some(ExitStatus::Code(0)), "", ""), Duration::ZERO),
+            "[exit code 0]"
+        );
+    }
+
+    #[test]
+    fn rendering_names_signals_and_timeouts() {
+        let killed = outcome(Some(ExitStatus::Signal(15)), "x\n", "");
+        assert_eq!(render(&killed, Duration::ZERO), "x\n[killed by signal 15 (SIGTERM)]");
+        let mut timed_out = outcome(Some(ExitStatus::Signal(9)), "partial", "");
+        timed_out.timed_out = true;
+        assert_eq!(
+            render(&timed_out, Duration::from_millis(1500)),
+            "partial\n[timed out after 1500ms]"
+        );
+    }
+
+    #[test]
+    fn results_carry_the_code_and_the_metadata() {
+        let failed = result_for(&outcome(Some(ExitStatus::Code(2)), "o", "e"), Duration::ZERO);
+        assert_eq!(failed.error_type, Some(ErrorType::CommandFailed));
+        assert_eq!(failed.metadata["exit_code"], 2);
+        assert_eq!(failed.metadata["stdout_bytes"], 1);
+        assert_eq!(failed.metadata["stderr_bytes"], 1);
+        assert_eq!(failed.metadata["truncated"], false);
+        assert_eq!(failed.metadata["duration_ms"], 12);
+        assert_eq!(failed.content, "o\n[stderr]\ne\n[exit code 2]");
+
+        let signaled = result_for(&outcome(Some(ExitStatus::Signal(9)), "", ""), Duration::ZERO);
+        assert_eq!(signaled.error_type, Some(ErrorType::CommandFailed));
+        assert_eq!(signaled.metadata["signal"], 9);
+        assert!(!signaled.metadata.contains_key("exit_code"));
+
+        let ok = result_for(&outcome(Some(ExitStatus::Code(0)), "fine\n", ""), Duration::ZERO);
+        assert!(ok.ok);
+        assert_eq!(ok.content, "fine\n[exit code 0]");
+    }
+
+    #[test]
+    fn the_own_deadline_fires_before_the_registry_deadline() {
+        assert_eq!(own_deadline(Duration::from_secs(120)), Duration::from_secs(119));
+        assert_eq!(own_deadline(Duration::from_secs(2)), Duration::from_millis(1800));
+        assert_eq!(own_deadline(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn cwd_is_confined_to_the_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("root/sub")).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(dir.path().join("root/file"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("outside"), dir.path().join("root/escape"))
+            .unwrap();
+        let env = Env::for_root(dir.path().join("root")).unwrap();
+
+        assert_eq!(confined_dir(&env, None).unwrap(), env.cwd);
+        assert_eq!(confined_dir(&env, Some("sub")).unwrap(), env.cwd.join("sub"));
+        assert_eq!(confined_dir(&env, Some("sub/..")).unwrap(), env.cwd);
+        let code =
+            |cwd: &str| ToolResult::from(confined_dir(&env, Some(cwd)).unwrap_err()).error_type;
+        assert_eq!(code("../outside"), Some(ErrorType::AccessDenied));
+        assert_eq!(code("/"), Some(ErrorType::AccessDenied));
+        assert_eq!(code("escape"), Some(ErrorType::AccessDenied));
+        assert_eq!(code("../does-not-exist"), Some(ErrorType::AccessDenied));
+        assert_eq!(code("missing"), Some(ErrorType::NotFound));
+        assert_eq!(code("file"), Some(ErrorType::InvalidArguments));
+    }
+
+    #[test]
+    fn the_schema_rejects_unknown_fields_and_empty_commands() {
+        let schema = schema_for::<Args>();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(
+            validator.is_valid(&serde_json::json!({"command": "ls", "timeout_ms": 5, "cwd": "."}))
+        );
+        assert!(!validator.is_valid(&serde_json::json!({"command": ""})));
+        assert!(!validator.is_valid(&serde_json::json!({"command": "ls", "shell": "bash"})));
+        assert!(!validator.is_valid(&serde_json::json!({"command": "ls", "timeout_ms": 0})));
+    }
 }

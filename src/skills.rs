@@ -1,0 +1,979 @@
+//! Skills: tools declared by files in the configured skill directories (`[skills]
+//! dirs`), loaded at start-up and reloaded when those files change or on SIGHUP.
+//!
+//! Two kinds live side by side in a skill directory:
+//!
+//! - **Command tools**, one `*.toml` file each: a name, a description, an input
+//!   schema, a safety and a `command` given as an argv template such as
+//!   `["git", "log", "-n", "{count}", "--", "{path}"]`. Each placeholder fills exactly
+//!   one argv element with the argument's value; every argument is also passed as the
+//!   environment variable `TOOLGATE_ARG_<NAME>`. Arguments are never interpolated
+//!   into a shell string, so no value can be read as shell syntax. The command runs in
+//!   the session's cwd with the session's environment policy, in its own process
+//!   group that is killed on cancel, deadline or when the call is dropped.
+//! - **Instruction skills** in the Agent Skills layout: a folder holding `SKILL.md`,
+//!   whose YAML front matter names and describes it. Each becomes the read-only tool
+//!   `skill__<name>`, returning the Markdown instructions and the files bundled with
+//!   them.
+//!
+//! A broken file is logged with its path and reason and skipped; the others load. A
+//! skill never replaces a built-in, a system tool or a proxied MCP tool: names that
+//! another source holds are refused by the Registry, and the `mcp__` prefix is
+//! refused here.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use notify::Watcher;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::tools::{
+    Definition, ErrorType, OutputStream, Registry, Safety, Tool, ToolContext, ToolResult,
+    ToolSource,
+};
+use crate::upstream::PROXY_PREFIX;
+
+/// Prefix of every instruction skill's tool name; command tools may not use it.
+pub const INSTRUCTION_PREFIX: &str = "skill__";
+
+/// Quiet time after a change in a skill directory before reloading: editors write a
+/// file in several steps (truncate, write, rename), and one reload should see them all.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// Longest a reload waits for changes to settle: a directory that never goes quiet (a
+/// log file written into it, say) still gets its skills reloaded.
+const MAX_SETTLE: Duration = Duration::from_secs(2);
+
+/// Largest command skill file; a declaration is a few hundred bytes.
+const MAX_TOML_BYTES: u64 = 64 * 1024;
+/// Largest `SKILL.md`; instructions are read by a model, so anything beyond this would
+/// not fit a prompt usefully anyway.
+const MAX_SKILL_MD_BYTES: u64 = 256 * 1024;
+/// Bundled files listed per skill, and how deep the listing goes: enough for scripts,
+/// references and templates, bounded against a skill folder that holds a whole tree.
+const MAX_BUNDLED_FILES: usize = 500;
+const MAX_BUNDLED_DEPTH: usize = 8;
+/// Longest tool name a skill may declare; model APIs reject longer names.
+const MAX_NAME: usize = 64;
+/// How long the pipes of a finished command may stay open (held by a process that
+/// escaped its group) before its output is taken as it is.
+const PIPE_DRAIN: Duration = Duration::from_secs(1);
+
+/// A skill file that did not load, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// What one load did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Tool names registered, with the file that declares each.
+    pub loaded: Vec<(String, PathBuf)>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The skills of the daemon: loads them into the Registry and keeps them in step with
+/// the skill directories.
+pub struct Skills {
+    registry: Arc<Registry>,
+    watch: Mutex<Option<WatchHandle>>,
+}
+
+/// A running watch: the watcher (dropping it stops the notifications) and the task
+/// that reloads.
+struct WatchHandle {
+    task: JoinHandle<()>,
+}
+
+impl Drop for WatchHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for Skills {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Skills").finish_non_exhaustive()
+    }
+}
+
+impl Skills {
+    pub fn new(registry: Arc<Registry>) -> Arc<Skills> {
+        Arc::new(Skills { registry, watch: Mutex::new(None) })
+    }
+
+    /// Loads every skill of `dirs` and makes the Registry's skill tools exactly these
+    /// (one `tools_list_changed` at most). Broken files are logged and skipped.
+    pub fn load(&self, dirs: &[PathBuf]) -> LoadReport {
+        let Scan { found, mut skipped } = scan(dirs);
+        let mut tools: Vec<(Arc<dyn Tool>, ToolSource)> = Vec::with_capacity(found.len());
+        let mut paths = BTreeMap::new();
+        for (tool, path) in found {
+            paths.insert(tool.definition().name.clone(), path.clone());
+            tools.push((tool, ToolSource::Skill(path)));
+        }
+        let mut report = self.registry.sync(&ToolSource::Skill(PathBuf::new()), tools);
+        for (name, err) in std::mem::take(&mut report.refused) {
+            let path = paths.remove(&name).unwrap_or_default();
+            let reason = format!("not registered: {err}");
+            tracing::warn!(path = %path.display(), %reason, "skipping a skill");
+            skipped.push(Skipped { path, reason });
+        }
+        if report.changed_anything() {
+            tracing::info!(
+                added = report.added.len(),
+                changed = report.changed.len(),
+                removed = report.removed.len(),
+                "skills reloaded"
+            );
+        }
+        let mut loaded: Vec<(String, PathBuf)> = paths.into_iter().collect();
+        loaded.sort();
+        LoadReport { loaded, skipped }
+    }
+
+    /// Loads `dirs`, then reloads whenever a file in them changes (debounced by
+    /// [`DEBOUNCE`]). Replaces any earlier watch (a reload with new directories).
+    /// Must be called inside a Tokio runtime.
+    pub fn watch(self: &Arc<Skills>, dirs: Vec<PathBuf>) -> LoadReport {
+        let report = self.load(&dirs);
+        let (events, receiver) = mpsc::channel(1);
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let relevant = match &event {
+                Ok(event) => !matches!(event.kind, notify::EventKind::Access(_)),
+                Err(_) => true,
+            };
+            // One pending wake-up is enough: every reload rescans everything.
+            if relevant {
+                let _ = events.try_send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                tracing::warn!(%err, "cannot watch the skill directories; reload with SIGHUP");
+                self.set_watch(None);
+                return report;
+            }
+        };
+        let watched = watch_dirs(&mut watcher, &dirs, &mut Vec::new());
+        let weak = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            reload_on_change(weak, watcher, dirs, watched, receiver).await;
+        });
+        self.set_watch(Some(WatchHandle { task }));
+        report
+    }
+
+    /// Stops watching (shutdown). The loaded tools stay registered.
+    pub fn stop(&self) {
+        self.set_watch(None);
+    }
+
+    fn set_watch(&self, handle: Option<WatchHandle>) {
+        let previous = std::mem::replace(
+            &mut *self.watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            handle,
+        );
+        drop(previous);
+    }
+}
+
+/// Waits for changes, lets them settle, reloads; until the Skills are gone.
+async fn reload_on_change(
+    skills: std::sync::Weak<Skills>,
+    mut watcher: notify::RecommendedWatcher,
+    dirs: Vec<PathBuf>,
+    mut watched: Vec<PathBuf>,
+    mut changes: mpsc::Receiver<()>,
+) {
+    while changes.recv().await.is_some() {
+        // Debounce: wait until nothing has changed for a while (or for long enough).
+        let settle_by = tokio::time::Instant::now() + MAX_SETTLE;
+        while tokio::time::Instant::now() < settle_by {
+            match tokio::time::timeout(DEBOUNCE, changes.recv()).await {
+                Ok(Some(())) => continue,
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        let Some(skills) = skills.upgrade() else { return };
+        // A skill directory created since the last look is watched from now on.
+        watched = watch_dirs(&mut watcher, &dirs, &mut watched);
+        let report = skills.load(&dirs);
+        tracing::debug!(
+            loaded = report.loaded.len(),
+            skipped = report.skipped.len(),
+            "skill directories changed"
+        );
+    }
+}
+
+/// Watches every existing skill directory (recursively: instruction skills are
+/// folders) and the parent of each missing one, so that its creation is noticed.
+/// Returns what is watched now.
+fn watch_dirs(
+    watcher: &mut notify::RecommendedWatcher,
+    dirs: &[PathBuf],
+    already: &mut Vec<PathBuf>,
+) -> Vec<PathBuf> {
+    let mut watched = std::mem::take(already);
+    for dir in dirs {
+        let (target, mode) = if dir.is_dir() {
+            (dir.clone(), notify::RecursiveMode::Recursive)
+        } else {
+            match dir.parent() {
+                Some(parent) if parent.is_dir() => {
+                    (parent.to_path_buf(), notify::RecursiveMode::NonRecursive)
+                }
+                _ => continue,
+            }
+        };
+        if watched.contains(&target) {
+            continue;
+        }
+        match watcher.watch(&target, mode) {
+            Ok(()) => watched.push(target),
+            Err(err) => {
+                tracing::warn!(dir = %target.display(), %err, "cannot watch a skill directory")
+            }
+        }
+    }
+    watched
+}
+
+/// What a scan of the skill directories found.
+struct Scan {
+    /// Each tool with the file that declares it.
+    found: Vec<(Arc<dyn Tool>, PathBuf)>,
+    skipped: Vec<Skipped>,
+}
+
+/// Reads every skill of `dirs`, in order (directories as given, entries by name). The
+/// first skill of a name wins; later ones are skipped.
+fn scan(dirs: &[PathBuf]) -> Scan {
+    let mut found: Vec<(Arc<dyn Tool>, PathBuf)> = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for dir in dirs {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => {
+                let reason = format!("cannot read the skill directory: {err}");
+                tracing::warn!(path = %dir.display(), %reason, "skipping a skill directory");
+                skipped.push(Skipped { path: dir.clone(), reason });
+                continue;
+            }
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            // Hidden files include editors' swap and backup files.
+            if file_name.starts_with('.') {
+                continue;
+            }
+            // The file a skill comes from: named in logs, reports and `tools/list`.
+            let (loaded, source) = if path.is_dir() {
+                let skill_md = path.join("SKILL.md");
+                if !skill_md.is_file() {
+                    continue;
+                }
+                let loaded =
+                    InstructionSkill::load(&path).map(|tool| Arc::new(tool) as Arc<dyn Tool>);
+                (loaded, skill_md)
+            } else if file_name.ends_with(".toml") {
+                let loaded = CommandSkill::load(&path).map(|tool| Arc::new(tool) as Arc<dyn Tool>);
+                (loaded, path)
+            } else {
+                continue;
+            };
+            match loaded {
+                Ok(tool) => {
+                    let name = tool.definition().name.clone();
+                    if let Some(first) = seen.get(&name) {
+                        let reason = format!(
+                            "the tool name {name:?} is already declared by {}",
+                            first.display()
+                        );
+                        tracing::warn!(path = %source.display(), %reason, "skipping a skill");
+                        skipped.push(Skipped { path: source, reason });
+                        continue;
+                    }
+                    seen.insert(name, source.clone());
+                    found.push((tool, source));
+                }
+                Err(reason) => {
+                    tracing::warn!(path = %source.display(), %reason, "skipping a broken skill");
+                    skipped.push(Skipped { path: source, reason });
+                }
+            }
+        }
+    }
+    Scan { found, skipped }
+}
+
+/// Checks a declared tool name: a short identifier, none of the reserved prefixes.
+fn check_name(name: &str, reserved: &[&str]) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(format!(
+            "{name:?} is not a valid tool name: use up to {MAX_NAME} letters, digits, `_` and `-`"
+        ));
+    }
+    if let Some(prefix) = reserved.iter().find(|prefix| name.starts_with(**prefix)) {
+        return Err(format!("the prefix {prefix:?} is reserved"));
+    }
+    Ok(())
+}
+
+fn read_capped(path: &Path, max: u64) -> Result<String, String> {
+    let metadata = std::fs::metadata(path).map_err(|err| format!("cannot read: {err}"))?;
+    if metadata.len() > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    std::fs::read_to_string(path).map_err(|err| format!("cannot read: {err}"))
+}
+
+// ---------------------------------------------------------------------------------
+// Command tools
+// ---------------------------------------------------------------------------------
+
+/// A command skill file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommandFile {
+    name: String,
+    description: String,
+    /// JSON Schema of the arguments (as a TOML table). Default: no arguments.
+    #[serde(default)]
+    input_schema: Option<Value>,
+    /// Default `side_effect`: a command is assumed to change something unless its
+    /// author says otherwise.
+    #[serde(default = "side_effect")]
+    safety: Safety,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    command: Vec<String>,
+}
+
+fn side_effect() -> Safety {
+    Safety::SideEffect
+}
+
+/// One piece of an argv element template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Arg(String),
+}
+
+/// Parses one argv element: `{name}` is a placeholder, `{{` and `}}` are literal braces.
+fn parse_template(element: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = element.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) if c.is_ascii_alphanumeric() || c == '_' || c == '-' => {
+                            name.push(c)
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{element:?}: a placeholder is `{{name}}` (write `{{{{` for a literal brace)"
+                            ));
+                        }
+                    }
+                }
+                if name.is_empty() {
+                    return Err(format!("{element:?}: empty placeholder `{{}}`"));
+                }
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Arg(name));
+            }
+            '}' => {
+                return Err(format!(
+                    "{element:?}: unmatched `}}` (write `}}}}` for a literal brace)"
+                ));
+            }
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() || pieces.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    Ok(pieces)
+}
+
+/// An argument's value as one string: strings as they are, anything else as JSON.
+fn render_value(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The environment variable carrying an argument: `TOOLGATE_ARG_` and the name in
+/// upper case, anything but letters and digits as `_`.
+pub fn arg_env_name(name: &str) -> String {
+    let mut var = String::from("TOOLGATE_ARG_");
+    var.extend(
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }),
+    );
+    var
+}
+
+/// A tool that runs a declared command with its arguments as argv elements.
+pub struct CommandSkill {
+    definition: Definition,
+    /// The argv template; element 0 is the program and never holds a placeholder.
+    argv: Vec<Vec<Piece>>,
+    /// The folder of the declaring file: relative program paths resolve against it,
+    /// and the command sees it as `TOOLGATE_SKILL_DIR`.
+    dir: PathBuf,
+}
+
+impl CommandSkill {
+    fn load(path: &Path) -> Result<CommandSkill, String> {
+        let text = read_capped(path, MAX_TOML_BYTES)?;
+        let file: CommandFile = toml::from_str(&text).map_err(|err| err.to_string())?;
+        check_name(&file.name, &[PROXY_PREFIX, INSTRUCTION_PREFIX])?;
+        if file.description.trim().is_empty() {
+            return Err("description must not be empty".to_owned());
+        }
+        let schema = match file.input_schema {
+            None => json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            Some(schema) => schema,
+        };
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err("input_schema must have type = \"object\"".to_owned());
+        }
+        let properties: Vec<String> = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|properties| properties.keys().cloned().collect())
+            .unwrap_or_default();
+        let Some(program) = file.command.first() else {
+            return Err("command must name a program".to_owned());
+        };
+        if program.is_empty() {
+            return Err("command must name a program".to_owned());
+        }
+        let mut argv = Vec::with_capacity(file.command.len());
+        for (idx, element) in file.command.iter().enumerate() {
+            let pieces = parse_template(element)?;
+            for piece in &pieces {
+                if let Piece::Arg(name) = piece {
+                    if idx == 0 {
+                        return Err("the program (command[0]) cannot be a placeholder".to_owned());
+                    }
+                    if !properties.contains(name) {
+                        return Err(format!(
+                            "placeholder {{{name}}} is not a property of input_schema"
+                        ));
+                    }
+                }
+            }
+            argv.push(pieces);
+        }
+        if file.timeout_ms == Some(0) {
+            return Err("timeout_ms must be greater than zero".to_owned());
+        }
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(CommandSkill {
+            definition: Definition {
+                name: file.name,
+                description: file.description,
+                input_schema: schema,
+                safety: file.safety,
+                system: false,
+                timeout: file.timeout_ms.map(Duration::from_millis),
+            },
+            argv,
+            dir,
+        })
+    }
+
+    /// The argv for one call. An element whose placeholder has no value (an optional
+    /// argument left out, or null) is left out as a whole.
+    fn render(&self, args: &serde_json::Map<String, Value>) -> Result<Vec<String>, ToolResult> {
+        let mut argv = Vec::with_capacity(self.argv.len());
+        'elements: for pieces in &self.argv {
+            let mut element = String::new();
+            for piece in pieces {
+                match piece {
+                    Piece::Text(text) => element.push_str(text),
+                    Piece::Arg(name) => match args.get(name) {
+                        None | Some(Value::Null) => continue 'elements,
+                        Some(value) => element.push_str(&render_value(value)),
+                    },
+                }
+            }
+            if element.contains('\0') {
+                return Err(ToolResult::failure(
+                    ErrorType::InvalidArguments,
+                    "an argument contains a NUL byte, which no command line can carry",
+                ));
+            }
+            argv.push(element);
+        }
+        Ok(argv)
+    }
+
+    fn program(&self, name: &str) -> PathBuf {
+        let path = Path::new(name);
+        if path.is_relative() && name.contains('/') {
+            // A script shipped next to the declaration.
+            self.dir.join(path)
+        } else {
+            path.to_path_buf()
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for CommandSkill {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        let args = match args {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let argv = match self.render(&args) {
+            Ok(argv) => argv,
+            Err(res) => return res,
+        };
+        let mut arg_env = Vec::with_capacity(args.len());
+        for (name, value) in &args {
+            if value.is_null() {
+                continue;
+            }
+            let value = render_value(value);
+            if value.contains('\0') {
+                return ToolResult::failure(
+                    ErrorType::InvalidArguments,
+                    format!("argument {name} contains a NUL byte"),
+                );
+            }
+            arg_env.push((arg_env_name(name), value));
+        }
+        let Some((program, rest)) = argv.split_first() else {
+            return ToolResult::failure(ErrorType::InternalError, "the command is empty");
+        };
+        let mut command = tokio::process::Command::new(self.program(program));
+        command
+            .args(rest)
+            .env_clear()
+            .envs(ctx.env.env_policy.build())
+            .envs(arg_env)
+            .env("TOOLGATE_SKILL_DIR", &self.dir)
+            .current_dir(&ctx.env.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        run_captured(&self.definition.name, command, &ctx).await.with_meta("argv", argv)
+    }
+}
+
+/// Kills a command's whole process group when dropped: the registry drops a call's
+/// future on timeout and cancel, and nothing the command started may outlive it.
+struct GroupKill(Option<nix::unistd::Pid>);
+
+impl GroupKill {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs a command, streaming its output to the call's sink and capturing it within
+/// the session's output limit; non-zero exit → `command_failed`.
+async fn run_captured(
+    tool: &str,
+    mut command: tokio::process::Command,
+    ctx: &ToolContext,
+) -> ToolResult {
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            return ToolResult::failure(
+                ErrorType::CommandFailed,
+                format!("{tool}: cannot start the command: {err}"),
+            );
+        }
+    };
+    let mut group = GroupKill(
+        child.id().and_then(|pid| i32::try_from(pid).ok()).map(nix::unistd::Pid::from_raw),
+    );
+    let half = (ctx.env.max_output_bytes / 2).max(2);
+    let stdout =
+        tokio::spawn(capture(child.stdout.take(), OutputStream::Stdout, ctx.output.clone(), half));
+    let stderr =
+        tokio::spawn(capture(child.stderr.take(), OutputStream::Stderr, ctx.output.clone(), half));
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = ctx.cancel.cancelled() => {
+            group.kill();
+            let _ = child.wait().await;
+            stdout.abort();
+            stderr.abort();
+            return ToolResult::failure(ErrorType::Canceled, "the call was canceled");
+        }
+    };
+    // The leader is done; whatever it left running in its group goes with it, which
+    // also closes the pipes.
+    group.kill();
+    let stdout = drain(stdout).await;
+    let stderr = drain(stderr).await;
+    let mut content = stdout.render();
+    let stderr_text = stderr.render();
+    if !stderr_text.is_empty() {
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        content.push_str("--- stderr ---\n");
+        content.push_str(&stderr_text);
+    }
+    let truncated = stdout.truncated() || stderr.truncated();
+    let status = match status {
+        Ok(status) => status,
+        Err(err) => {
+            return ToolResult::failure(
+                ErrorType::IoError,
+                format!("{tool}: waiting for the command failed: {err}"),
+            );
+        }
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let res = match (status.code(), status.signal()) {
+        (Some(0), _) => ToolResult::success(content),
+        (Some(code), _) => ToolResult::failure(
+            ErrorType::CommandFailed,
+            format!("{tool} exited with status {code}"),
+        )
+        .with_content(content),
+        (None, signal) => ToolResult::failure(
+            ErrorType::CommandFailed,
+            format!("{tool} was killed by signal {}", signal.unwrap_or_default()),
+        )
+        .with_content(content),
+    };
+    let res = match status.code() {
+        Some(code) => res.with_meta("exit_code", code),
+        None => res,
+    };
+    res.with_meta("truncated", truncated)
+}
+
+async fn drain(task: JoinHandle<Capture>) -> Capture {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(PIPE_DRAIN, task).await {
+        Ok(Ok(capture)) => capture,
+        _ => {
+            abort.abort();
+            Capture::new(0)
+        }
+    }
+}
+
+async fn capture<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<R>,
+    stream: OutputStream,
+    sink: crate::tools::OutputSink,
+    limit: usize,
+) -> Capture {
+    let mut captured = Capture::new(limit);
+    let Some(mut pipe) = pipe else { return captured };
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let chunk = &buf[..n];
+                sink.emit(stream, &String::from_utf8_lossy(chunk));
+                captured.push(chunk);
+            }
+        }
+    }
+    captured
+}
+
+/// Output kept within a limit: the first half and the last half, with an honest
+/// marker of what was left out between them.
+struct Capture {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    total: usize,
+}
+
+impl Capture {
+    fn new(limit: usize) -> Capture {
+        let head_cap = limit / 2;
+        Capture {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap: limit - head_cap,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len();
+        let room = self.head_cap.saturating_sub(self.head.len());
+        let into_head = room.min(bytes.len());
+        self.head.extend_from_slice(&bytes[..into_head]);
+        bytes = &bytes[into_head..];
+        self.tail.extend(bytes);
+        while self.tail.len() > self.tail_cap {
+            self.tail.pop_front();
+        }
+    }
+
+    fn truncated(&self) -> bool {
+        self.total > self.head.len() + self.tail.len()
+    }
+
+    fn render(&self) -> String {
+        let mut bytes = self.head.clone();
+        if self.truncated() {
+            let omitted = self.total - self.head.len() - self.tail.len();
+            bytes.extend_from_slice(format!("\n[... {omitted} bytes omitted ...]\n").as_bytes());
+        }
+        bytes.extend(self.tail.iter());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Instruction skills
+// ---------------------------------------------------------------------------------
+
+/// The front matter of a `SKILL.md`; other keys (license, allowed-tools, metadata)
+/// are allowed and ignored.
+#[derive(Deserialize)]
+struct FrontMatter {
+    name: String,
+    description: String,
+}
+
+/// A read-only tool returning a skill's instructions and the files bundled with them.
+pub struct InstructionSkill {
+    definition: Definition,
+    body: String,
+    /// Absolute folder of the skill.
+    dir: PathBuf,
+    /// Bundled files, relative to `dir`, sorted.
+    files: Vec<String>,
+    /// Set when the listing hit its bounds.
+    files_truncated: bool,
+}
+
+impl InstructionSkill {
+    fn load(dir: &Path) -> Result<InstructionSkill, String> {
+        let text = read_capped(&dir.join("SKILL.md"), MAX_SKILL_MD_BYTES)?;
+        let (front, body) = split_front_matter(&text)?;
+        let front: FrontMatter =
+            yaml_serde::from_str(front).map_err(|err| format!("front matter: {err}"))?;
+        check_name(&front.name, &[])?;
+        if front.description.trim().is_empty() {
+            return Err("front matter: description must not be empty".to_owned());
+        }
+        let dir = std::fs::canonicalize(dir).map_err(|err| format!("cannot resolve: {err}"))?;
+        let mut files = Vec::new();
+        let files_truncated = list_files(&dir, Path::new(""), 0, &mut files);
+        files.retain(|file| file != "SKILL.md");
+        files.sort();
+        Ok(InstructionSkill {
+            definition: Definition {
+                name: format!("{INSTRUCTION_PREFIX}{}", front.name),
+                description: format!(
+                    "{}\n\nReturns this skill's instructions; read them before doing such a task.",
+                    front.description.trim()
+                ),
+                input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                safety: Safety::ReadOnly,
+                system: false,
+                timeout: None,
+            },
+            body: body.trim_start_matches(['\n', '\r']).to_owned(),
+            dir,
+            files,
+            files_truncated,
+        })
+    }
+}
+
+/// Splits `---\n<yaml>\n---\n<body>`.
+fn split_front_matter(text: &str) -> Result<(&str, &str), String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
+        return Err("SKILL.md must start with YAML front matter (a `---` line)".to_owned());
+    };
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return Ok((&rest[..offset], &rest[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    Err("the front matter has no closing `---` line".to_owned())
+}
+
+/// Lists the files under `dir/rel` (not following symbolic links to directories),
+/// skipping hidden entries. Returns whether a bound was hit.
+fn list_files(dir: &Path, rel: &Path, depth: usize, out: &mut Vec<String>) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir.join(rel)) else { return false };
+    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+    entries.sort_by_key(|entry| entry.file_name());
+    let mut truncated = false;
+    for entry in entries {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = rel.join(&name);
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            if depth + 1 >= MAX_BUNDLED_DEPTH {
+                truncated = true;
+                continue;
+            }
+            truncated |= list_files(dir, &path, depth + 1, out);
+        } else {
+            if out.len() >= MAX_BUNDLED_FILES {
+                return true;
+            }
+            out.push(path.to_string_lossy().into_owned());
+        }
+    }
+    truncated
+}
+
+#[async_trait::async_trait]
+impl Tool for InstructionSkill {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    async fn execute(&self, _args: Value, ctx: ToolContext) -> ToolResult {
+        let mut content = self.body.clone();
+        if !self.files.is_empty() {
+            if !content.ends_with('\n') {
+                content.push('\n');
+            }
+            content.push_str(&format!(
+                "\nFiles bundled with this skill (relative to {}):\n",
+                self.dir.display()
+            ));
+            for file in &self.files {
+                content.push_str("- ");
+                content.push_str(file);
+                content.push('\n');
+            }
+            if self.files_truncated {
+                content.push_str("- (more files not listed)\n");
+            }
+        }
+        // read_file can open the bundled files only when the folder is in the roots.
+        let readable = ctx.env.roots.iter().any(|root| self.dir.starts_with(root));
+        ToolResult::success(content)
+            .with_meta("skill_dir", self.dir.display().to_string())
+            .with_meta("files", self.files.clone())
+            .with_meta("files_readable", readable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_parse_placeholders_and_escapes() {
+        assert_eq!(parse_template("plain").unwrap(), vec![Piece::Text("plain".to_owned())]);
+        assert_eq!(parse_template("{path}").unwrap(), vec![Piece::Arg("path".to_owned())]);
+        assert_eq!(
+            parse_template("--n={count}!").unwrap(),
+            vec![
+                Piece::Text("--n=".to_owned()),
+                Piece::Arg("count".to_owned()),
+                Piece::Text("!".to_owned())
+            ]
+        );
+        assert_eq!(
+            parse_template("{{literal}}").unwrap(),
+            vec![Piece::Text("{literal}".to_owned())]
+        );
+        assert_eq!(parse_template("").unwrap(), vec![Piece::Text(String::new())]);
+        for bad in ["{", "{}", "{a b}", "x}", "{$(x)}"] {
+            assert!(parse_template(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn capture_keeps_head_and_tail() {
+        let mut capture = Capture::new(8);
+        capture.push(b"0123456789abcdef");
+        assert!(capture.truncated());
+        assert_eq!(capture.render(), "0123\n[... 8 bytes omitted ...]\ncdef");
+        let mut small = Capture::new(8);
+        small.push(b"012");
+        small.push(b"3456");
+        assert!(!small.truncated());
+        assert_eq!(small.render(), "0123456");
+    }
+
+    #[test]
+    fn front_matter_is_split_from_the_body() {
+        let (front, body) = split_front_matter("---\nname: a\n---\n# Body\n").unwrap();
+        assert_eq!(front, "name: a\n");
+        assert_eq!(body, "# Body\n");
+        assert!(split_front_matter("# no front matter").is_err());
+        assert!(split_front_matter("---\nname: a\n").is_err());
+    }
+
+    #[test]
+    fn argument_variables_are_upper_case_identifiers() {
+        assert_eq!(arg_env_name("path"), "TOOLGATE_ARG_PATH");
+        assert_eq!(arg_env_name("max-count"), "TOOLGATE_ARG_MAX_COUNT");
+    }
+}

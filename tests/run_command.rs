@@ -1,0 +1,556 @@
+//! run_command end to end through the Registry, and the process supervisor beneath it.
+//!
+//! The process-tree tests look at the process table (`/proc`), never at the clock:
+//! each test marks its processes with a unique `sleep 1000.<marker>` argument, proves
+//! they were running (and had escaped the shell's process group) before the call
+//! ended, and then checks that no process carrying the marker is left. Polling loops
+//! are bounded by [`PATIENCE`], a safety net rather than a measurement.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+use toolgate::tools::builtin::run_command;
+use toolgate::tools::process::{
+    self, ExitStatus, ProcessError, Program, SUPERVISE_ARG, Spec, Stdin, Supervisor,
+};
+use toolgate::tools::{
+    Call, Env, ErrorType, OutputSink, OutputStream, Registry, ToolContext, ToolResult,
+};
+
+/// How long a test waits for something that normally takes milliseconds.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+const TOOLGATE: &str = env!("CARGO_BIN_EXE_toolgate");
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    env: Arc<Env>,
+    registry: Registry,
+}
+
+fn fixture() -> Fixture {
+    fixture_with(|_| {})
+}
+
+fn fixture_with(adjust: impl FnOnce(&mut Env)) -> Fixture {
+    // Integration tests run a test binary, not `toolgate`: point the supervisor at it.
+    Supervisor::install(TOOLGATE);
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = Env::for_root(dir.path()).unwrap();
+    adjust(&mut env);
+    Fixture { dir, env: Arc::new(env), registry: Registry::with_builtins() }
+}
+
+impl Fixture {
+    fn path(&self) -> &Path {
+        &self.env.cwd
+    }
+
+    fn call(&self, args: &Value) -> Call {
+        Call::from_value(format!("call-{}", next_number()), "run_command", args)
+    }
+
+    async fn run(&self, args: Value) -> ToolResult {
+        self.registry.execute(&self.call(&args), &self.env, &CancellationToken::new()).await
+    }
+}
+
+fn next_number() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Digits only (it becomes the fraction of a `sleep` argument), unique across tests
+/// and across concurrently running test processes.
+fn unique_marker() -> String {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{}{:04}{nanos:09}", std::process::id(), next_number())
+}
+
+/// A script that leaves behind a `setsid` sleep (a new session, so out of the shell's
+/// process group) and a double-forked sleep (its parents exit, so it is re-parented),
+/// waits until both run, and then runs `then`.
+fn escaping_script(marker: &str, then: &str) -> String {
+    format!(
+        r#"setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000.{marker}1' &
+(sh -c 'sh -c "echo \$\$ > double.pid; exec sleep 1000.{marker}2" &' &)
+while [ ! -s setsid.pid ] || [ ! -s double.pid ]; do sleep 0.01; done
+{then}
+"#
+    )
+}
+
+fn cmdline(pid: i32) -> Option<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&bytes).replace('\0', " "))
+}
+
+/// Live processes whose command line carries the marker (zombies have an empty
+/// command line, so they do not count: they are dead).
+fn processes_with(marker: &str) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Some(line) = cmdline(pid).filter(|line| line.contains(marker)) {
+            found.push((pid, line));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until nothing carrying the marker is alive, and fails otherwise.
+async fn assert_tree_gone(marker: &str) {
+    let start = Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < PATIENCE, "processes outlived the call: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Field 6 of `/proc/PID/stat`: the session id.
+fn session_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+    after_comm.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+/// Polls the call until both escaping sleeps of [`escaping_script`] run, failing if
+/// the call ends first. Returns their pids.
+async fn until_escapees_run<F: Future<Output = ToolResult>>(
+    call: &mut Pin<&mut F>,
+    dir: &Path,
+    marker: &str,
+) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        tokio::select! {
+            res = call.as_mut() => panic!("the call ended before its processes started: {res:?}"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        let pids: Vec<i32> = ["setsid.pid", "double.pid"]
+            .iter()
+            .filter_map(|file| std::fs::read_to_string(dir.join(file)).ok())
+            .filter_map(|text| text.trim().parse().ok())
+            .collect();
+        let running = pids.len() == 2
+            && pids.iter().all(|pid| cmdline(*pid).is_some_and(|line| line.contains(marker)));
+        if running {
+            // The setsid sleep really left the shell's session (and process group).
+            assert_eq!(session_of(pids[0]), pids[0]);
+            return pids;
+        }
+        assert!(start.elapsed() < PATIENCE, "the escaping processes never started");
+    }
+}
+
+#[tokio::test]
+async fn escaped_processes_die_when_the_shell_exits() {
+    let fx = fixture();
+    let marker = unique_marker();
+    let script = escaping_script(&marker, "while [ ! -e go ]; do sleep 0.01; done; echo finished");
+    let call = fx.call(&json!({ "command": script }));
+    let cancel = CancellationToken::new();
+    let future = fx.registry.execute(&call, &fx.env, &cancel);
+    tokio::pin!(future);
+
+    until_escapees_run(&mut future, fx.path(), &marker).await;
+    std::fs::write(fx.path().join("go"), "").unwrap();
+    let res = future.await;
+
+    assert!(res.ok, "{res:?}");
+    assert_eq!(res.content, "finished\n[exit code 0]");
+    assert_eq!(res.metadata["exit_code"], 0);
+    // The call waited for the tree to be killed: nothing may be left even now.
+    assert_eq!(processes_with(&marker), vec![]);
+    assert_tree_gone(&marker).await;
+}
+
+#[tokio::test]
+async fn escaped_processes_die_on_timeout() {
+    let fx = fixture();
+    let marker = unique_marker();
+    let script = escaping_script(&marker, &format!("echo waiting; sleep 1000.{marker}3"));
+    let call = fx.call(&json!({ "command": script, "timeout_ms": 4000 }));
+    let cancel = CancellationToken::new();
+    let future = fx.registry.execute(&call, &fx.env, &cancel);
+    tokio::pin!(future);
+
+    until_escapees_run(&mut future, fx.path(), &marker).await;
+    let res = future.await;
+
+    assert_eq!(res.error_type, Some(ErrorType::Timeout), "{res:?}");
+    assert_eq!(res.metadata["timeout_ms"], 4000);
+    assert_tree_gone(&marker).await;
+}
+
+#[tokio::test]
+async fn escaped_processes_die_on_cancel() {
+    let fx = fixture();
+    let marker = unique_marker();
+    let script = escaping_script(&marker, &format!("sleep 1000.{marker}3"));
+    let call = fx.call(&json!({ "command": script }));
+    let cancel = CancellationToken::new();
+    let future = fx.registry.execute(&call, &fx.env, &cancel);
+    tokio::pin!(future);
+
+    until_escapees_run(&mut future, fx.path(), &marker).await;
+    cancel.cancel();
+    let res = future.await;
+
+    assert_eq!(res.error_type, Some(ErrorType::Canceled), "{res:?}");
+    assert_tree_gone(&marker).await;
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_the_tree() {
+    let fx = fixture();
+    let marker = unique_marker();
+    let script = escaping_script(&marker, &format!("sleep 1000.{marker}3"));
+    let call = fx.call(&json!({ "command": script }));
+    let cancel = CancellationToken::new();
+    let future = Box::pin(fx.registry.execute(&call, &fx.env, &cancel));
+    let mut future = future;
+
+    let pids = until_escapees_run(&mut future.as_mut(), fx.path(), &marker).await;
+    drop(future);
+
+    assert_tree_gone(&marker).await;
+    for pid in pids {
+        assert!(cmdline(pid).is_none_or(|line| !line.contains(&marker)));
+    }
+}
+
+/// What happens when the daemon dies, even by SIGKILL: the kernel closes its end of
+/// the control socket, and the supervisor kills the tree.
+#[tokio::test]
+async fn closing_the_control_socket_kills_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = unique_marker();
+    let (daemon_end, supervisor_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut supervisor = std::process::Command::new(TOOLGATE)
+        .arg(SUPERVISE_ARG)
+        .arg("--cwd")
+        .arg(dir.path())
+        .arg("--")
+        .args(["/bin/sh", "-c", &escaping_script(&marker, &format!("sleep 1000.{marker}3"))])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(supervisor_end)))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    daemon_end.set_nonblocking(true).unwrap();
+    let daemon_end = tokio::net::UnixStream::from_std(daemon_end).unwrap();
+    let mut lines = BufReader::new(daemon_end).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    assert!(first.starts_with("spawned "), "{first}");
+
+    let start = Instant::now();
+    while processes_with(&format!("sleep 1000.{marker}")).len() < 3 {
+        assert!(start.elapsed() < PATIENCE, "the escaping processes never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(lines);
+
+    assert_tree_gone(&marker).await;
+    assert!(supervisor.wait().unwrap().success());
+}
+
+#[tokio::test]
+async fn the_tool_reports_its_own_timeout_with_the_partial_output() {
+    // Driven without the Registry, so the tool's own deadline is the only one.
+    let fx = fixture();
+    let marker = unique_marker();
+    let command = format!("echo before; echo complaint >&2; sleep 1000.{marker}");
+    let ctx = ToolContext {
+        call_id: "t".to_owned(),
+        env: fx.env.clone(),
+        cancel: CancellationToken::new(),
+        timeout: Duration::from_millis(3000),
+        output: OutputSink::discard(),
+    };
+    let res = run_command::tool().execute(json!({ "command": command }), ctx).await;
+
+    assert_eq!(res.error_type, Some(ErrorType::Timeout), "{res:?}");
+    assert_eq!(res.content, "before\n[stderr]\ncomplaint\n[timed out after 3s]");
+    assert_eq!(res.metadata["timeout_ms"], 3000);
+    assert_eq!(res.metadata["signal"], 9);
+    assert_tree_gone(&marker).await;
+}
+
+#[tokio::test]
+async fn long_output_keeps_its_head_and_tail() {
+    let cap = 64 * 1024;
+    let fx = fixture_with(|env| env.max_output_bytes = cap);
+    let expected: String = (1..=700_000).map(|n| format!("{n}\n")).collect();
+    assert!(expected.len() > 4_000_000);
+
+    let res = fx.run(json!({ "command": "seq 1 700000" })).await;
+
+    assert!(res.ok, "{}", res.error.unwrap_or_default());
+    assert_eq!(res.metadata["stdout_bytes"], expected.len());
+    assert_eq!(res.metadata["stderr_bytes"], 0);
+    assert_eq!(res.metadata["truncated"], true);
+    let omitted = expected.len() - cap;
+    assert_eq!(res.metadata["omitted_bytes"], omitted);
+
+    let marker = format!("... [{omitted} bytes omitted] ...\n");
+    let (head, rest) = res.content.split_once(&marker).expect("an omission marker");
+    let tail = rest.strip_suffix("[exit code 0]").expect("the exit code last");
+    // The marker sits on its own line: a newline may have been added after the head.
+    let head = if expected.starts_with(head) { head } else { head.strip_suffix('\n').unwrap() };
+    assert!(expected.starts_with(head));
+    assert!(expected.ends_with(tail));
+    assert!(head.starts_with("1\n2\n3\n"));
+    assert!(tail.ends_with("699999\n700000\n"));
+    assert_eq!(head.len() + omitted + tail.len(), expected.len());
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_command_failed_with_the_output() {
+    let fx = fixture();
+    let res = fx.run(json!({ "command": "echo out; echo err >&2; exit 3" })).await;
+
+    assert!(!res.ok);
+    assert_eq!(res.error_type, Some(ErrorType::CommandFailed));
+    assert_eq!(res.error.as_deref(), Some("the command exited with code 3"));
+    assert_eq!(res.content, "out\n[stderr]\nerr\n[exit code 3]");
+    assert_eq!(res.metadata["exit_code"], 3);
+    assert_eq!(res.metadata["stdout_bytes"], 4);
+    assert_eq!(res.metadata["stderr_bytes"], 4);
+    assert_eq!(res.metadata["truncated"], false);
+    assert!(res.metadata["duration_ms"].is_u64());
+    assert_eq!(res.tool, "run_command");
+}
+
+#[tokio::test]
+async fn death_by_signal_is_command_failed_with_the_signal() {
+    let fx = fixture();
+    let res = fx.run(json!({ "command": "echo dying; kill -TERM $$" })).await;
+
+    assert_eq!(res.error_type, Some(ErrorType::CommandFailed), "{res:?}");
+    assert_eq!(res.metadata["signal"], 15);
+    assert_eq!(res.content, "dying\n[killed by signal 15 (SIGTERM)]");
+}
+
+const ENV_PROBE: &str = "TOOLGATE_TEST_ENV_PROBE";
+
+/// Needs variables in the daemon's own environment, which a test cannot set safely
+/// while other threads run: so it re-runs itself in a child test process that gets
+/// them from the start, and checks what that process's command saw.
+#[tokio::test]
+async fn secret_variables_are_not_inherited() {
+    if std::env::var_os(ENV_PROBE).is_some() {
+        let fx = fixture_with(|env| {
+            env.env_policy.set.push(("TOOLGATE_TEST_EXPLICIT".to_owned(), "set-value".to_owned()));
+        });
+        let res = fx.run(json!({ "command": "env" })).await;
+        println!("PROBE-RESULT {}", serde_json::to_string(&res).unwrap());
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "secret_variables_are_not_inherited", "--nocapture"])
+        .env(ENV_PROBE, "1")
+        .env("TOOLGATE_TEST_API_TOKEN", "hunter2-token")
+        .env("TOOLGATE_TEST_CLIENT_SECRET", "hunter2-secret")
+        .env("TOOLGATE_TEST_SIGNING_KEY", "hunter2-key")
+        .env("TOOLGATE_TEST_DB_PASSWORD", "hunter2-password")
+        .env("TOOLGATE_TEST_ORDINARY", "plain-value")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line =
+        stdout.lines().find_map(|line| line.strip_prefix("PROBE-RESULT ")).unwrap_or_else(|| {
+            panic!("no probe result: {stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+        });
+    let res: ToolResult = serde_json::from_str(line).unwrap();
+
+    assert!(res.ok, "{res:?}");
+    let vars: Vec<&str> = res.content.lines().collect();
+    assert!(vars.contains(&"TOOLGATE_TEST_ORDINARY=plain-value"), "{vars:?}");
+    assert!(vars.contains(&"TOOLGATE_TEST_EXPLICIT=set-value"), "{vars:?}");
+    assert!(!res.content.contains("hunter2"), "a secret leaked: {vars:?}");
+}
+
+#[tokio::test]
+async fn stdin_is_closed() {
+    let fx = fixture();
+    let res = fx.run(json!({ "command": "cat; readlink /proc/$$/fd/0" })).await;
+    assert_eq!(res.content, "/dev/null\n[exit code 0]", "{res:?}");
+}
+
+#[tokio::test]
+async fn cwd_is_confined_to_the_roots() {
+    let fx = fixture();
+    std::fs::create_dir(fx.path().join("sub")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+
+    let res = fx.run(json!({ "command": "pwd", "cwd": "sub" })).await;
+    assert_eq!(res.content, format!("{}\n[exit code 0]", fx.path().join("sub").display()));
+    let res = fx.run(json!({ "command": "pwd" })).await;
+    assert_eq!(res.content, format!("{}\n[exit code 0]", fx.path().display()));
+
+    for cwd in [outside.path().to_str().unwrap(), "..", "sub/../.."] {
+        let res = fx.run(json!({ "command": "touch escaped", "cwd": cwd })).await;
+        assert_eq!(res.error_type, Some(ErrorType::AccessDenied), "{cwd}: {res:?}");
+    }
+    assert!(!outside.path().join("escaped").exists());
+    let res = fx.run(json!({ "command": "pwd", "cwd": "missing" })).await;
+    assert_eq!(res.error_type, Some(ErrorType::NotFound));
+    drop(fx.dir);
+}
+
+#[tokio::test]
+async fn live_output_reaches_the_sink_in_order() {
+    let fx = fixture();
+    let chunks: Arc<Mutex<Vec<(OutputStream, String)>>> = Arc::default();
+    let sink = {
+        let chunks = chunks.clone();
+        OutputSink::new(move |stream, text| chunks.lock().unwrap().push((stream, text.to_owned())))
+    };
+    // Two-byte characters after one ASCII byte: pipe reads cut inside characters.
+    let command = "i=1; while [ $i -le 3000 ]; do echo \"line $i\"; i=$((i+1)); done; \
+                   printf x; printf 'é%.0s' $(seq 1 40000); echo; echo problem >&2";
+    let call = fx.call(&json!({ "command": command }));
+    let res = fx.registry.execute_streaming(&call, &fx.env, &CancellationToken::new(), sink).await;
+    assert!(res.ok, "{res:?}");
+
+    let mut expected: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    expected.push('x');
+    expected.push_str(&"é".repeat(40_000));
+    expected.push('\n');
+    let chunks = chunks.lock().unwrap();
+    let stdout: String = chunks
+        .iter()
+        .filter(|(stream, _)| *stream == OutputStream::Stdout)
+        .map(|c| c.1.as_str())
+        .collect();
+    let stderr: String = chunks
+        .iter()
+        .filter(|(stream, _)| *stream == OutputStream::Stderr)
+        .map(|c| c.1.as_str())
+        .collect();
+    assert!(stdout == expected, "the live stdout differs from what the command wrote");
+    assert_eq!(stderr, "problem\n");
+    assert!(chunks.iter().all(|(_, text)| !text.is_empty()));
+    assert!(res.content.starts_with("line 1\nline 2\n"));
+}
+
+#[tokio::test]
+async fn arguments_are_validated_before_anything_runs() {
+    let fx = fixture();
+    let res = fx.run(json!({ "command": "touch ran", "shell": "bash" })).await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments));
+    let res = fx.run(json!({ "command": "" })).await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments));
+    assert!(!fx.path().join("ran").exists());
+}
+
+// The process API on its own.
+
+fn spec(program: Program, dir: &Path) -> Spec {
+    let mut spec = Spec::new(program, dir);
+    spec.supervisor = Supervisor::new(TOOLGATE);
+    spec.env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+    spec
+}
+
+fn exec(program: &str, args: &[&str]) -> Program {
+    Program::Exec { program: program.into(), args: args.iter().map(Into::into).collect() }
+}
+
+#[tokio::test]
+async fn stdin_bytes_reach_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(exec("cat", &[]), dir.path());
+    let payload: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    spec.stdin = Stdin::Bytes(payload.clone());
+
+    let outcome = process::run(spec).await.unwrap();
+
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)));
+    assert_eq!(outcome.stdout.text.as_bytes(), payload.as_slice());
+    assert_eq!(outcome.stdout.total_bytes, 200_000);
+    assert!(!outcome.timed_out && !outcome.canceled && !outcome.truncated());
+}
+
+#[tokio::test]
+async fn the_environment_is_exactly_the_one_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(exec("/usr/bin/env", &[]), dir.path());
+    spec.env = vec![("ONLY".to_owned(), "this".to_owned())];
+    let outcome = process::run(spec).await.unwrap();
+    assert_eq!(outcome.stdout.text, "ONLY=this\n");
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_tree_and_keeps_the_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = unique_marker();
+    let mut spec = spec(
+        Program::Shell(format!("echo before; sleep 1000.{marker} & sleep 1000.{marker}")),
+        dir.path(),
+    );
+    spec.timeout = Some(Duration::from_secs(2));
+
+    let outcome = process::run(spec).await.unwrap();
+
+    assert!(outcome.timed_out);
+    assert!(!outcome.canceled);
+    assert_eq!(outcome.status, Some(ExitStatus::Signal(9)));
+    assert_eq!(outcome.stdout.text, "before\n");
+    assert_eq!(processes_with(&marker), vec![]);
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_spawn_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = process::run(spec(exec("/nonexistent/program", &[]), dir.path())).await.unwrap_err();
+    assert!(
+        matches!(&err, ProcessError::Spawn { program, .. } if program == "/nonexistent/program"),
+        "{err}"
+    );
+
+    let mut gone_cwd = spec(exec("true", &[]), &dir.path().join("gone"));
+    gone_cwd.cwd = dir.path().join("gone");
+    let err = process::run(gone_cwd).await.unwrap_err();
+    assert!(matches!(err, ProcessError::Spawn { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_broken_supervisor_is_an_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut missing = spec(exec("true", &[]), dir.path());
+    missing.supervisor = Supervisor::new("/nonexistent/toolgate");
+    let err = process::run(missing).await.unwrap_err();
+    assert!(matches!(err, ProcessError::StartSupervisor { .. }), "{err}");
+
+    // A binary that is not a supervisor never answers the handshake.
+    let mut impostor = spec(exec("true", &[]), dir.path());
+    impostor.supervisor = Supervisor::new("/bin/true");
+    let err = process::run(impostor).await.unwrap_err();
+    assert!(matches!(err, ProcessError::Handshake { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_call_canceled_before_it_starts_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(Program::Shell("touch ran".to_owned()), dir.path());
+    spec.cancel.cancel();
+    let outcome = process::run(spec).await.unwrap();
+    assert!(outcome.canceled);
+    assert_eq!(outcome.status, None);
+    assert!(!dir.path().join("ran").exists());
+}

@@ -1,0 +1,765 @@
+//! Upstream MCP servers proxied end to end: a fixture server (plain python3, stdio or
+//! Streamable HTTP) supervised by `Upstreams`, its tools driven through the Registry
+//! exactly as a session would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use toolgate::config::McpServerConfig;
+use toolgate::tools::{
+    Attachment, Call, Env, EnvPolicy, ErrorType, OutputSink, OutputStream, Registry, Safety,
+    ToolResult, ToolSource,
+};
+use toolgate::upstream::{UpstreamOptions, UpstreamState, UpstreamStatus, Upstreams};
+
+/// A safety net only: every wait below ends as soon as its condition holds.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py")
+}
+
+/// One fixture server's configuration and the directory it records into.
+struct Fixture {
+    state: tempfile::TempDir,
+    config: McpServerConfig,
+}
+
+impl Fixture {
+    fn stdio(name: &str, trust_annotations: bool) -> Fixture {
+        let state = tempfile::tempdir().unwrap();
+        let mut env = BTreeMap::new();
+        env.insert("FIXTURE_STATE_DIR".to_owned(), state.path().display().to_string());
+        env.insert("FIXTURE_NAME".to_owned(), name.to_owned());
+        let config = McpServerConfig {
+            name: name.to_owned(),
+            command: Some("python3".to_owned()),
+            args: vec![fixture().display().to_string()],
+            env,
+            cwd: None,
+            url: None,
+            headers: BTreeMap::new(),
+            startup_timeout_ms: 20_000,
+            call_timeout_ms: None,
+            trust_annotations,
+        };
+        Fixture { state, config }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.state.path().join(file)
+    }
+
+    fn lines(&self, file: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(file))
+            .map(|text| text.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Supervision timings for tests: quick restarts, no pings unless asked for.
+fn options() -> UpstreamOptions {
+    UpstreamOptions {
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(200),
+        backoff_reset_after: Duration::from_secs(600),
+        ping_interval: Duration::from_secs(3600),
+        ping_timeout: Duration::from_secs(10),
+        stop_grace: Duration::from_millis(500),
+    }
+}
+
+fn env() -> Arc<Env> {
+    Arc::new(Env::for_root(std::env::temp_dir()).unwrap())
+}
+
+async fn call(registry: &Registry, name: &str, args: serde_json::Value) -> ToolResult {
+    registry.execute(&Call::from_value("c1", name, &args), &env(), &CancellationToken::new()).await
+}
+
+/// Polls `check` until it holds; panics with `what` after [`PATIENCE`].
+async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn status_of(upstreams: &Upstreams, name: &str) -> UpstreamStatus {
+    upstreams.status().into_iter().find(|status| status.name == name).unwrap()
+}
+
+async fn wait_ready(upstreams: &Upstreams, name: &str) {
+    wait_for(&format!("{name} to be ready"), || {
+        status_of(upstreams, name).state == UpstreamState::Ready
+    })
+    .await;
+}
+
+/// Whether a process exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().and_then(|rest| rest.trim_start().chars().next());
+            state != Some('Z')
+        }
+    }
+}
+
+fn started(registry: &Arc<Registry>, fixtures: &[&Fixture]) -> Arc<Upstreams> {
+    let upstreams = Upstreams::new(registry.clone(), options());
+    let configs: Vec<McpServerConfig> = fixtures.iter().map(|f| f.config.clone()).collect();
+    upstreams.apply(&configs, &EnvPolicy::default());
+    upstreams
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxied_tools_are_listed_with_the_prefix_and_called() {
+    let registry = Arc::new(Registry::with_builtins());
+    let trusted = Fixture::stdio("fx", true);
+    let untrusted = Fixture::stdio("other", false);
+    let upstreams = started(&registry, &[&trusted, &untrusted]);
+    wait_ready(&upstreams, "fx").await;
+    wait_ready(&upstreams, "other").await;
+
+    let proxied: Vec<String> =
+        registry.names().into_iter().filter(|name| name.starts_with("mcp__fx__")).collect();
+    assert_eq!(
+        proxied,
+        [
+            "mcp__fx__crash",
+            "mcp__fx__echo",
+            "mcp__fx__fail",
+            "mcp__fx__freeze",
+            "mcp__fx__media",
+            "mcp__fx__slow",
+            "mcp__fx__spawn_child",
+            "mcp__fx__toggle"
+        ]
+    );
+    assert_eq!(registry.source("mcp__fx__echo"), Some(ToolSource::Mcp("fx".to_owned())));
+    assert_eq!(registry.source("read_file"), Some(ToolSource::Builtin));
+    assert_eq!(
+        status_of(&upstreams, "fx"),
+        UpstreamStatus {
+            name: "fx".to_owned(),
+            state: UpstreamState::Ready,
+            reason: None,
+            restarts: 0,
+            tools: 8
+        }
+    );
+
+    // Annotations: believed only for a trusted server, and only readOnlyHint = true.
+    assert_eq!(registry.safety("mcp__fx__echo"), Some(Safety::ReadOnly));
+    assert_eq!(registry.safety("mcp__fx__slow"), Some(Safety::SideEffect));
+    assert_eq!(registry.safety("mcp__fx__fail"), Some(Safety::SideEffect));
+    assert_eq!(registry.safety("mcp__other__echo"), Some(Safety::SideEffect));
+
+    let echoed = call(&registry, "mcp__fx__echo", json!({"text": "hello; $(touch x)"})).await;
+    assert!(echoed.ok, "{echoed:?}");
+    assert_eq!(echoed.content, "hello; $(touch x)");
+    assert_eq!(echoed.tool, "mcp__fx__echo");
+
+    // The registry checks the upstream's schema before anything is sent.
+    let invalid = call(&registry, "mcp__fx__echo", json!({"text": 5})).await;
+    assert_eq!(invalid.error_type, Some(ErrorType::InvalidArguments));
+
+    let failed = call(&registry, "mcp__fx__fail", json!({})).await;
+    assert!(!failed.ok);
+    assert_eq!(failed.error_type, Some(ErrorType::UpstreamError));
+    assert_eq!(failed.error.as_deref(), Some("it failed on purpose"));
+
+    let media = call(&registry, "mcp__fx__media", json!({})).await;
+    assert!(media.ok, "{media:?}");
+    assert_eq!(media.content, "here is a picture");
+    assert_eq!(
+        media.attachments,
+        vec![
+            Attachment::Image {
+                mime_type: "image/png".to_owned(),
+                data: "iVBORw0KGgo=".to_owned()
+            },
+            Attachment::Audio { mime_type: "audio/wav".to_owned(), data: "UklGRg==".to_owned() },
+            Attachment::Resource {
+                uri: "file:///notes.txt".to_owned(),
+                mime_type: Some("text/plain".to_owned()),
+                text: "resource text".to_owned()
+            },
+        ]
+    );
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_forwarded_as_live_output() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+
+    let chunks = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let chunks = chunks.clone();
+        OutputSink::new(move |stream, text| chunks.lock().unwrap().push((stream, text.to_owned())))
+    };
+    let res = registry
+        .execute_streaming(
+            &Call::from_value("c1", "mcp__fx__slow", &json!({"steps": 3, "delay_ms": 10})),
+            &env(),
+            &CancellationToken::new(),
+            sink,
+        )
+        .await;
+    assert!(res.ok, "{res:?}");
+    assert_eq!(res.content, "done after 3 steps");
+    assert_eq!(
+        *chunks.lock().unwrap(),
+        vec![
+            (OutputStream::Stdout, "step 1 of 3\n".to_owned()),
+            (OutputStream::Stdout, "step 2 of 3\n".to_owned()),
+            (OutputStream::Stdout, "step 3 of 3\n".to_owned()),
+        ]
+    );
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_call_is_canceled_upstream() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+
+    // Cancel once the first progress shows the call is running upstream.
+    let cancel = CancellationToken::new();
+    let sink = {
+        let cancel = cancel.clone();
+        OutputSink::new(move |_, _| cancel.cancel())
+    };
+    let res = registry
+        .execute_streaming(
+            &Call::from_value("c1", "mcp__fx__slow", &json!({"steps": 1000, "delay_ms": 50})),
+            &env(),
+            &cancel,
+            sink,
+        )
+        .await;
+    assert_eq!(res.error_type, Some(ErrorType::Canceled), "{res:?}");
+    wait_for("the server to record the cancellation", || {
+        !fixture.lines("cancelled.log").is_empty()
+    })
+    .await;
+    let recorded = fixture.lines("cancelled.log");
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(recorded[0].ends_with("canceled by the client or past its deadline"), "{recorded:?}");
+
+    // The connection is still good afterwards.
+    let echoed = call(&registry, "mcp__fx__echo", json!({"text": "still here"})).await;
+    assert_eq!(echoed.content, "still here");
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_timeout_applies_and_cancels_upstream() {
+    let registry = Arc::new(Registry::new());
+    let mut fixture = Fixture::stdio("fx", false);
+    fixture.config.call_timeout_ms = Some(300);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    assert_eq!(
+        registry.get("mcp__fx__slow").unwrap().definition().timeout,
+        Some(Duration::from_millis(300))
+    );
+
+    let res = call(&registry, "mcp__fx__slow", json!({"steps": 1000, "delay_ms": 50})).await;
+    assert_eq!(res.error_type, Some(ErrorType::Timeout), "{res:?}");
+    wait_for("the server to record the cancellation", || {
+        !fixture.lines("cancelled.log").is_empty()
+    })
+    .await;
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_server_answers_upstream_error_then_comes_back_resynced() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    assert!(!registry.contains("mcp__fx__extra"));
+
+    // Restarts fail until the test lets them through, so "down" is observable; the
+    // next successful start lists one more tool.
+    std::fs::write(fixture.path("block_start"), "").unwrap();
+    std::fs::write(fixture.path("extra_on"), "").unwrap();
+    let crashed = call(&registry, "mcp__fx__crash", json!({})).await;
+    assert_eq!(crashed.error_type, Some(ErrorType::UpstreamError), "{crashed:?}");
+
+    wait_for("a failed restart", || {
+        let status = status_of(&upstreams, "fx");
+        status.state == UpstreamState::Failed && status.restarts >= 1
+    })
+    .await;
+    // Its tools stay listed but answer at once.
+    let down = call(&registry, "mcp__fx__echo", json!({"text": "x"})).await;
+    assert_eq!(down.error_type, Some(ErrorType::UpstreamError), "{down:?}");
+    assert!(down.error.as_deref().unwrap().contains("not available"), "{down:?}");
+
+    let changes = registry.subscribe_changes();
+    let before = *changes.borrow();
+    std::fs::remove_file(fixture.path("block_start")).unwrap();
+    wait_ready(&upstreams, "fx").await;
+    assert!(registry.contains("mcp__fx__extra"));
+    assert!(*changes.borrow() > before);
+    let echoed = call(&registry, "mcp__fx__echo", json!({"text": "back"})).await;
+    assert_eq!(echoed.content, "back");
+    assert_eq!(fixture.lines("starts.log").len(), 2);
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_resyncs_the_tools() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", true);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    let changes = registry.subscribe_changes();
+    let before = *changes.borrow();
+
+    let toggled = call(&registry, "mcp__fx__toggle", json!({})).await;
+    assert_eq!(toggled.content, "extra is True");
+    wait_for("the new tool", || registry.contains("mcp__fx__extra")).await;
+    assert!(*changes.borrow() > before);
+    assert_eq!(registry.safety("mcp__fx__extra"), Some(Safety::ReadOnly));
+    assert_eq!(call(&registry, "mcp__fx__extra", json!({})).await.content, "extra");
+
+    call(&registry, "mcp__fx__toggle", json!({})).await;
+    wait_for("the tool to go away", || !registry.contains("mcp__fx__extra")).await;
+    assert_eq!(status_of(&upstreams, "fx").tools, 8);
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_restarted() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = Upstreams::new(
+        registry.clone(),
+        UpstreamOptions {
+            ping_interval: Duration::from_millis(100),
+            ping_timeout: Duration::from_millis(500),
+            ..options()
+        },
+    );
+    upstreams.apply(std::slice::from_ref(&fixture.config), &EnvPolicy::default());
+    wait_ready(&upstreams, "fx").await;
+    let first_pid: i32 = fixture.lines("starts.log")[0].parse().unwrap();
+
+    // The frozen call never gets an answer; giving up the hung server ends it.
+    let frozen = call(&registry, "mcp__fx__freeze", json!({})).await;
+    assert_eq!(frozen.error_type, Some(ErrorType::UpstreamError), "{frozen:?}");
+    wait_for("a restart", || {
+        let status = status_of(&upstreams, "fx");
+        status.state == UpstreamState::Ready && status.restarts >= 1
+    })
+    .await;
+    let echoed = call(&registry, "mcp__fx__echo", json!({"text": "alive"})).await;
+    assert_eq!(echoed.content, "alive");
+    wait_for("the hung process to be killed", || !alive(first_pid)).await;
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_server_removes_its_tools_and_kills_its_processes() {
+    let registry = Arc::new(Registry::with_builtins());
+    let kept = Fixture::stdio("kept", false);
+    let removed = Fixture::stdio("gone", false);
+    let upstreams = started(&registry, &[&kept, &removed]);
+    wait_ready(&upstreams, "kept").await;
+    wait_ready(&upstreams, "gone").await;
+    let server_pid: i32 = removed.lines("starts.log")[0].parse().unwrap();
+    let grandchild: i32 =
+        call(&registry, "mcp__gone__spawn_child", json!({})).await.content.parse().unwrap();
+    assert!(alive(grandchild));
+
+    upstreams.apply(std::slice::from_ref(&kept.config), &EnvPolicy::default());
+    assert!(registry.names().iter().all(|name| !name.starts_with("mcp__gone__")));
+    assert!(registry.contains("mcp__kept__echo"));
+    assert!(registry.contains("read_file"));
+    assert_eq!(upstreams.status().len(), 1);
+    wait_for("the removed server to die", || !alive(server_pid)).await;
+    wait_for("its grandchild to die", || !alive(grandchild)).await;
+    assert_eq!(kept.lines("starts.log").len(), 1, "an unchanged server is not restarted");
+
+    // Shutdown: every child goes, the tools with it.
+    let kept_pid: i32 = kept.lines("starts.log")[0].parse().unwrap();
+    upstreams.shutdown().await;
+    assert!(!alive(kept_pid));
+    assert!(registry.names().iter().all(|name| !name.starts_with("mcp__")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_initializes_fails_with_a_reason() {
+    let registry = Arc::new(Registry::new());
+    let mut config = Fixture::stdio("mute", false).config;
+    config.command = Some("sleep".to_owned());
+    config.args = vec!["60".to_owned()];
+    config.startup_timeout_ms = 300;
+    let upstreams = Upstreams::new(registry.clone(), options());
+    upstreams.apply(&[config], &EnvPolicy::default());
+    // `apply` returned at once; the server is being started in the background.
+    wait_for("the startup timeout", || {
+        status_of(&upstreams, "mute").reason.as_deref() == Some("did not start within 300 ms")
+    })
+    .await;
+    assert!(registry.names().is_empty());
+    upstreams.shutdown().await;
+    assert_eq!(status_of_all(&upstreams), Vec::<String>::new());
+}
+
+fn status_of_all(upstreams: &Upstreams) -> Vec<String> {
+    upstreams.status().into_iter().map(|status| status.name).collect()
+}
+
+/// The fixture in Streamable HTTP mode, killed on drop.
+struct HttpFixture {
+    child: std::process::Child,
+    state: tempfile::TempDir,
+    port: u16,
+}
+
+impl HttpFixture {
+    async fn start() -> HttpFixture {
+        let state = tempfile::tempdir().unwrap();
+        let port_file = state.path().join("port");
+        let child = std::process::Command::new("python3")
+            .arg(fixture())
+            .arg("--http")
+            .arg(&port_file)
+            .env("FIXTURE_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut port = None;
+        wait_for("the HTTP fixture to listen", || {
+            port = std::fs::read_to_string(&port_file).ok().and_then(|text| text.parse().ok());
+            port.is_some()
+        })
+        .await;
+        HttpFixture { child, state, port: port.unwrap() }
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_is_proxied_with_its_headers() {
+    let server = HttpFixture::start().await;
+    let registry = Arc::new(Registry::new());
+    let mut headers = BTreeMap::new();
+    headers.insert("X-Fixture-Token".to_owned(), "sesame".to_owned());
+    let config = McpServerConfig {
+        name: "web".to_owned(),
+        command: None,
+        args: Vec::new(),
+        env: BTreeMap::new(),
+        cwd: None,
+        url: Some(format!("http://127.0.0.1:{}/mcp", server.port)),
+        headers,
+        startup_timeout_ms: 20_000,
+        call_timeout_ms: None,
+        trust_annotations: true,
+    };
+    let upstreams = Upstreams::new(registry.clone(), options());
+    upstreams.apply(&[config], &EnvPolicy::default());
+    wait_ready(&upstreams, "web").await;
+    assert_eq!(registry.safety("mcp__web__echo"), Some(Safety::ReadOnly));
+    let echoed = call(&registry, "mcp__web__echo", json!({"text": "over http"})).await;
+    assert!(echoed.ok, "{echoed:?}");
+    assert_eq!(echoed.content, "over http");
+    let failed = call(&registry, "mcp__web__fail", json!({})).await;
+    assert_eq!(failed.error_type, Some(ErrorType::UpstreamError));
+    let seen = std::fs::read_to_string(server.state.path().join("headers.log")).unwrap();
+    assert!(seen.lines().all(|line| line == "sesame"), "{seen}");
+    upstreams.shutdown().await;
+}
+
+/// The interpreter behind `python3`, resolved once, so that the daemon test does not
+/// depend on how `python3` is found (shims, a different `HOME`).
+fn python() -> String {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let out = std::process::Command::new("python3")
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        })
+        .clone()
+}
+
+/// A blocking NDJSON client of the daemon's socket.
+struct SocketClient {
+    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
+    writer: std::os::unix::net::UnixStream,
+    next_id: u64,
+    events: Vec<serde_json::Value>,
+}
+
+impl SocketClient {
+    fn connect(socket: &Path) -> SocketClient {
+        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        SocketClient {
+            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_id: 1,
+            events: Vec::new(),
+        }
+    }
+
+    fn read(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
+        assert!(n > 0, "the daemon closed the connection");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn result(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        std::io::Write::write_all(&mut self.writer, format!("{line}\n").as_bytes()).unwrap();
+        loop {
+            let message = self.read();
+            if message.get("id") == Some(&json!(id)) {
+                assert!(message.get("error").is_none(), "{message}");
+                return message["result"].clone();
+            }
+            self.events.push(message);
+        }
+    }
+
+    /// Reads until an event of this type arrives.
+    fn event(&mut self, kind: &str) -> serde_json::Value {
+        if let Some(idx) = self.events.iter().position(|e| e["params"]["result"]["type"] == kind) {
+            return self.events.remove(idx);
+        }
+        loop {
+            let message = self.read();
+            if message["params"]["result"]["type"] == kind {
+                return message;
+            }
+        }
+    }
+}
+
+/// The daemon under test; killed if the test ends early.
+struct DaemonProcess(std::process::Child);
+
+impl DaemonProcess {
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).unwrap();
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn poll_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The real daemon: upstreams start after it listens, their tools and the skills are
+/// listed with their sources, `daemon/status` shows them, SIGHUP without the server
+/// removes its tools (and tells the session), SIGTERM kills the upstream.
+#[test]
+fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let workspace = root.join("workspace");
+    let skills = root.join("skills");
+    let state = root.join("state");
+    for dir in [&workspace, &skills, &state] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(
+        skills.join("greet.toml"),
+        "name = \"greet\"\ndescription = \"Greets.\"\ncommand = [\"echo\", \"hi\"]\n",
+    )
+    .unwrap();
+    let base = format!(
+        "[workspace]\nroots = [{workspace:?}]\n\n[skills]\ndirs = [{skills:?}]\n",
+        workspace = workspace.display().to_string(),
+        skills = skills.display().to_string(),
+    );
+    let with_server = format!(
+        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\n",
+        python = python(),
+        fixture = fixture().display().to_string(),
+        state = state.display().to_string(),
+    );
+    let config = root.join("config.toml");
+    std::fs::write(&config, &with_server).unwrap();
+    let socket = root.join("run").join("toolgate.sock");
+    let mut daemon = DaemonProcess(
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&workspace)
+            .env("XDG_CONFIG_HOME", root.join("config-home"))
+            .env("XDG_STATE_HOME", root.join("state-home"))
+            .env("XDG_RUNTIME_DIR", root.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    poll_until("the daemon to listen", || socket.exists());
+    let mut client = SocketClient::connect(&socket);
+    client.result("events/subscribe", json!({}));
+
+    poll_until("the upstream to be ready", || {
+        let status = client.result("daemon/status", json!({}));
+        status["upstreams"][0]["state"] == "ready"
+    });
+    let status = client.result("daemon/status", json!({}));
+    assert_eq!(
+        status["upstreams"],
+        json!([{"name": "fx", "state": "ready", "restarts": 0, "tools": 8}])
+    );
+    let listed = client.result("tools/list", json!({}));
+    let sources = &listed["sources"];
+    assert_eq!(sources["mcp__fx__echo"], "mcp:fx");
+    assert_eq!(sources["read_file"], "builtin");
+    assert_eq!(sources["greet"], format!("skill:{}", skills.join("greet.toml").display()));
+    let echoed = client.result(
+        "tools/call",
+        json!({"name": "mcp__fx__echo", "arguments": {"text": "through the daemon"}}),
+    );
+    assert_eq!(echoed["content"], "through the daemon", "{echoed}");
+    let server_pid: i32 = std::fs::read_to_string(state.join("starts.log"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Reload without the server: its tools go, the session hears about it.
+    client.events.clear();
+    std::fs::write(&config, &base).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    client.event("tools_list_changed");
+    poll_until("the proxied tools to go", || {
+        let listed = client.result("tools/list", json!({}));
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|tool| !tool["name"].as_str().unwrap().starts_with("mcp__"))
+    });
+    assert_eq!(client.result("daemon/status", json!({}))["upstreams"], json!([]));
+    poll_until("the removed server to die", || !alive(server_pid));
+    assert_eq!(
+        client.result("tools/list", json!({}))["sources"]["greet"],
+        format!("skill:{}", skills.join("greet.toml").display())
+    );
+
+    // Back again, then SIGTERM: the daemon exits cleanly and takes the server along.
+    std::fs::write(&config, &with_server).unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGHUP);
+    poll_until("the server to be back", || {
+        client.result("daemon/status", json!({}))["upstreams"][0]["state"] == "ready"
+    });
+    let second_pid: i32 = std::fs::read_to_string(state.join("starts.log"))
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    drop(client);
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut code = None;
+    poll_until("the daemon to exit", || {
+        code = daemon.0.try_wait().unwrap().map(|status| status.code());
+        code.is_some()
+    });
+    assert_eq!(code, Some(Some(0)));
+    poll_until("the upstream to die with the daemon", || !alive(second_pid));
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+// A single-threaded runtime: every task runs on this thread, under its subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn the_servers_stderr_goes_to_the_log_line_by_line() {
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    call(&registry, "mcp__fx__crash", json!({})).await;
+    wait_for("the stderr lines in the log", || logs.text().contains("crashing on request")).await;
+    let text = logs.text();
+    let started_line = text.lines().find(|line| line.contains("fixture fx started")).unwrap();
+    assert!(started_line.contains("server=fx"), "{started_line}");
+    let crash_line = text.lines().find(|line| line.contains("crashing on request")).unwrap();
+    assert!(crash_line.contains("server=fx"), "{crash_line}");
+    upstreams.shutdown().await;
+}
