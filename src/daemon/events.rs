@@ -1,5 +1,9 @@
 //! Per-session event delivery: a bounded buffer until someone subscribes, then fan-out
 //! to each subscriber's bounded outbound queue.
+//!
+//! The buffer is bounded twice: by a number of events (configured) and by their
+//! approximate size, since one `tool_result` can carry a whole file and a session
+//! whose client never subscribes would otherwise keep the last thousand of them.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -19,10 +23,23 @@ struct Subscriber {
 }
 
 struct Inner {
-    /// Events emitted while nobody was subscribed (oldest dropped past the cap).
-    buffer: VecDeque<Event>,
+    /// Events emitted while nobody was subscribed, with their approximate sizes
+    /// (oldest dropped past either cap).
+    buffer: VecDeque<(Event, usize)>,
+    /// The sum of the sizes in `buffer`.
+    buffered_bytes: usize,
     subscribers: Vec<Subscriber>,
 }
+
+/// The approximate bytes of buffered events one session may hold while nobody
+/// subscribes: room for the lifecycle events of a few dozen typical calls made before a
+/// client subscribes, while a client that never does costs at most this much. The
+/// newest event is always kept, however large (its size is bounded by the tools'
+/// output limits).
+pub const EVENT_BUFFER_BYTES: usize = 256 * 1024;
+
+/// What an event costs beyond its variable parts: the tag, ids and numbers.
+const EVENT_OVERHEAD: usize = 128;
 
 /// The event sink of one session.
 pub struct EventHub {
@@ -35,7 +52,11 @@ pub struct EventHub {
 impl EventHub {
     pub fn new(capacity: usize) -> EventHub {
         EventHub {
-            inner: Mutex::new(Inner { buffer: VecDeque::new(), subscribers: Vec::new() }),
+            inner: Mutex::new(Inner {
+                buffer: VecDeque::new(),
+                buffered_bytes: 0,
+                subscribers: Vec::new(),
+            }),
             capacity: capacity.max(1),
             dropped: AtomicU64::new(0),
         }
@@ -45,8 +66,9 @@ impl EventHub {
     /// emitted before the subscription (the subscribe race) is lost.
     pub fn subscribe(&self, subscription: String, connection: u64, outbound: mpsc::Sender<String>) {
         let mut inner = self.lock();
-        let backlog: Vec<Event> = inner.buffer.drain(..).collect();
-        for event in &backlog {
+        let backlog: Vec<(Event, usize)> = inner.buffer.drain(..).collect();
+        inner.buffered_bytes = 0;
+        for (event, _) in &backlog {
             let line = render(&subscription, event);
             if outbound.try_send(line).is_err() {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -90,11 +112,18 @@ impl EventSink for EventHub {
         let mut inner = self.lock();
         inner.subscribers.retain(|sub| !sub.outbound.is_closed());
         if inner.subscribers.is_empty() {
-            if inner.buffer.len() >= self.capacity {
-                inner.buffer.pop_front();
+            let size = approximate_size(&event);
+            while !inner.buffer.is_empty()
+                && (inner.buffer.len() >= self.capacity
+                    || inner.buffered_bytes + size > EVENT_BUFFER_BYTES)
+            {
+                if let Some((_, dropped_size)) = inner.buffer.pop_front() {
+                    inner.buffered_bytes -= dropped_size;
+                }
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            inner.buffer.push_back(event);
+            inner.buffered_bytes += size;
+            inner.buffer.push_back((event, size));
             return;
         }
         for sub in &inner.subscribers {
@@ -107,6 +136,54 @@ impl EventSink for EventHub {
     }
 }
 
+/// Roughly the memory an event holds: its strings and JSON values, plus a constant.
+/// Cheap (no serialization); only the variable-size parts are counted exactly.
+fn approximate_size(event: &Event) -> usize {
+    let variable = match event {
+        Event::ToolCallStart { arguments, .. } => value_size(arguments),
+        Event::ToolOutput { text, .. } => text.len(),
+        Event::PermissionRequest { arguments, suggestions, .. } => {
+            value_size(arguments) + suggestions.iter().map(String::len).sum::<usize>()
+        }
+        Event::PermissionResolved { reason, .. } => reason.as_ref().map_or(0, String::len),
+        Event::ToolResult { result, .. } => {
+            result.content.len()
+                + result.error.as_ref().map_or(0, String::len)
+                + result
+                    .metadata
+                    .iter()
+                    .map(|(key, value)| key.len() + value_size(value))
+                    .sum::<usize>()
+                + result.attachments.iter().map(attachment_size).sum::<usize>()
+        }
+        Event::TodosUpdated { todos, .. } => {
+            todos.iter().map(|todo| todo.content.len() + 16).sum::<usize>()
+        }
+        Event::ToolCallDone { .. } | Event::ModeChanged { .. } | Event::ToolsListChanged {} => 0,
+    };
+    EVENT_OVERHEAD + variable
+}
+
+fn value_size(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(text) => text.len() + 8,
+        Value::Array(items) => items.iter().map(value_size).sum::<usize>() + 8,
+        Value::Object(map) => {
+            map.iter().map(|(key, value)| key.len() + value_size(value)).sum::<usize>() + 8
+        }
+    }
+}
+
+fn attachment_size(attachment: &crate::tools::Attachment) -> usize {
+    use crate::tools::Attachment;
+    match attachment {
+        Attachment::Image { data, .. } | Attachment::Audio { data, .. } => data.len(),
+        Attachment::Resource { uri, text, .. } => uri.len() + text.len(),
+    }
+}
+
 /// The `events` notification line (the borrowed twin of `EventsNotification`).
 fn render(subscription: &str, event: &Event) -> String {
     #[derive(serde::Serialize)]
@@ -115,4 +192,88 @@ fn render(subscription: &str, event: &Event) -> String {
         result: &'a Event,
     }
     jsonrpc::notification(method::EVENTS, &Borrowed { subscription, result: event })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolResult;
+
+    fn result_event(call_id: &str, content_bytes: usize) -> Event {
+        Event::ToolResult {
+            session_id: "s1".to_owned(),
+            call_id: call_id.to_owned(),
+            elapsed_ms: 0.1,
+            result: ToolResult::success("x".repeat(content_bytes)),
+        }
+    }
+
+    fn done_event(call_id: &str) -> Event {
+        Event::ToolCallDone {
+            session_id: "s1".to_owned(),
+            call_id: call_id.to_owned(),
+            elapsed_ms: 0.1,
+        }
+    }
+
+    /// Subscribes and returns the call ids of the backlog, in order.
+    fn backlog(hub: &EventHub) -> Vec<String> {
+        let (outbound, mut lines) = mpsc::channel(4096);
+        hub.subscribe("sub-1".to_owned(), 1, outbound);
+        let mut ids = Vec::new();
+        while let Ok(line) = lines.try_recv() {
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            ids.push(value["params"]["result"]["call_id"].as_str().unwrap().to_owned());
+        }
+        ids
+    }
+
+    #[test]
+    fn the_buffer_keeps_the_newest_events_up_to_its_count() {
+        let hub = EventHub::new(3);
+        for index in 0..5 {
+            hub.emit(done_event(&index.to_string()));
+        }
+        assert_eq!(backlog(&hub), ["2", "3", "4"]);
+        assert_eq!(hub.dropped(), 2);
+    }
+
+    #[test]
+    fn the_buffer_is_bounded_by_size_as_well() {
+        let hub = EventHub::new(1024);
+        // Each result is a quarter of the budget: at most three fit with the overheads.
+        for index in 0..10 {
+            hub.emit(result_event(&index.to_string(), EVENT_BUFFER_BYTES / 4));
+        }
+        assert_eq!(backlog(&hub), ["7", "8", "9"]);
+        assert_eq!(hub.dropped(), 7);
+
+        // One event over the whole budget is still kept, alone.
+        let hub = EventHub::new(1024);
+        hub.emit(done_event("small"));
+        hub.emit(result_event("huge", EVENT_BUFFER_BYTES * 2));
+        assert_eq!(backlog(&hub), ["huge"]);
+    }
+
+    #[test]
+    fn a_subscriber_gets_events_as_they_come_and_the_buffer_starts_over() {
+        let hub = EventHub::new(1024);
+        hub.emit(done_event("before"));
+        let (outbound, mut lines) = mpsc::channel(16);
+        hub.subscribe("sub-9".to_owned(), 7, outbound);
+        hub.emit(done_event("after"));
+        let first: serde_json::Value = serde_json::from_str(&lines.try_recv().unwrap()).unwrap();
+        let second: serde_json::Value = serde_json::from_str(&lines.try_recv().unwrap()).unwrap();
+        assert_eq!(first["params"]["subscription"], "sub-9");
+        assert_eq!(
+            (
+                first["params"]["result"]["call_id"].as_str(),
+                second["params"]["result"]["call_id"].as_str()
+            ),
+            (Some("before"), Some("after"))
+        );
+        hub.unsubscribe_connection(7);
+        hub.emit(done_event("later"));
+        assert_eq!(backlog(&hub), ["later"]);
+    }
 }

@@ -290,7 +290,7 @@ impl Connection {
                         removed |= entry.events.unsubscribe(&params.subscription);
                     }
                 }
-                Ok(Reply::Value(Value::Bool(removed)))
+                to_value(&removed)
             }
             method::PERMISSION_RESPOND => {
                 let params: PermissionRespondParams = jsonrpc::params(params)?;
@@ -404,7 +404,10 @@ impl Connection {
 
 /// What a method produced.
 enum Reply {
-    Value(Value),
+    /// The result, already rendered: a result is serialized once, straight from its
+    /// type, rather than through a `Value` tree (which would copy every string and
+    /// reorder the fields by name).
+    Value(Box<serde_json::value::RawValue>),
     /// The method wrote its response itself (to order it before what follows).
     Sent,
 }
@@ -414,7 +417,7 @@ fn session_error(err: SessionError) -> RpcError {
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Reply, RpcError> {
-    serde_json::to_value(value)
+    serde_json::value::to_raw_value(value)
         .map(Reply::Value)
         .map_err(|err| RpcError::new(jsonrpc::INTERNAL_ERROR, err.to_string()))
 }
