@@ -43,7 +43,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -545,10 +545,10 @@ async fn drive_control(
 /// Shuts down the daemon's side of the control socket: the supervisor reads
 /// end-of-file and kills the whole tree.
 async fn request_kill(writer: &mut Option<tokio::net::unix::OwnedWriteHalf>) {
-    if let Some(mut half) = writer.take() {
-        if let Err(err) = half.shutdown().await {
-            tracing::debug!(%err, "shutting down the control socket failed");
-        }
+    if let Some(mut half) = writer.take()
+        && let Err(err) = half.shutdown().await
+    {
+        tracing::debug!(%err, "shutting down the control socket failed");
     }
 }
 
@@ -917,30 +917,49 @@ enum SuperviseError {
     Io { what: &'static str, source: std::io::Error },
 }
 
-/// The signals that make the supervisor kill the tree: the daemon's death signal
-/// (SIGTERM) and whatever an operator might send it.
-fn kill_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
-        set.add(signal);
+/// Catches the signals that make the supervisor kill the tree — the daemon's death
+/// signal (SIGTERM) and whatever an operator might send — and returns the body of a
+/// thread that waits for the first of them.
+///
+/// Handlers, not a blocked signal mask with `sigwait`: a mask is inherited by the
+/// command (and by everything it starts, which would then shrug off SIGTERM), while
+/// handlers are reset by `exec`. Installed first thing, so that a signal can only
+/// kill the supervisor outright before it has started anything.
+fn catch_kill_signals() -> std::io::Result<impl FnOnce() + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let mut streams = Vec::new();
+    {
+        let _context = runtime.enter();
+        for kind in [
+            SignalKind::terminate(),
+            SignalKind::interrupt(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ] {
+            streams.push(signal(kind)?);
+        }
     }
-    set
+    Ok(move || {
+        runtime.block_on(async move {
+            let arrivals = streams.iter_mut().map(|stream| Box::pin(stream.recv()));
+            futures::future::select_all(arrivals).await;
+        });
+    })
 }
 
 fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    // Block the kill signals before anything else so that they are only ever taken
-    // by the signal thread below (threads inherit the mask; the command does not,
-    // the standard library resets it when spawning).
-    let signals = kill_signals();
-    signals.thread_block().map_err(|source| SuperviseError::Sys { what: "sigmask", source })?;
+    let wait_for_kill_signal = catch_kill_signals()
+        .map_err(|source| SuperviseError::Io { what: "signal handlers", source })?;
     // The death signal is SIGTERM, not SIGKILL: a SIGKILLed supervisor could not kill
     // the tree, and its orphans would escape to init.
     nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
-    if let Some(parent) = args.parent {
-        if nix::unistd::getppid() != Pid::from_raw(parent) {
-            return Ok(()); // the daemon is already gone: start nothing
-        }
+    if let Some(parent) = args.parent
+        && nix::unistd::getppid() != Pid::from_raw(parent)
+    {
+        return Ok(()); // the daemon is already gone: start nothing
     }
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
@@ -996,9 +1015,8 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         kill_tree(own_pid);
     });
     std::thread::spawn(move || {
-        if signals.wait().is_ok() {
-            kill_tree(own_pid);
-        }
+        wait_for_kill_signal();
+        kill_tree(own_pid);
     });
 
     let status = reap_until_alone(command_pid, own_pid);

@@ -40,6 +40,7 @@ struct Args {
     /// command and everything it started are killed.
     #[serde(default)]
     #[schemars(range(min = 1))]
+    #[expect(dead_code, reason = "the registry reads it through requested_timeout")]
     timeout_ms: Option<u64>,
     /// Working directory, relative to the session's working directory; must be inside
     /// the session's roots.
@@ -198,7 +199,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 fn describe_duration(duration: Duration) -> String {
-    if duration.as_millis() % 1000 == 0 {
+    if duration.as_millis().is_multiple_of(1000) {
         format!("{}s", duration.as_secs())
     } else {
         format!("{}ms", duration.as_millis())
