@@ -1,1 +1,1232 @@
-//! SKELETON: command hooks.
+//! PreToolUse / PostToolUse command hooks, compatible with Claude Code's command hooks
+//! so that users can reuse the scripts they already have.
+//!
+//! A hook is a shell command configured per event with a regex `matcher` on the tool
+//! name. Before a call runs, every matching `pre_tool_use` hook gets the call as JSON on
+//! its stdin and may let it continue, allow it (skip the approval step), ask for
+//! approval, deny it, block it, or rewrite its arguments. After the call, every matching
+//! `post_tool_use` hook sees the call and its result and may only add feedback for the
+//! model: a finished call cannot be un-run.
+//!
+//! Hooks are local configuration, but their *processes* are treated like any other
+//! child of the daemon: an explicit environment, the session's cwd, their own process
+//! group, capped output, a deadline, and the whole group killed when the deadline passes,
+//! when the call is canceled, or when the hook leaves background processes behind. A hook
+//! that could not be run is never reported as a policy decision: the outcome records it
+//! as an error, and `on_error` alone decides whether the call goes on.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::ChildStdin;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::{Env, ToolResult};
+
+/// One configured command hook (compatible with Claude Code's command hooks).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// Regex on the tool name; empty or "*" matches every tool.
+    #[serde(default)]
+    pub matcher: String,
+    /// Run through `/bin/sh -c`; a leading `~/` is expanded to the home directory.
+    pub command: String,
+    /// Killed (with its whole process group) after this long.
+    #[serde(default = "default_hook_timeout_ms")]
+    pub timeout_ms: u64,
+    /// What a hook that fails to run or exits with an unexpected code means.
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// Whether a failing hook lets the call through (fail open) or blocks it (fail closed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    #[default]
+    Allow,
+    Deny,
+}
+
+fn default_hook_timeout_ms() -> u64 {
+    60_000
+}
+
+/// The shell every hook command runs through, as in Claude Code.
+const SHELL: &str = "/bin/sh";
+
+/// The variable telling a hook which event it serves, so one script can handle both.
+pub const HOOK_EVENT_VAR: &str = "TOOLGATE_HOOK_EVENT";
+
+/// Captured bytes kept per stream of one hook. A decision is a few hundred bytes of JSON
+/// and a block reason a few lines; 64 KiB still holds a long lint report while bounding
+/// the memory of many hooks running at once. Output beyond it is read and discarded so
+/// that a chatty hook never stalls on a full pipe.
+pub const MAX_HOOK_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Longest reason or feedback text taken from one hook. It lands in the model's context:
+/// enough for a sentence or a short list of findings, not enough to flood the prompt.
+pub const MAX_REASON_BYTES: usize = 8 * 1024;
+
+/// Size of one read from a hook's pipe.
+const READ_CHUNK_BYTES: usize = 8 * 1024;
+
+/// Which hook event is running; serialized with Claude Code's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HookEvent {
+    PreToolUse,
+    PostToolUse,
+}
+
+impl HookEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+        }
+    }
+
+    /// The configuration key of the event (`pre_tool_use` / `post_tool_use`).
+    pub fn config_key(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "pre_tool_use",
+            HookEvent::PostToolUse => "post_tool_use",
+        }
+    }
+}
+
+impl std::fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a hook configuration was rejected. Reported when the configuration is loaded,
+/// never at call time.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("{event} hook #{index}: invalid matcher {matcher:?}: {source}")]
+    InvalidMatcher {
+        event: &'static str,
+        index: usize,
+        matcher: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("{event} hook #{index}: the command is empty")]
+    EmptyCommand { event: &'static str, index: usize },
+    #[error("{event} hook #{index}: timeout_ms must be greater than zero")]
+    ZeroTimeout { event: &'static str, index: usize },
+    #[error("{event} hook #{index}: cannot expand `~/` in {command:?}: no home directory known")]
+    NoHomeDirectory { event: &'static str, index: usize, command: String },
+}
+
+/// The facts about one call that its hooks receive, supplied by the caller. The runner
+/// adds `hook_event_name` (and `tool_result` after the call) itself, so the payload can
+/// never name another event than the one running.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallInput {
+    pub session_id: String,
+    /// The session's working directory; also the hook's working directory.
+    pub cwd: PathBuf,
+    pub tool_name: String,
+    /// The call's arguments object. A caller whose arguments are not valid JSON passes
+    /// the raw text as a JSON string.
+    pub tool_input: Value,
+    pub call_id: String,
+    /// The session's permission mode, as the session names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+}
+
+impl ToolCallInput {
+    /// The input for a call in a session: session id and cwd come from its Env.
+    pub fn new(
+        env: &Env,
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        tool_input: Value,
+    ) -> ToolCallInput {
+        ToolCallInput {
+            session_id: env.session_id.clone(),
+            cwd: env.cwd.clone(),
+            tool_name: tool_name.into(),
+            tool_input,
+            call_id: call_id.into(),
+            permission_mode: None,
+        }
+    }
+
+    pub fn with_permission_mode(mut self, mode: impl Into<String>) -> ToolCallInput {
+        self.permission_mode = Some(mode.into());
+        self
+    }
+}
+
+/// What a PreToolUse hook reads on stdin (Claude Code's field names).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PreToolUseInput {
+    /// Always [`HookEvent::PreToolUse`].
+    pub hook_event_name: HookEvent,
+    #[serde(flatten)]
+    pub call: ToolCallInput,
+}
+
+/// What a PostToolUse hook reads on stdin: the call plus its result, whatever the
+/// outcome (success, tool error, or a refusal before the tool ran).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PostToolUseInput {
+    /// Always [`HookEvent::PostToolUse`].
+    pub hook_event_name: HookEvent,
+    #[serde(flatten)]
+    pub call: ToolCallInput,
+    pub tool_result: ToolResult,
+}
+
+/// What the PreToolUse hooks of a call decided, strongest first in precedence:
+/// `Block` > `Deny` > `Ask` > `Allow` > `Continue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookVerdict {
+    /// No hook expressed an opinion (or none matched): the normal permission flow runs.
+    Continue,
+    /// A hook approved the call. This only skips the "ask" step; it never overrides a
+    /// deny rule or the mode's restrictions, which the caller still enforces.
+    Allow,
+    /// A hook wants the user to approve the call even if the rules would allow it.
+    Ask,
+    /// A hook's JSON decision refused the call (`deny`, or the legacy `block`).
+    Deny,
+    /// A hook exited with status 2 or answered `continue: false`, or a fail-closed hook
+    /// failed to run properly.
+    Block,
+}
+
+/// Why one hook did not produce a usable answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    /// The process could not be spawned at all (shell missing, cwd gone, ...). Never a
+    /// policy decision.
+    #[error("could not be started: {0}")]
+    NotStarted(String),
+    /// Exited with a status other than 0 (continue) or 2 (block).
+    #[error("exited with status {code}{}", stderr_suffix(.stderr))]
+    ExitStatus { code: i32, stderr: String },
+    /// Killed by a signal it did not get from us.
+    #[error("was killed by signal {0}")]
+    Signaled(i32),
+    #[error("timed out after {timeout_ms} ms")]
+    TimedOut { timeout_ms: u64 },
+    /// The call was canceled while the hook ran; its process group was killed.
+    #[error("was canceled")]
+    Canceled,
+    /// Exit 0 with a JSON object on stdout that is not a valid hook answer.
+    #[error("printed an invalid answer: {0}")]
+    InvalidOutput(String),
+    /// Waiting for the process failed, or the input could not be encoded.
+    #[error("failed: {0}")]
+    Io(String),
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() { String::new() } else { format!(": {stderr}") }
+}
+
+/// One hook that failed to run properly, recorded in an outcome so that callers and
+/// audit logs can tell a hook error from a hook decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookRunError {
+    pub event: HookEvent,
+    /// Position of the hook in its event's configuration list.
+    pub index: usize,
+    pub command: String,
+    /// How the failure was treated: `Allow` let the call continue, `Deny` blocked it.
+    pub on_error: OnError,
+    pub failure: HookFailure,
+}
+
+impl std::fmt::Display for HookRunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} hook `{}` {}", self.event, self.command, self.failure)
+    }
+}
+
+/// The combined answer of every PreToolUse hook matching one call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreOutcome {
+    pub verdict: HookVerdict,
+    /// The reasons given by the hooks that produced `verdict`, in configuration order,
+    /// one per line. Always present for `Deny` and `Block`.
+    pub reason: Option<String>,
+    /// Replacement arguments. When several hooks rewrite the input, the last one in
+    /// configuration order wins (they run concurrently on the same original input, so
+    /// rewrites cannot be chained). The caller must validate it like any arguments.
+    pub updated_input: Option<Value>,
+    /// Hooks that failed to run properly, whatever `on_error` made of them.
+    pub errors: Vec<HookRunError>,
+    /// How many hooks matched and ran.
+    pub hook_count: usize,
+}
+
+impl PreOutcome {
+    /// The outcome when no hook matches: nothing to say.
+    pub fn none() -> PreOutcome {
+        PreOutcome {
+            verdict: HookVerdict::Continue,
+            reason: None,
+            updated_input: None,
+            errors: Vec::new(),
+            hook_count: 0,
+        }
+    }
+
+    /// Whether the call must not run (`Deny` or `Block`).
+    pub fn refuses(&self) -> bool {
+        self.verdict >= HookVerdict::Deny
+    }
+}
+
+/// The combined answer of every PostToolUse hook matching one call. Post hooks cannot
+/// undo the call; the caller attaches `feedback` to the result's metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostOutcome {
+    /// What the hooks want the model to know (exit 2 stderr, a `block` decision's
+    /// reason, `additionalContext`, or a fail-closed hook's failure), one per line.
+    pub feedback: Option<String>,
+    pub errors: Vec<HookRunError>,
+    pub hook_count: usize,
+}
+
+impl PostOutcome {
+    pub fn none() -> PostOutcome {
+        PostOutcome { feedback: None, errors: Vec::new(), hook_count: 0 }
+    }
+}
+
+/// One hook ready to run: its configuration, compiled matcher and expanded command.
+#[derive(Clone, Debug)]
+struct CompiledHook {
+    index: usize,
+    /// `None` matches every tool.
+    matcher: Option<Regex>,
+    command: String,
+    timeout: Duration,
+    timeout_ms: u64,
+    on_error: OnError,
+}
+
+impl CompiledHook {
+    fn compile(
+        event: HookEvent,
+        index: usize,
+        config: &HookConfig,
+        home: Option<&Path>,
+    ) -> Result<CompiledHook, HookError> {
+        let event_key = event.config_key();
+        let pattern = config.matcher.trim();
+        let matcher = if pattern.is_empty() || pattern == "*" {
+            None
+        } else {
+            let anchored = format!("^(?:{pattern})$");
+            match Regex::new(&anchored) {
+                Ok(regex) => Some(regex),
+                Err(source) => {
+                    return Err(HookError::InvalidMatcher {
+                        event: event_key,
+                        index,
+                        matcher: config.matcher.clone(),
+                        source,
+                    });
+                }
+            }
+        };
+        if config.command.trim().is_empty() {
+            return Err(HookError::EmptyCommand { event: event_key, index });
+        }
+        if config.timeout_ms == 0 {
+            return Err(HookError::ZeroTimeout { event: event_key, index });
+        }
+        let Some(command) = expand_home(&config.command, home) else {
+            return Err(HookError::NoHomeDirectory {
+                event: event_key,
+                index,
+                command: config.command.clone(),
+            });
+        };
+        Ok(CompiledHook {
+            index,
+            matcher,
+            command,
+            timeout: Duration::from_millis(config.timeout_ms),
+            timeout_ms: config.timeout_ms,
+            on_error: config.on_error,
+        })
+    }
+
+    fn matches(&self, tool_name: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|regex| regex.is_match(tool_name))
+    }
+}
+
+/// Expands a leading `~/`; `None` when one is present but no home directory is known.
+/// The daemon expands it itself because hooks get an explicit environment that may not
+/// carry `HOME` for the shell to expand it.
+fn expand_home(command: &str, home: Option<&Path>) -> Option<String> {
+    let Some(rest) = command.strip_prefix("~/") else {
+        return Some(command.to_owned());
+    };
+    let home = home?;
+    let home = home.to_str()?.trim_end_matches('/');
+    Some(format!("{home}/{rest}"))
+}
+
+/// The daemon user's home directory: `$HOME`, else the password database.
+fn home_dir() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
+        return Some(PathBuf::from(home));
+    }
+    nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|user| user.dir)
+}
+
+/// The configured hooks of both events, compiled once and shared by every call.
+///
+/// Matchers follow Claude Code: the matcher is a regex tested against the tool name, and
+/// `*` or an empty matcher selects every tool. Every pattern is anchored at both ends, so
+/// a plain name matches exactly that tool (`write_file` never matches
+/// `write_file_backup`), and alternatives or wildcards (`read_file|find_files`,
+/// `mcp__.*`) still work as users expect.
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    pre: Vec<CompiledHook>,
+    post: Vec<CompiledHook>,
+}
+
+impl Hooks {
+    pub fn new(pre: &[HookConfig], post: &[HookConfig]) -> Result<Hooks, HookError> {
+        let needs_home = pre.iter().chain(post).any(|hook| hook.command.starts_with("~/"));
+        let home = if needs_home { home_dir() } else { None };
+        let compile = |event, configs: &[HookConfig]| {
+            configs
+                .iter()
+                .enumerate()
+                .map(|(index, config)| CompiledHook::compile(event, index, config, home.as_deref()))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Hooks {
+            pre: compile(HookEvent::PreToolUse, pre)?,
+            post: compile(HookEvent::PostToolUse, post)?,
+        })
+    }
+
+    /// No hook configured at all: the agent layer can skip hooks entirely.
+    pub fn is_empty(&self) -> bool {
+        self.pre.is_empty() && self.post.is_empty()
+    }
+
+    /// Whether any PreToolUse hook matches this tool (no process is started to know).
+    pub fn has_pre(&self, tool_name: &str) -> bool {
+        self.pre.iter().any(|hook| hook.matches(tool_name))
+    }
+
+    /// Whether any PostToolUse hook matches this tool.
+    pub fn has_post(&self, tool_name: &str) -> bool {
+        self.post.iter().any(|hook| hook.matches(tool_name))
+    }
+
+    /// Runs every PreToolUse hook matching `call.tool_name`, concurrently, and combines
+    /// their answers: any block wins, then any deny, then ask, then allow.
+    ///
+    /// `env` is the complete environment of the hook processes (e.g. from
+    /// `EnvPolicy::build()`); only [`HOOK_EVENT_VAR`] is added. `cancel` kills every
+    /// running hook's process group when it fires.
+    pub async fn run_pre(
+        &self,
+        call: &ToolCallInput,
+        env: &[(String, String)],
+        cancel: &CancellationToken,
+    ) -> PreOutcome {
+        let matching: Vec<&CompiledHook> =
+            self.pre.iter().filter(|hook| hook.matches(&call.tool_name)).collect();
+        if matching.is_empty() {
+            return PreOutcome::none();
+        }
+        let payload =
+            PreToolUseInput { hook_event_name: HookEvent::PreToolUse, call: call.clone() };
+        let runs =
+            run_all(&matching, HookEvent::PreToolUse, &payload, &call.cwd, env, cancel).await;
+        let answers = matching
+            .iter()
+            .zip(runs)
+            .map(|(hook, run)| pre_answer(hook, &call.tool_name, run))
+            .collect::<Vec<_>>();
+        combine_pre(answers)
+    }
+
+    /// Runs every PostToolUse hook matching `call.tool_name`, concurrently, with the
+    /// call's `result`; their answers can only add feedback.
+    pub async fn run_post(
+        &self,
+        call: &ToolCallInput,
+        result: &ToolResult,
+        env: &[(String, String)],
+        cancel: &CancellationToken,
+    ) -> PostOutcome {
+        let matching: Vec<&CompiledHook> =
+            self.post.iter().filter(|hook| hook.matches(&call.tool_name)).collect();
+        if matching.is_empty() {
+            return PostOutcome::none();
+        }
+        let payload = PostToolUseInput {
+            hook_event_name: HookEvent::PostToolUse,
+            call: call.clone(),
+            tool_result: result.clone(),
+        };
+        let runs =
+            run_all(&matching, HookEvent::PostToolUse, &payload, &call.cwd, env, cancel).await;
+        let mut outcome = PostOutcome { hook_count: matching.len(), ..PostOutcome::none() };
+        let mut feedback = Vec::new();
+        for (hook, run) in matching.iter().zip(runs) {
+            let answer = post_answer(hook, &call.tool_name, run);
+            feedback.extend(answer.feedback);
+            outcome.errors.extend(answer.error);
+        }
+        outcome.feedback = join_lines(feedback);
+        outcome
+    }
+}
+
+/// Runs the matching hooks of one event concurrently; the results are in configuration
+/// order.
+async fn run_all(
+    matching: &[&CompiledHook],
+    event: HookEvent,
+    payload: &impl Serialize,
+    cwd: &Path,
+    env: &[(String, String)],
+    cancel: &CancellationToken,
+) -> Vec<Result<Finished, HookFailure>> {
+    let input = match serde_json::to_vec(payload) {
+        Ok(input) => input,
+        Err(err) => {
+            let failure = HookFailure::Io(format!("cannot encode the input: {err}"));
+            return matching.iter().map(|_| Err(failure.clone())).collect();
+        }
+    };
+    futures::future::join_all(
+        matching.iter().map(|hook| run_hook(hook, event, &input, cwd, env, cancel)),
+    )
+    .await
+}
+
+/// How a hook process ended, before any interpretation.
+#[derive(Debug)]
+struct Finished {
+    code: i32,
+    stdout: String,
+    /// Stdout went over [`MAX_HOOK_OUTPUT_BYTES`] and was cut.
+    stdout_truncated: bool,
+    stderr: String,
+}
+
+/// Bytes read from one pipe, at most [`MAX_HOOK_OUTPUT_BYTES`].
+#[derive(Debug, Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl Captured {
+    fn into_text(self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Why the wait for a hook ended.
+enum Ending {
+    Exited(ExitStatus),
+    TimedOut,
+    Canceled,
+    WaitFailed(std::io::Error),
+}
+
+/// Kills a hook's process group when dropped (the caller's future was dropped mid-run)
+/// and on demand. The group id stays reserved while any member lives, so killing it
+/// cannot hit an unrelated group; once the leader is reaped and every member is gone,
+/// the number could only be reused after the pid space wraps around, in the short window
+/// before the guard is disarmed.
+struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH only means every member is already gone.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+
+    /// The group is dead and reaped: nothing left to kill.
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs one hook process to its end (or its deadline, or cancellation) and returns its
+/// exit code and output. Everything the hook left running in its process group is
+/// killed before this returns: a hook is a synchronous check, not a way to start
+/// services.
+async fn run_hook(
+    hook: &CompiledHook,
+    event: HookEvent,
+    input: &[u8],
+    cwd: &Path,
+    env: &[(String, String)],
+    cancel: &CancellationToken,
+) -> Result<Finished, HookFailure> {
+    if cancel.is_cancelled() {
+        return Err(HookFailure::Canceled);
+    }
+    let mut command = tokio::process::Command::new(SHELL);
+    command
+        .arg("-c")
+        .arg(&hook.command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .env(HOOK_EVENT_VAR, event.as_str())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            return Err(HookFailure::NotStarted(format!("{SHELL} in {}: {err}", cwd.display())));
+        }
+    };
+    // With process_group(0) the group id is the child's pid.
+    let mut group =
+        GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()).map(Pid::from_raw) };
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let mut stdout_buf = Captured::default();
+    let mut stderr_buf = Captured::default();
+    let deadline = tokio::time::sleep(hook.timeout);
+    tokio::pin!(deadline);
+
+    let ending = {
+        let io = async {
+            tokio::join!(
+                feed_stdin(stdin, input),
+                read_capped(stdout, &mut stdout_buf),
+                read_capped(stderr, &mut stderr_buf),
+            )
+        };
+        tokio::pin!(io);
+        let mut io_done = false;
+        let ending = loop {
+            tokio::select! {
+                biased;
+                _ = &mut io, if !io_done => io_done = true,
+                status = child.wait() => match status {
+                    Ok(status) => break Ending::Exited(status),
+                    Err(err) => break Ending::WaitFailed(err),
+                },
+                () = cancel.cancelled() => break Ending::Canceled,
+                () = &mut deadline => break Ending::TimedOut,
+            }
+        };
+        // The leader is gone (or must go): take everything it started with it, which also
+        // closes the pipes those processes held open.
+        group.kill();
+        match ending {
+            Ending::Exited(status) => {
+                if !io_done {
+                    // Only a process that left the group (setsid) can still hold the
+                    // pipes; the deadline bounds how long it may do so.
+                    tokio::select! {
+                        _ = &mut io => {}
+                        () = cancel.cancelled() => {}
+                        () = &mut deadline => {}
+                    }
+                }
+                Ending::Exited(status)
+            }
+            other => {
+                // The group kill already took the leader; killing it directly as well
+                // covers a leader whose group id was unknown. Then reap it so that it
+                // does not linger as a zombie.
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                other
+            }
+        }
+    };
+    group.disarm();
+
+    if stdout_buf.truncated || stderr_buf.truncated {
+        tracing::debug!(command = %hook.command, "hook output truncated to {MAX_HOOK_OUTPUT_BYTES} bytes");
+    }
+    match ending {
+        Ending::Exited(status) => match status.code() {
+            Some(code) => Ok(Finished {
+                code,
+                stdout_truncated: stdout_buf.truncated,
+                stdout: stdout_buf.into_text(),
+                stderr: stderr_buf.into_text(),
+            }),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                Err(HookFailure::Signaled(status.signal().unwrap_or(0)))
+            }
+        },
+        Ending::TimedOut => Err(HookFailure::TimedOut { timeout_ms: hook.timeout_ms }),
+        Ending::Canceled => Err(HookFailure::Canceled),
+        Ending::WaitFailed(err) => Err(HookFailure::Io(format!("waiting for the hook: {err}"))),
+    }
+}
+
+/// Writes the input JSON and closes stdin so the hook sees end of file. A hook that
+/// never reads its stdin makes the write fail with a broken pipe, which is fine.
+async fn feed_stdin(stdin: Option<ChildStdin>, input: &[u8]) {
+    if let Some(mut stdin) = stdin {
+        if let Err(err) = stdin.write_all(input).await {
+            tracing::trace!(error = %err, "hook did not read all of its input");
+        }
+        drop(stdin);
+    }
+}
+
+/// Reads a pipe to its end, keeping the first [`MAX_HOOK_OUTPUT_BYTES`].
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, out: &mut Captured) {
+    let Some(mut pipe) = pipe else {
+        return;
+    };
+    let mut chunk = [0u8; READ_CHUNK_BYTES];
+    loop {
+        let n_read = match pipe.read(&mut chunk).await {
+            Ok(0) => return,
+            Ok(n_read) => n_read,
+            Err(err) => {
+                tracing::debug!(error = %err, "reading hook output failed");
+                return;
+            }
+        };
+        let room = MAX_HOOK_OUTPUT_BYTES.saturating_sub(out.bytes.len());
+        let keep = n_read.min(room);
+        out.bytes.extend_from_slice(&chunk[..keep]);
+        if keep < n_read {
+            out.truncated = true;
+        }
+    }
+}
+
+/// The JSON a hook may print on stdout after exiting 0. Unknown fields are ignored:
+/// Claude Code defines more (`suppressOutput`, `systemMessage`, ...) that mean nothing
+/// here.
+#[derive(Debug, Default, Deserialize)]
+struct HookAnswerJson {
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    updated_input: Option<Value>,
+    #[serde(default, rename = "continue")]
+    keep_going: Option<bool>,
+    #[serde(default, rename = "stopReason")]
+    stop_reason: Option<String>,
+    #[serde(default, rename = "hookSpecificOutput")]
+    hook_specific: Option<HookSpecificJson>,
+}
+
+/// Claude Code's per-event answer block.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HookSpecificJson {
+    #[serde(default)]
+    permission_decision: Option<String>,
+    #[serde(default)]
+    permission_decision_reason: Option<String>,
+    #[serde(default)]
+    updated_input: Option<Value>,
+    #[serde(default)]
+    additional_context: Option<String>,
+}
+
+/// A decision a hook printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// `allow`, or the legacy `approve`.
+    Allow,
+    Ask,
+    /// `deny`, or the legacy `block` (Claude Code treats both as refusing the call).
+    Deny,
+}
+
+/// A hook's stdout, understood.
+#[derive(Debug, Default, PartialEq)]
+struct Directive {
+    decision: Option<Decision>,
+    reason: Option<String>,
+    updated_input: Option<Value>,
+    /// `continue: false`: stop, with `stopReason` if given.
+    stop: Option<Option<String>>,
+    additional_context: Option<String>,
+}
+
+/// Parses a hook's stdout. Output that is not a JSON object is plain log text
+/// (`Ok(None)`); a JSON object that is not a valid answer is an error, and so is an
+/// answer cut at the capture limit (reading it as plain text would silently drop a
+/// decision the hook meant to make).
+fn parse_directive(stdout: &str, truncated: bool) -> Result<Option<Directive>, String> {
+    let text = stdout.trim();
+    if !text.starts_with('{') {
+        return Ok(None);
+    }
+    if truncated {
+        return Err(format!("the answer is longer than {MAX_HOOK_OUTPUT_BYTES} bytes"));
+    }
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => return Ok(None),
+    };
+    let answer: HookAnswerJson = serde_json::from_value(value).map_err(|err| err.to_string())?;
+    let specific = answer.hook_specific.unwrap_or_default();
+    // Claude Code's newer hookSpecificOutput fields take precedence over the top level.
+    let decision = match specific.permission_decision.as_deref().or(answer.decision.as_deref()) {
+        None | Some("") => None,
+        Some("allow" | "approve") => Some(Decision::Allow),
+        Some("ask") => Some(Decision::Ask),
+        Some("deny" | "block") => Some(Decision::Deny),
+        Some(other) => return Err(format!("unknown decision {other:?}")),
+    };
+    let updated_input = specific.updated_input.or(answer.updated_input);
+    if updated_input.as_ref().is_some_and(|input| !input.is_object()) {
+        return Err("updated_input is not a JSON object".to_owned());
+    }
+    let reason = specific.permission_decision_reason.or(answer.reason).filter(|r| !r.is_empty());
+    let stop = (answer.keep_going == Some(false)).then_some(answer.stop_reason);
+    Ok(Some(Directive {
+        decision,
+        reason,
+        updated_input,
+        stop,
+        additional_context: specific.additional_context.filter(|c| !c.is_empty()),
+    }))
+}
+
+/// Trims and caps a reason taken from hook output, on a character boundary.
+fn cap_reason(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= MAX_REASON_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [truncated]", &text[..end])
+}
+
+fn join_lines(lines: Vec<String>) -> Option<String> {
+    if lines.is_empty() { None } else { Some(lines.join("\n")) }
+}
+
+/// One pre hook's contribution to the combined outcome.
+#[derive(Debug)]
+struct PreAnswer {
+    verdict: HookVerdict,
+    reason: Option<String>,
+    updated_input: Option<Value>,
+    error: Option<HookRunError>,
+}
+
+/// Records a failure and turns it into what `on_error` says it means.
+fn failure_answer(
+    hook: &CompiledHook,
+    event: HookEvent,
+    tool_name: &str,
+    failure: HookFailure,
+) -> (HookRunError, Option<String>) {
+    let error = HookRunError {
+        event,
+        index: hook.index,
+        command: hook.command.clone(),
+        on_error: hook.on_error,
+        failure,
+    };
+    tracing::warn!(
+        event = %event,
+        hook = hook.index,
+        tool = tool_name,
+        on_error = ?hook.on_error,
+        error = %error.failure,
+        command = %hook.command,
+        "hook failed",
+    );
+    let reason = match hook.on_error {
+        OnError::Allow => None,
+        OnError::Deny => Some(cap_reason(&format!("{error} (the hook fails closed)"))),
+    };
+    (error, reason)
+}
+
+fn pre_answer(
+    hook: &CompiledHook,
+    tool_name: &str,
+    run: Result<Finished, HookFailure>,
+) -> PreAnswer {
+    let event = HookEvent::PreToolUse;
+    let fail = |failure| {
+        let (error, reason) = failure_answer(hook, event, tool_name, failure);
+        let verdict = match hook.on_error {
+            OnError::Allow => HookVerdict::Continue,
+            OnError::Deny => HookVerdict::Block,
+        };
+        PreAnswer { verdict, reason, updated_input: None, error: Some(error) }
+    };
+    let finished = match run {
+        Ok(finished) => finished,
+        Err(failure) => return fail(failure),
+    };
+    match finished.code {
+        0 => {}
+        2 => {
+            let reason = cap_reason(&finished.stderr);
+            let reason = if reason.is_empty() {
+                format!("blocked by hook `{}` (exit status 2)", hook.command)
+            } else {
+                reason
+            };
+            return PreAnswer {
+                verdict: HookVerdict::Block,
+                reason: Some(reason),
+                updated_input: None,
+                error: None,
+            };
+        }
+        code => {
+            return fail(HookFailure::ExitStatus { code, stderr: cap_reason(&finished.stderr) });
+        }
+    }
+    let directive = match parse_directive(&finished.stdout, finished.stdout_truncated) {
+        Ok(Some(directive)) => directive,
+        Ok(None) => {
+            log_plain_stdout(hook, event, &finished.stdout);
+            return PreAnswer {
+                verdict: HookVerdict::Continue,
+                reason: None,
+                updated_input: None,
+                error: None,
+            };
+        }
+        Err(message) => return fail(HookFailure::InvalidOutput(message)),
+    };
+    if let Some(stop_reason) = directive.stop {
+        let reason = stop_reason
+            .map(|r| cap_reason(&r))
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| format!("hook `{}` asked to stop", hook.command));
+        return PreAnswer {
+            verdict: HookVerdict::Block,
+            reason: Some(reason),
+            updated_input: None,
+            error: None,
+        };
+    }
+    let reason = directive.reason.map(|r| cap_reason(&r));
+    let (verdict, reason) = match directive.decision {
+        None => (HookVerdict::Continue, None),
+        Some(Decision::Allow) => (HookVerdict::Allow, reason),
+        Some(Decision::Ask) => (HookVerdict::Ask, reason),
+        Some(Decision::Deny) => (
+            HookVerdict::Deny,
+            Some(reason.unwrap_or_else(|| format!("denied by hook `{}`", hook.command))),
+        ),
+    };
+    PreAnswer { verdict, reason, updated_input: directive.updated_input, error: None }
+}
+
+/// Combines the answers of one event's hooks (given in configuration order).
+fn combine_pre(answers: Vec<PreAnswer>) -> PreOutcome {
+    let verdict =
+        answers.iter().map(|answer| answer.verdict).max().unwrap_or(HookVerdict::Continue);
+    let mut outcome = PreOutcome { verdict, hook_count: answers.len(), ..PreOutcome::none() };
+    let mut reasons = Vec::new();
+    for answer in answers {
+        if answer.verdict == verdict {
+            reasons.extend(answer.reason);
+        }
+        if answer.updated_input.is_some() {
+            outcome.updated_input = answer.updated_input;
+        }
+        outcome.errors.extend(answer.error);
+    }
+    outcome.reason = join_lines(reasons);
+    outcome
+}
+
+/// One post hook's contribution.
+struct PostAnswer {
+    feedback: Option<String>,
+    error: Option<HookRunError>,
+}
+
+fn post_answer(
+    hook: &CompiledHook,
+    tool_name: &str,
+    run: Result<Finished, HookFailure>,
+) -> PostAnswer {
+    let event = HookEvent::PostToolUse;
+    let fail = |failure| {
+        let (error, feedback) = failure_answer(hook, event, tool_name, failure);
+        PostAnswer { feedback, error: Some(error) }
+    };
+    let finished = match run {
+        Ok(finished) => finished,
+        Err(failure) => return fail(failure),
+    };
+    match finished.code {
+        0 => {}
+        2 => {
+            let feedback = cap_reason(&finished.stderr);
+            let feedback = if feedback.is_empty() {
+                format!("hook `{}` flagged the result (exit status 2)", hook.command)
+            } else {
+                feedback
+            };
+            return PostAnswer { feedback: Some(feedback), error: None };
+        }
+        code => {
+            return fail(HookFailure::ExitStatus { code, stderr: cap_reason(&finished.stderr) });
+        }
+    }
+    let directive = match parse_directive(&finished.stdout, finished.stdout_truncated) {
+        Ok(Some(directive)) => directive,
+        Ok(None) => {
+            log_plain_stdout(hook, event, &finished.stdout);
+            return PostAnswer { feedback: None, error: None };
+        }
+        Err(message) => return fail(HookFailure::InvalidOutput(message)),
+    };
+    let mut lines = Vec::new();
+    if let Some(stop_reason) = directive.stop {
+        lines.push(
+            stop_reason
+                .map(|r| cap_reason(&r))
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| format!("hook `{}` asked to stop", hook.command)),
+        );
+    }
+    if directive.decision == Some(Decision::Deny) {
+        lines.push(
+            directive
+                .reason
+                .map(|r| cap_reason(&r))
+                .unwrap_or_else(|| format!("hook `{}` flagged the result", hook.command)),
+        );
+    }
+    lines.extend(directive.additional_context.map(|c| cap_reason(&c)));
+    PostAnswer { feedback: join_lines(lines), error: None }
+}
+
+/// Plain (non-JSON) stdout is a hook's log, not an answer.
+fn log_plain_stdout(hook: &CompiledHook, event: HookEvent, stdout: &str) {
+    let text = stdout.trim();
+    if !text.is_empty() {
+        tracing::debug!(event = %event, hook = hook.index, output = %cap_reason(text), "hook output");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(matcher: &str) -> HookConfig {
+        HookConfig {
+            matcher: matcher.to_owned(),
+            command: "true".to_owned(),
+            timeout_ms: default_hook_timeout_ms(),
+            on_error: OnError::Allow,
+        }
+    }
+
+    #[test]
+    fn config_defaults_and_unknown_fields() {
+        let config: HookConfig = serde_json::from_str(r#"{"command": "lint.sh"}"#).unwrap();
+        assert_eq!(
+            config,
+            HookConfig {
+                matcher: String::new(),
+                command: "lint.sh".to_owned(),
+                timeout_ms: 60_000,
+                on_error: OnError::Allow,
+            }
+        );
+        let config: HookConfig =
+            serde_json::from_str(r#"{"command": "x", "on_error": "deny"}"#).unwrap();
+        assert_eq!(config.on_error, OnError::Deny);
+        assert!(serde_json::from_str::<HookConfig>(r#"{"command": "x", "type": "y"}"#).is_err());
+    }
+
+    #[test]
+    fn matchers_are_anchored_regexes() {
+        let hooks =
+            Hooks::new(&[hook("read_file|find_files"), hook("write_.*")], &[hook("*"), hook("")])
+                .unwrap();
+        let cases = [
+            ("read_file", true),
+            ("find_files", true),
+            ("write_file", true),
+            ("read", false),
+            ("xread_file", false),
+            ("read_files", false),
+            ("edit_file", false),
+            ("rewrite_file", false),
+        ];
+        for (tool, expected) in cases {
+            assert_eq!(hooks.has_pre(tool), expected, "{tool}");
+            assert!(hooks.has_post(tool), "{tool}");
+        }
+        assert!(!hooks.is_empty());
+        assert!(Hooks::new(&[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        let err = Hooks::new(&[hook("read_file"), hook("(")], &[]).unwrap_err();
+        assert!(matches!(err, HookError::InvalidMatcher { index: 1, .. }), "{err}");
+        let mut empty = hook("");
+        empty.command = "  ".to_owned();
+        let err = Hooks::new(&[], &[empty]).unwrap_err();
+        assert!(matches!(err, HookError::EmptyCommand { event: "post_tool_use", index: 0 }));
+        let mut zero = hook("");
+        zero.timeout_ms = 0;
+        let err = Hooks::new(&[zero], &[]).unwrap_err();
+        assert!(matches!(err, HookError::ZeroTimeout { index: 0, .. }));
+    }
+
+    #[test]
+    fn home_expansion() {
+        let home = Path::new("/home/ann/");
+        assert_eq!(
+            expand_home("~/bin/check.sh x", Some(home)).unwrap(),
+            "/home/ann/bin/check.sh x"
+        );
+        assert_eq!(expand_home("echo ~/x", Some(home)).unwrap(), "echo ~/x");
+        assert_eq!(expand_home("~user/x", Some(home)).unwrap(), "~user/x");
+        assert_eq!(expand_home("~/x", None), None);
+        assert_eq!(expand_home("plain", None).unwrap(), "plain");
+    }
+
+    #[test]
+    fn directives() {
+        let parse = |text: &str| parse_directive(text, /*truncated*/ false);
+        assert_eq!(parse("not json"), Ok(None));
+        assert_eq!(parse("[1, 2]"), Ok(None));
+        assert_eq!(parse("{broken"), Ok(None));
+        assert_eq!(parse("{}"), Ok(Some(Directive::default())));
+        assert_eq!(
+            parse(r#"{"decision": "deny", "reason": "no"}"#),
+            Ok(Some(Directive {
+                decision: Some(Decision::Deny),
+                reason: Some("no".to_owned()),
+                ..Directive::default()
+            }))
+        );
+        assert_eq!(
+            parse(r#"{"decision": "approve"}"#).unwrap().unwrap().decision,
+            Some(Decision::Allow)
+        );
+        assert_eq!(
+            parse(r#"{"decision": "block"}"#).unwrap().unwrap().decision,
+            Some(Decision::Deny)
+        );
+        assert_eq!(
+            parse(
+                r#"{"decision": "allow", "reason": "top",
+                    "hookSpecificOutput": {"hookEventName": "PreToolUse",
+                      "permissionDecision": "ask", "permissionDecisionReason": "inner",
+                      "updatedInput": {"path": "b"}}}"#
+            ),
+            Ok(Some(Directive {
+                decision: Some(Decision::Ask),
+                reason: Some("inner".to_owned()),
+                updated_input: Some(serde_json::json!({"path": "b"})),
+                ..Directive::default()
+            }))
+        );
+        assert_eq!(
+            parse(r#"{"continue": false, "stopReason": "halt"}"#).unwrap().unwrap().stop,
+            Some(Some("halt".to_owned()))
+        );
+        assert_eq!(parse(r#"{"continue": true}"#).unwrap().unwrap().stop, None);
+        assert!(parse(r#"{"decision": "maybe"}"#).is_err());
+        assert!(parse(r#"{"reason": 5}"#).is_err());
+        assert!(parse(r#"{"updated_input": "x"}"#).is_err());
+        assert!(parse_directive(r#"{"decision": "allow"}"#, /*truncated*/ true).is_err());
+        assert_eq!(parse_directive("log line", /*truncated*/ true), Ok(None));
+    }
+
+    #[test]
+    fn reasons_are_trimmed_and_capped() {
+        assert_eq!(cap_reason("  why\n"), "why");
+        let long = "é".repeat(MAX_REASON_BYTES);
+        let capped = cap_reason(&long);
+        assert!(capped.len() <= MAX_REASON_BYTES + "… [truncated]".len());
+        assert!(capped.ends_with("… [truncated]"));
+    }
+
+    #[test]
+    fn combine_precedence_and_last_updated_input_wins() {
+        let answer = |verdict, reason: Option<&str>, input: Option<Value>| PreAnswer {
+            verdict,
+            reason: reason.map(str::to_owned),
+            updated_input: input,
+            error: None,
+        };
+        let outcome = combine_pre(vec![
+            answer(HookVerdict::Allow, Some("fine"), Some(serde_json::json!({"a": 1}))),
+            answer(HookVerdict::Ask, Some("check 1"), None),
+            answer(HookVerdict::Continue, None, Some(serde_json::json!({"a": 2}))),
+            answer(HookVerdict::Ask, Some("check 2"), None),
+        ]);
+        assert_eq!(
+            outcome,
+            PreOutcome {
+                verdict: HookVerdict::Ask,
+                reason: Some("check 1\ncheck 2".to_owned()),
+                updated_input: Some(serde_json::json!({"a": 2})),
+                errors: Vec::new(),
+                hook_count: 4,
+            }
+        );
+        let outcome = combine_pre(vec![
+            answer(HookVerdict::Deny, Some("no"), None),
+            answer(HookVerdict::Block, Some("stop"), None),
+        ]);
+        assert_eq!(
+            (outcome.verdict, outcome.reason.as_deref()),
+            (HookVerdict::Block, Some("stop"))
+        );
+        assert!(outcome.refuses());
+    }
+}

@@ -11,3 +11,20 @@ pub mod permission;
 pub mod hooks;
 
 pub mod agent;
+
+pub mod audit;
+
+pub mod config;
+
+pub mod protocol;
+
+pub mod daemon;
+
+pub mod rpc;
+
+pub mod systemd;
+
+pub mod server;
+
+pub mod cli;
+pub mod mcp;

@@ -1,1 +1,895 @@
-//! SKELETON: the permission engine.
+//! The permission engine: whether a call may run, must ask a person, or is refused,
+//! and why.
+//!
+//! Pure logic with no I/O: the engine sees the tool's declared facts, the call's
+//! arguments and the session's working directory and roots, and answers with a
+//! [`Decision`] whose [`Explanation`] names the layer and rule that decided (it goes on
+//! the wire in events and into the audit log). The layers, in order:
+//!
+//! 1. **system** tools (the control plane) are always allowed; no rule or mode applies.
+//! 2. **deny** rules refuse.
+//! 3. **plan** mode refuses every side-effecting call with its own verdict,
+//!    [`Verdict::NotAllowedInMode`], so the caller can report `tool_not_allowed`
+//!    rather than a rule denial.
+//! 4. **ask** rules ask.
+//! 5. **allow** rules, then **session grants**, allow.
+//! 6. the **mode default** decides the rest (see [`Mode`]); in `dont_ask` mode an ask
+//!    becomes a deny whose reason names a rule to add.
+//!
+//! Rules are explicit user intent, so they rank above modes: an ask rule asks even in
+//! `bypass` mode, and a session grant never overrides an ask rule. For the same reason
+//! a command too long to check completely against the deny and ask rules asks in every
+//! mode when such rules exist.
+//!
+//! Design of session state: a [`Policy`] holds the configured rules, compiled once per
+//! configuration load and shared by every session. A [`PermissionEngine`] is a small
+//! per-session value: the policy, the session's grants (an immutable, `Arc`-shared
+//! index) and the configured and current modes. Cloning it costs two reference counts,
+//! so the daemon keeps one per session and replaces it (behind its own lock) when the
+//! mode changes or a grant is added; adding a grant rebuilds only the small grant
+//! index. A configuration reload swaps the policy and keeps the grants.
+//!
+//! The engine is built to run on every call: rules are parsed and their globs compiled
+//! once; a decision does one hash lookup per rule index and a few glob-set matches.
+//! Only `run_command` pays for parsing the command text.
+
+mod path;
+mod rule;
+mod shell;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::{Definition, Env, ErrorType, Safety};
+
+pub use rule::{RuleError, RuleProblem};
+
+use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
+use shell::{Analysis, Hazard, ShellWord};
+
+/// Tools that [`Mode::AcceptEdits`] lets edit files inside the roots without asking.
+const EDIT_TOOLS: &[&str] = &["write_file", "edit_file"];
+
+/// Tools whose `path` names a directory to search, defaulting to the working directory.
+const SEARCH_TOOLS: &[&str] = &["find_files", "search_code"];
+
+/// How much a session may do without asking.
+///
+/// Permissiveness is a partial order: `plan` ≤ `default` ≤ `accept_edits` ≤ `bypass`,
+/// and `dont_ask` ≤ `default`. `plan` and `dont_ask` are incomparable (plan may ask
+/// about read-only calls, which dont_ask never does; dont_ask may run side effects that
+/// rules allow, which plan never does). See [`Mode::restrict`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Read-only tools run; side-effecting tools ask.
+    #[default]
+    Default,
+    /// Like `default`, but `write_file`/`edit_file` inside the roots run without asking.
+    /// Commands still ask.
+    #[serde(alias = "acceptEdits")]
+    AcceptEdits,
+    /// Only read-only tools run; side-effecting calls are refused.
+    Plan,
+    /// Everything no rule denies or asks about runs.
+    #[serde(alias = "bypassPermissions")]
+    Bypass,
+    /// Like `default`, but whatever would ask is denied: for headless agents with
+    /// nobody to approve.
+    #[serde(alias = "dontAsk")]
+    DontAsk,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 5] =
+        [Mode::Default, Mode::AcceptEdits, Mode::Plan, Mode::Bypass, Mode::DontAsk];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::AcceptEdits => "accept_edits",
+            Mode::Plan => "plan",
+            Mode::Bypass => "bypass",
+            Mode::DontAsk => "dont_ask",
+        }
+    }
+
+    /// Whether every call this mode lets run (with or without asking) the other mode
+    /// would let run too, with no more asking.
+    pub fn is_at_most(self, other: Mode) -> bool {
+        use Mode::*;
+        self == other
+            || matches!(
+                (self, other),
+                (Plan | DontAsk, Default | AcceptEdits | Bypass)
+                    | (Default, AcceptEdits | Bypass)
+                    | (AcceptEdits, Bypass)
+            )
+    }
+
+    /// The mode a session gets when a client asks for `requested` and the daemon is
+    /// configured with `configured`: a client may narrow, never widen.
+    ///
+    /// The requested mode when it is at most the configured one, else the configured
+    /// one. For the incomparable pair (`plan` and `dont_ask`) the answer is `plan`;
+    /// [`PermissionEngine`] then also keeps the configured mode as a ceiling, deciding
+    /// each call under both and taking the stricter verdict, so such a session neither
+    /// runs side effects nor asks.
+    pub fn restrict(configured: Mode, requested: Mode) -> Mode {
+        if requested.is_at_most(configured) {
+            requested
+        } else if configured.is_at_most(requested) {
+            configured
+        } else {
+            Mode::Plan
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A mode name that is not one of the five (nor a Claude Code spelling of one).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown permission mode {0:?}; expected one of default, accept_edits, plan, bypass, dont_ask"
+)]
+pub struct ParseModeError(pub String);
+
+impl FromStr for Mode {
+    type Err = ParseModeError;
+
+    /// Accepts the snake_case names and Claude Code's spellings (`acceptEdits`,
+    /// `bypassPermissions`, `dontAsk`).
+    fn from_str(text: &str) -> Result<Mode, ParseModeError> {
+        match text {
+            "default" => Ok(Mode::Default),
+            "accept_edits" | "acceptEdits" => Ok(Mode::AcceptEdits),
+            "plan" => Ok(Mode::Plan),
+            "bypass" | "bypassPermissions" => Ok(Mode::Bypass),
+            "dont_ask" | "dontAsk" => Ok(Mode::DontAsk),
+            other => Err(ParseModeError(other.to_owned())),
+        }
+    }
+}
+
+/// The outcome of a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    /// A person must approve the call first.
+    Ask,
+    Deny,
+    /// The session's mode does not run this kind of tool (a side effect in plan mode).
+    NotAllowedInMode,
+}
+
+impl Verdict {
+    /// The error a refused call reports (the tool never runs); `None` for allow and ask.
+    pub fn error_type(self) -> Option<ErrorType> {
+        match self {
+            Verdict::Allow | Verdict::Ask => None,
+            Verdict::Deny => Some(ErrorType::PermissionDenied),
+            Verdict::NotAllowedInMode => Some(ErrorType::ToolNotAllowed),
+        }
+    }
+
+    /// Lower is stricter; used to combine the decisions under two modes.
+    fn strictness(self) -> u8 {
+        match self {
+            Verdict::NotAllowedInMode => 0,
+            Verdict::Deny => 1,
+            Verdict::Ask => 2,
+            Verdict::Allow => 3,
+        }
+    }
+}
+
+/// Which layer of the engine decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// A system tool: rules and modes do not apply.
+    System,
+    /// A configured allow, ask or deny rule.
+    Rule,
+    /// The session's mode (no rule matched, plan mode refused, or dont_ask converted).
+    Mode,
+    /// An allow rule granted at run time for this session.
+    SessionGrant,
+    /// A PreToolUse hook answered. The engine never decides by this layer; the agent
+    /// layer uses it when a hook's answer settles the call.
+    Hook,
+}
+
+/// The three configured rule lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleList {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl RuleList {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleList::Allow => "allow",
+            RuleList::Ask => "ask",
+            RuleList::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for RuleList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a decision came out as it did: for users, events and the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Explanation {
+    pub layer: Layer,
+    /// The deciding rule as configured (for a compound command allowed by several
+    /// rules, the first; the reason names them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The list the deciding rule belongs to (`allow` for session grants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<RuleList>,
+    /// One human sentence.
+    pub reason: String,
+}
+
+/// The answer for one call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub explanation: Explanation,
+    /// Allow rules that together would let this call run without asking; filled when
+    /// the call asks (or is denied only because nobody may be asked) for lack of a
+    /// rule. Empty when no rule could help (an ask rule matched, or the command holds
+    /// something no pattern can vouch for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggestions: Vec<String>,
+}
+
+impl Decision {
+    fn new(verdict: Verdict, layer: Layer, reason: String) -> Decision {
+        Decision {
+            verdict,
+            explanation: Explanation { layer, rule: None, list: None, reason },
+            suggestions: Vec::new(),
+        }
+    }
+
+    fn with_rule(mut self, list: RuleList, rule: &str) -> Decision {
+        self.explanation.rule = Some(rule.to_owned());
+        self.explanation.list = Some(list);
+        self
+    }
+
+    /// Whether the call may run now. Only such calls may join a concurrent batch; any
+    /// other verdict makes the call its own batch.
+    pub fn is_allowed(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+
+    /// For a caller that cannot ask anyone (dont_ask mode, or no approver connected):
+    /// an `ask` becomes a `deny` whose reason adds `why` and the rules that would let
+    /// the call through. Other verdicts are returned unchanged.
+    pub fn refuse_unasked(mut self, why: &str) -> Decision {
+        if self.verdict != Verdict::Ask {
+            return self;
+        }
+        let mut reason = std::mem::take(&mut self.explanation.reason);
+        reason.push_str("; ");
+        reason.push_str(why);
+        match self.suggestions.as_slice() {
+            [] => {}
+            [one] => reason.push_str(&format!(" (add an allow rule such as {one})")),
+            several => reason.push_str(&format!(" (add the allow rules {})", several.join(", "))),
+        }
+        self.explanation.reason = reason;
+        self.verdict = Verdict::Deny;
+        self
+    }
+}
+
+/// The configured rule lists, as strings (parsed by [`PermissionEngine::new`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuleConfig {
+    pub allow: Vec<String>,
+    pub ask: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+/// What the engine needs to know about the tool being called.
+#[derive(Clone, Copy, Debug)]
+pub struct ToolFacts<'a> {
+    pub name: &'a str,
+    pub safety: Safety,
+    pub system: bool,
+}
+
+impl<'a> ToolFacts<'a> {
+    pub fn of(definition: &'a Definition) -> ToolFacts<'a> {
+        ToolFacts { name: &definition.name, safety: definition.safety, system: definition.system }
+    }
+}
+
+/// Where the call would run.
+#[derive(Clone, Copy, Debug)]
+pub struct CallContext<'a> {
+    /// Absolute working directory; relative paths in arguments resolve against it.
+    pub cwd: &'a Path,
+    /// Absolute roots; root-relative rules match paths inside them.
+    pub roots: &'a [PathBuf],
+}
+
+impl<'a> CallContext<'a> {
+    pub fn of(env: &'a Env) -> CallContext<'a> {
+        CallContext { cwd: &env.cwd, roots: &env.roots }
+    }
+}
+
+/// The configured allow, ask and deny rules, parsed and compiled. Immutable and cheap
+/// to clone (the compiled rules sit behind an `Arc`): build one per configuration load
+/// and hand a clone to every session's [`PermissionEngine`].
+#[derive(Clone)]
+pub struct Policy {
+    rules: Arc<RuleIndex>,
+    /// Resolves `~/` in rules, including session grants added later.
+    home: Option<Arc<Path>>,
+}
+
+impl Default for Policy {
+    /// No rules and no home directory: the modes alone decide.
+    fn default() -> Policy {
+        Policy { rules: Arc::new(RuleIndex::empty()), home: None }
+    }
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rules: Vec<(RuleList, &str)> =
+            self.rules.rules().map(|(list, rule)| (list, rule.text.as_str())).collect();
+        f.debug_struct("Policy").field("rules", &rules).field("home", &self.home).finish()
+    }
+}
+
+impl Policy {
+    /// Parses and compiles the configured rules; the first bad rule is reported with
+    /// its text and list. `home` resolves `~/` in path rules (a rule using `~` without
+    /// a home directory is an error).
+    pub fn new(config: &RuleConfig, home: Option<&Path>) -> Result<Policy, RuleError> {
+        let mut rules =
+            Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
+        let lists = [
+            (RuleList::Allow, &config.allow),
+            (RuleList::Ask, &config.ask),
+            (RuleList::Deny, &config.deny),
+        ];
+        for (list, texts) in lists {
+            for text in texts {
+                let rule = Rule::parse(text, home).map_err(|problem| RuleError {
+                    rule: text.clone(),
+                    list: Some(list),
+                    problem,
+                })?;
+                rules.push((list, rule));
+            }
+        }
+        Ok(Policy { rules: Arc::new(RuleIndex::build(rules)?), home: home.map(Arc::from) })
+    }
+}
+
+/// Decides calls for one session: a [`Policy`], the session's grants and its modes.
+/// Cheap to clone; see the module documentation.
+#[derive(Clone)]
+pub struct PermissionEngine {
+    policy: Policy,
+    /// Allow rules granted during the session.
+    grants: Arc<RuleIndex>,
+    /// The configured mode: the ceiling no request can raise.
+    configured: Mode,
+    /// The session's mode, already restricted by the ceiling.
+    mode: Mode,
+}
+
+impl fmt::Debug for PermissionEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermissionEngine")
+            .field("mode", &self.mode)
+            .field("configured", &self.configured)
+            .field("policy", &self.policy)
+            .field("grants", &self.session_rules())
+            .finish()
+    }
+}
+
+impl PermissionEngine {
+    /// An engine for a new session: `mode` is both its starting mode and its ceiling
+    /// (narrow it afterwards with [`PermissionEngine::set_mode`]).
+    pub fn new(policy: Policy, mode: Mode) -> PermissionEngine {
+        PermissionEngine { policy, grants: Arc::new(RuleIndex::empty()), configured: mode, mode }
+    }
+
+    /// The session's effective mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The configured mode (the ceiling).
+    pub fn configured_mode(&self) -> Mode {
+        self.configured
+    }
+
+    /// Switches the session to `requested`, restricted by the configured mode (see
+    /// [`Mode::restrict`]); returns the mode now in effect.
+    pub fn set_mode(&mut self, requested: Mode) -> Mode {
+        self.mode = Mode::restrict(self.configured, requested);
+        self.mode
+    }
+
+    /// Adds a session-scoped allow rule (an approval "for this session"), for example
+    /// one of a decision's suggestions. Adding a rule already granted changes nothing.
+    pub fn add_session_rule(&mut self, text: &str) -> Result<(), RuleError> {
+        let rule = Rule::parse(text, self.policy.home.as_deref()).map_err(|problem| RuleError {
+            rule: text.to_owned(),
+            list: None,
+            problem,
+        })?;
+        if self.grants.rules().any(|(_, granted)| granted.text == rule.text) {
+            return Ok(());
+        }
+        let mut rules: Vec<(RuleList, Rule)> =
+            self.grants.rules().map(|(list, granted)| (list, granted.clone())).collect();
+        rules.push((RuleList::Allow, rule));
+        self.grants = Arc::new(RuleIndex::build(rules)?);
+        Ok(())
+    }
+
+    /// The session grants, in the order they were added.
+    pub fn session_rules(&self) -> Vec<String> {
+        self.grants.rules().map(|(_, rule)| rule.text.clone()).collect()
+    }
+
+    /// Replaces the policy and the configured mode (a configuration reload). Session
+    /// grants survive; the session's mode is re-restricted by the new ceiling.
+    pub fn reload(&mut self, policy: Policy, configured: Mode) {
+        self.policy = policy;
+        self.configured = configured;
+        self.mode = Mode::restrict(configured, self.mode);
+    }
+
+    /// Decides one call. `args` are the call's arguments as the model sent them (not
+    /// yet validated: anything unexpected simply matches no specifier).
+    pub fn decide(&self, tool: &ToolFacts<'_>, args: &Value, ctx: &CallContext<'_>) -> Decision {
+        if tool.system {
+            return Decision::new(
+                Verdict::Allow,
+                Layer::System,
+                format!(
+                    "{} is a system tool; permission rules and modes do not apply to it",
+                    tool.name
+                ),
+            );
+        }
+        let subject = Subject::of(tool.name, args, ctx);
+        let matched = self.match_rules(tool.name, &subject, ctx);
+        let decision = self.apply_mode(self.mode, tool, &subject, &matched, ctx);
+        if self.mode.is_at_most(self.configured) {
+            return decision;
+        }
+        // Only for the incomparable pair: the ceiling's verdict may be stricter.
+        let ceiling = self.apply_mode(self.configured, tool, &subject, &matched, ctx);
+        if ceiling.verdict.strictness() < decision.verdict.strictness() {
+            ceiling
+        } else {
+            decision
+        }
+    }
+
+    /// Allow rules a user could add so this call runs without asking (empty when the
+    /// call is already allowed, refused regardless, or no rule can vouch for it).
+    pub fn suggestions(
+        &self,
+        tool: &ToolFacts<'_>,
+        args: &Value,
+        ctx: &CallContext<'_>,
+    ) -> Vec<String> {
+        self.decide(tool, args, ctx).suggestions
+    }
+
+    fn match_rules(&self, tool: &str, subject: &Subject, ctx: &CallContext<'_>) -> Matched {
+        let configured = self.policy.rules.for_tool(tool);
+        let granted = self.grants.for_tool(tool);
+        match subject {
+            Subject::Command(analysis) => match_command(&configured, &granted, analysis),
+            Subject::Path(target) => {
+                let target =
+                    target.as_deref().map(|absolute| PathTarget { absolute, roots: ctx.roots });
+                let find = |rules: &ToolRules<'_>, list| {
+                    let by_path = target.as_ref().and_then(|target| rules.path(list, target));
+                    earliest(rules.whole(list), by_path)
+                };
+                match_simple(&configured, &granted, find)
+            }
+            Subject::Other => match_simple(&configured, &granted, |rules, list| rules.whole(list)),
+        }
+    }
+
+    fn apply_mode(
+        &self,
+        mode: Mode,
+        tool: &ToolFacts<'_>,
+        subject: &Subject,
+        matched: &Matched,
+        ctx: &CallContext<'_>,
+    ) -> Decision {
+        let name = tool.name;
+        match matched {
+            Matched::Deny { rule, part } => {
+                let reason = match part {
+                    Some(part) => format!("`{part}` matches the deny rule {rule}"),
+                    None => format!("{name} is denied by the rule {rule}"),
+                };
+                return Decision::new(Verdict::Deny, Layer::Rule, reason)
+                    .with_rule(RuleList::Deny, rule);
+            }
+            _ if mode == Mode::Plan && tool.safety == Safety::SideEffect => {
+                return Decision::new(
+                    Verdict::NotAllowedInMode,
+                    Layer::Mode,
+                    format!("plan mode only runs read-only tools, and {name} has side effects"),
+                );
+            }
+            Matched::Ask { rule, part } => {
+                let reason = match part {
+                    Some(part) => format!("`{part}` matches the ask rule {rule}"),
+                    None => format!("{name} requires approval by the rule {rule}"),
+                };
+                let decision =
+                    Decision::new(Verdict::Ask, Layer::Rule, reason).with_rule(RuleList::Ask, rule);
+                return match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                };
+            }
+            Matched::Unchecked => {
+                let decision = Decision::new(
+                    Verdict::Ask,
+                    Layer::Rule,
+                    format!(
+                        "{name} requires approval because the command is too long to check \
+                         against the deny and ask rules"
+                    ),
+                );
+                return match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                };
+            }
+            Matched::Allow { rules, session } => {
+                let (layer, kind) = if *session {
+                    (Layer::SessionGrant, "the session grant")
+                } else {
+                    (Layer::Rule, "the rule")
+                };
+                let reason = match rules.as_slice() {
+                    [one] => format!("{name} is allowed by {kind} {one}"),
+                    several => {
+                        format!("every part of the command is allowed, by {}", several.join(", "))
+                    }
+                };
+                let first = rules.first().map(String::as_str).unwrap_or_default();
+                return Decision::new(Verdict::Allow, layer, reason)
+                    .with_rule(RuleList::Allow, first);
+            }
+            Matched::Nothing(_) => {}
+        }
+
+        if tool.safety == Safety::ReadOnly {
+            return Decision::new(
+                Verdict::Allow,
+                Layer::Mode,
+                format!("read-only tools are allowed in {mode} mode"),
+            );
+        }
+        match mode {
+            Mode::Bypass => Decision::new(
+                Verdict::Allow,
+                Layer::Mode,
+                "bypass mode allows every call no rule denies".to_owned(),
+            ),
+            Mode::AcceptEdits if EDIT_TOOLS.contains(&name) && subject.path_inside(ctx.roots) => {
+                Decision::new(
+                    Verdict::Allow,
+                    Layer::Mode,
+                    "accept_edits mode allows file edits inside the roots".to_owned(),
+                )
+            }
+            Mode::Plan => Decision::new(
+                Verdict::NotAllowedInMode,
+                Layer::Mode,
+                format!("plan mode only runs read-only tools, and {name} has side effects"),
+            ),
+            Mode::Default | Mode::AcceptEdits | Mode::DontAsk => {
+                let mut reason = match mode {
+                    Mode::DontAsk => format!("{name} requires approval"),
+                    _ => format!("{name} requires approval in {mode} mode"),
+                };
+                if let Matched::Nothing(why) = matched {
+                    match why {
+                        Unmatched::NoRule => {}
+                        Unmatched::Hazard(hazard) => reason.push_str(&format!(" because {hazard}")),
+                        Unmatched::Uncovered { part, .. } => {
+                            reason.push_str(&format!(" because no allow rule covers `{part}`"));
+                        }
+                    }
+                }
+                let mut decision = Decision::new(Verdict::Ask, Layer::Mode, reason);
+                decision.suggestions = suggest(name, subject, matched, ctx);
+                match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                }
+            }
+        }
+    }
+}
+
+/// What a call's specifier rules are matched against.
+enum Subject {
+    /// `run_command`: its command text, analyzed.
+    Command(Analysis),
+    /// A file tool: its `path`, resolved lexically; `None` when the call names none
+    /// (only bare rules can match then).
+    Path(Option<PathBuf>),
+    /// Any other tool: only bare rules apply.
+    Other,
+}
+
+impl Subject {
+    fn of(tool: &str, args: &Value, ctx: &CallContext<'_>) -> Subject {
+        if tool == RUN_COMMAND {
+            let cwd = match args.get("cwd").and_then(Value::as_str) {
+                Some(dir) => path::resolve(ctx.cwd, Path::new(dir)),
+                None => path::resolve(ctx.cwd, Path::new("")),
+            };
+            return match args.get("command").and_then(Value::as_str) {
+                Some(command) => Subject::Command(shell::analyze(command, &cwd, ctx.roots)),
+                None => Subject::Command(Analysis {
+                    commands: Vec::new(),
+                    hazards: vec![Hazard::Unparseable("the call has no command string".to_owned())],
+                    truncated: false,
+                }),
+            };
+        }
+        if !PATH_TOOLS.contains(&tool) {
+            return Subject::Other;
+        }
+        match args.get("path").and_then(Value::as_str) {
+            Some(path) => Subject::Path(Some(path::resolve(ctx.cwd, Path::new(path)))),
+            None if SEARCH_TOOLS.contains(&tool) => {
+                Subject::Path(Some(path::resolve(ctx.cwd, Path::new(""))))
+            }
+            None => Subject::Path(None),
+        }
+    }
+
+    fn path_inside(&self, roots: &[PathBuf]) -> bool {
+        matches!(self, Subject::Path(Some(path)) if path::inside_roots(path, roots))
+    }
+}
+
+/// What the rules said, before the mode has its say.
+enum Matched {
+    Deny {
+        rule: String,
+        part: Option<String>,
+    },
+    Ask {
+        rule: String,
+        part: Option<String>,
+    },
+    /// Allowed by these rules (several when parts of a compound command needed
+    /// different ones); `session` when any of them is a session grant.
+    Allow {
+        rules: Vec<String>,
+        session: bool,
+    },
+    /// Too much unparseable text to check every part against the deny and ask
+    /// rules: asks whatever the mode (a person can read it; the engine could not).
+    Unchecked,
+    Nothing(Unmatched),
+}
+
+/// Why no allow rule applied, for the reason sentence and the suggestions.
+enum Unmatched {
+    NoRule,
+    /// The command holds something no pattern can vouch for.
+    Hazard(Hazard),
+    /// Parts of a compound command no rule covers (indexes into the analysis), the
+    /// first of them shown.
+    Uncovered {
+        part: String,
+        commands: Vec<usize>,
+    },
+}
+
+/// Matching for tools whose calls are one subject: `find` gives the first rule of a
+/// list that matches.
+fn match_simple(
+    configured: &ToolRules<'_>,
+    granted: &ToolRules<'_>,
+    find: impl Fn(&ToolRules<'_>, RuleList) -> Option<usize>,
+) -> Matched {
+    if let Some(id) = find(configured, RuleList::Deny) {
+        return Matched::Deny { rule: configured_text(configured, id), part: None };
+    }
+    if let Some(id) = find(configured, RuleList::Ask) {
+        return Matched::Ask { rule: configured_text(configured, id), part: None };
+    }
+    if let Some(id) = find(configured, RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
+    }
+    if let Some(id) = find(granted, RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
+    }
+    Matched::Nothing(Unmatched::NoRule)
+}
+
+fn configured_text(rules: &ToolRules<'_>, id: usize) -> String {
+    rules.rule(id).text.clone()
+}
+
+/// Matching for `run_command`: deny and ask rules see every command found (nested
+/// ones and wrapper readings included); an allow needs a bare rule, or no hazard and
+/// every top-level command covered by a rule or harmless.
+fn match_command(
+    configured: &ToolRules<'_>,
+    granted: &ToolRules<'_>,
+    analysis: &Analysis,
+) -> Matched {
+    for list in [RuleList::Deny, RuleList::Ask] {
+        let mut found = configured.whole(list).map(|id| (id, None));
+        if found.is_none() {
+            found = analysis.commands.iter().find_map(|command| {
+                command
+                    .views()
+                    .find_map(|view| configured.command(list, view))
+                    .map(|id| (id, Some(command.text())))
+            });
+        }
+        if let Some((id, part)) = found {
+            let rule = configured_text(configured, id);
+            return match list {
+                RuleList::Deny => Matched::Deny { rule, part },
+                _ => Matched::Ask { rule, part },
+            };
+        }
+    }
+    if analysis.truncated && (configured.any(RuleList::Deny) || configured.any(RuleList::Ask)) {
+        return Matched::Unchecked;
+    }
+    if let Some(id) = configured.whole(RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
+    }
+    if let Some(id) = granted.whole(RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
+    }
+    if let Some(hazard) = analysis.hazards.first() {
+        return Matched::Nothing(Unmatched::Hazard(hazard.clone()));
+    }
+
+    let mut rules: Vec<String> = Vec::new();
+    let mut session = false;
+    let mut uncovered = Vec::new();
+    for (idx, command) in
+        analysis.commands.iter().enumerate().filter(|(_, command)| !command.nested)
+    {
+        let by_rule = configured
+            .command(RuleList::Allow, &command.words)
+            .map(|id| (configured_text(configured, id), false))
+            .or_else(|| {
+                granted
+                    .command(RuleList::Allow, &command.words)
+                    .map(|id| (configured_text(granted, id), true))
+            });
+        match by_rule {
+            Some((text, from_session)) => {
+                session |= from_session;
+                if !rules.contains(&text) {
+                    rules.push(text);
+                }
+            }
+            None if command.harmless => {}
+            None => uncovered.push(idx),
+        }
+    }
+    if let Some(&first) = uncovered.first() {
+        let part = analysis.commands[first].text();
+        return Matched::Nothing(Unmatched::Uncovered { part, commands: uncovered });
+    }
+    if rules.is_empty() {
+        // Nothing but harmless builtins (or nothing at all): no rule vouched for it.
+        return Matched::Nothing(Unmatched::NoRule);
+    }
+    Matched::Allow { rules, session }
+}
+
+/// Rules that would let an asking call through, or none when no rule can.
+fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'_>) -> Vec<String> {
+    match (subject, matched) {
+        (Subject::Command(analysis), Matched::Nothing(Unmatched::Uncovered { commands, .. })) => {
+            let mut rules = Vec::new();
+            let found = commands
+                .iter()
+                .filter_map(|&idx| analysis.commands.get(idx))
+                .filter_map(|command| command_suggestion(&command.words));
+            for rule in found {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+            rules
+        }
+        (Subject::Command(_), _) => Vec::new(),
+        (Subject::Path(Some(target)), Matched::Nothing(_)) => {
+            vec![path_suggestion(tool, target, ctx.roots)]
+        }
+        (Subject::Path(None), _) => Vec::new(),
+        (Subject::Other, Matched::Nothing(_)) => vec![tool.to_owned()],
+        _ => Vec::new(),
+    }
+}
+
+/// `run_command(<program> [<subcommand>]:*)`: the first word, plus the second when it
+/// reads like a subcommand (`cargo test`, `git status`) rather than an option or path.
+fn command_suggestion(words: &[ShellWord]) -> Option<String> {
+    let program = words.first()?.literal()?;
+    let mut picked = vec![program];
+    if let Some(second) = words.get(1).and_then(ShellWord::literal) {
+        let looks_like_subcommand = second.starts_with(|c: char| c.is_ascii_alphabetic())
+            && second.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if looks_like_subcommand {
+            picked.push(second);
+        }
+    }
+    Some(rule::command_prefix_rule(&picked))
+}
+
+/// For a file: its directory (`edit_file(src/**)`), or the file itself at a root's top
+/// level. For a search tool: the searched directory, or the bare tool for a root.
+fn path_suggestion(tool: &str, target: &Path, roots: &[PathBuf]) -> String {
+    let directory = SEARCH_TOOLS.contains(&tool);
+    match roots.iter().find_map(|root| target.strip_prefix(root).ok()) {
+        Some(relative) if relative.as_os_str().is_empty() => tool.to_owned(),
+        Some(relative) if directory => rule::path_rule(tool, relative, true, true),
+        Some(relative) => match relative.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            Some(parent) => rule::path_rule(tool, parent, true, true),
+            None => rule::path_rule(tool, relative, true, false),
+        },
+        None if directory => rule::path_rule(tool, target, false, true),
+        None => match target.parent() {
+            Some(parent) => rule::path_rule(tool, parent, false, true),
+            None => rule::path_rule(tool, target, false, false),
+        },
+    }
+}

@@ -1,29 +1,97 @@
-//! Root confinement and file bookkeeping shared by the file tools.
+//! Root confinement, atomic writes and file bookkeeping shared by every tool that
+//! takes a path.
 //!
-//! SKELETON: the confinement functions are filled in by the file-tools work.
+//! A session may only touch files inside its roots, and that must hold *after*
+//! symlinks are followed. Checking a path and then opening it leaves a window in which
+//! a component can be swapped for a symlink pointing elsewhere, so nothing here ever
+//! canonicalizes a path and opens the result. Instead every lookup is done by the
+//! kernel relative to a file descriptor of the root with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS)`: a `..` that climbs above the root, an absolute symlink, or
+//! a symlink (also an intermediate directory) leading outside makes the open itself
+//! fail with `EXDEV`. Kernels without `openat2` (before 5.6, or behind a seccomp filter
+//! answering `ENOSYS`) get a component-by-component walk that opens each name with
+//! `O_NOFOLLOW`, reads symlinks itself and refuses the same escapes.
+//!
+//! Writes go through [`write_atomic`]: a temporary file in the same directory, fsync,
+//! rename over the target, fsync of the directory; a reader never sees a partial file.
+//! [`FileTracker`] remembers what a session read so that write_file and edit_file can
+//! refuse to overwrite a file the model has not seen or that changed behind its back,
+//! and [`lock_path`] serialises read-modify-write cycles on one file across sessions.
 
-use std::path::PathBuf;
-use std::time::SystemTime;
+mod lock;
+pub mod text;
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
-use super::ErrorType;
+pub use lock::{PathLock, lock_path};
+
+use super::{Env, ErrorType};
+
+/// Longest path argument accepted, in bytes. This is Linux's `PATH_MAX`: the kernel
+/// refuses longer paths anyway, and rejecting them up front keeps megabyte-sized
+/// model output out of syscalls and error messages.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Symlinks the fallback walk follows in one lookup before giving up with `ELOOP`; the
+/// kernel's own limit, so both strategies accept the same paths.
+const MAX_SYMLINK_FOLLOWS: usize = 40;
+
+/// How often a lookup is retried when `openat2` answers `EAGAIN` (a concurrent rename
+/// somewhere in the filesystem made the kernel unsure the walk stayed beneath the
+/// root). Such races are rare and short; a handful of retries separates "busy" from
+/// "something keeps renaming", which is then reported as an I/O error.
+const MAX_EAGAIN_RETRIES: usize = 16;
+
+/// How many names [`write_atomic`] tries for its temporary file before giving up.
+/// Names are random, so a collision is already unlikely; a few retries make it
+/// practically impossible without looping forever on a directory that refuses.
+const MAX_TEMP_NAME_ATTEMPTS: usize = 16;
+
+/// Longest part of the target's name copied into a temporary file's name, in bytes.
+/// Keeps `.{name}.{random}.tmp` under the 255-byte name limit of common filesystems
+/// while still telling a human whose temporary file it is.
+const TEMP_NAME_PREFIX_BYTES: usize = 64;
+
+/// Longest user-supplied path repeated in an error message, in characters.
+const SHOWN_PATH_CHARS: usize = 200;
 
 /// Why a path operation failed, mapped onto the stable error codes.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
+    /// The path leaves the session roots (directly, through `..`, or through a
+    /// symlink). Only ever used for confinement, never for OS permission errors.
     #[error("access denied: {0}")]
     AccessDenied(String),
     #[error("not found: {0}")]
     NotFound(String),
     #[error("{0} is a directory")]
     IsDirectory(String),
+    /// A directory was required (a walker's starting point) but the path names
+    /// something else.
+    #[error("{0} is not a directory")]
+    NotDirectory(String),
+    /// A FIFO, socket or device: reading or replacing one could block or have side
+    /// effects, so the file tools refuse them.
+    #[error("{0} is not a regular file")]
+    NotRegularFile(String),
     #[error("{0}")]
     TooLarge(String),
     #[error("{0}")]
     InvalidPath(String),
     #[error("i/o error on {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io { path: String, source: io::Error },
 }
 
 impl FsError {
@@ -32,11 +100,371 @@ impl FsError {
             FsError::AccessDenied(_) => ErrorType::AccessDenied,
             FsError::NotFound(_) => ErrorType::NotFound,
             FsError::IsDirectory(_) => ErrorType::IsDirectory,
+            FsError::NotDirectory(_) | FsError::InvalidPath(_) => ErrorType::InvalidArguments,
             FsError::TooLarge(_) => ErrorType::TooLarge,
-            FsError::InvalidPath(_) => ErrorType::InvalidArguments,
-            FsError::Io { .. } => ErrorType::IoError,
+            FsError::NotRegularFile(_) | FsError::Io { .. } => ErrorType::IoError,
         }
     }
+
+    /// Classifies an I/O error on `shown` (a path as the user wrote it): the errors
+    /// that have a code of their own get it, everything else is `io_error`.
+    pub fn from_io(shown: &str, err: io::Error) -> FsError {
+        let shown = shorten(shown);
+        match Errno::from_io_error(&err) {
+            Some(Errno::NOENT) => FsError::NotFound(format!("{shown} does not exist")),
+            Some(Errno::NOTDIR) => FsError::NotFound(format!(
+                "{shown} does not exist (a component of the path is not a directory)"
+            )),
+            Some(Errno::ISDIR) => FsError::IsDirectory(shown),
+            Some(Errno::XDEV) => {
+                FsError::AccessDenied(format!("{shown} resolves outside the session roots"))
+            }
+            Some(Errno::NAMETOOLONG) => {
+                FsError::InvalidPath(format!("{shown}: a file name in the path is too long"))
+            }
+            Some(Errno::LOOP) => FsError::Io {
+                path: shown,
+                source: io::Error::other(
+                    "too many levels of symbolic links, or a /proc magic link (not followed)",
+                ),
+            },
+            _ => FsError::Io { path: shown, source: err },
+        }
+    }
+
+    fn from_errno(shown: &str, errno: Errno) -> FsError {
+        FsError::from_io(shown, io::Error::from(errno))
+    }
+}
+
+/// What kind of file a path names, as far as the tools care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Directory,
+    /// A FIFO, socket, device or (only with `O_PATH|O_NOFOLLOW`) a symlink.
+    Other,
+}
+
+/// The facts about an open file the tools need, read with `fstat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    pub kind: FileKind,
+    pub len: u64,
+    pub modified: Option<SystemTime>,
+    /// The full `st_mode` (type and permission bits).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Reads [`FileInfo`] from an open descriptor (`O_PATH` descriptors included).
+pub fn file_info(fd: impl AsFd) -> io::Result<FileInfo> {
+    let stat = rustix::fs::fstat(fd)?;
+    let kind = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => FileKind::File,
+        FileType::Directory => FileKind::Directory,
+        _ => FileKind::Other,
+    };
+    let modified = u64::try_from(stat.st_mtime).ok().and_then(|secs| {
+        let nanos = u32::try_from(stat.st_mtime_nsec).unwrap_or(0);
+        SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+    });
+    Ok(FileInfo {
+        kind,
+        len: u64::try_from(stat.st_size).unwrap_or(0),
+        modified,
+        mode: stat.st_mode,
+        uid: stat.st_uid,
+        gid: stat.st_gid,
+    })
+}
+
+/// A path opened beneath one of the session roots.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The opened file or directory. [`resolve`] opens with `O_PATH` (enough for
+    /// `fstat`, `*at` calls and walkers, no side effects even on a FIFO);
+    /// [`open_read`] opens for reading.
+    pub fd: OwnedFd,
+    /// The absolute path as the kernel sees it (symlinks resolved), inside `root`.
+    /// Two spellings of one file give the same path, which makes it the key for
+    /// [`FileTracker`] and [`lock_path`].
+    pub path: PathBuf,
+    /// The root the path was confined to.
+    pub root: PathBuf,
+    pub kind: FileKind,
+    pub is_dir: bool,
+}
+
+impl Resolved {
+    /// The path relative to its root (empty for the root itself); what permission
+    /// rules match against.
+    pub fn relative(&self) -> &Path {
+        self.path.strip_prefix(&self.root).unwrap_or(Path::new(""))
+    }
+}
+
+/// Whether [`resolve_parent`] may create missing directories on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParentDirs {
+    /// Every directory must exist already (`not_found` otherwise).
+    MustExist,
+    /// Missing directories are created one component at a time, beneath the root.
+    Create,
+}
+
+/// The directory that holds (or will hold) a file, opened beneath a root, plus the
+/// file's own name. For tools that create or replace a file: every operation is done
+/// relative to `dir`, so nothing can redirect it once the directory is open.
+#[derive(Debug)]
+pub struct ResolvedParent {
+    /// The directory, opened with `O_PATH | O_DIRECTORY`.
+    pub dir: OwnedFd,
+    /// The directory's absolute path as the kernel sees it.
+    pub dir_path: PathBuf,
+    /// The final component: never empty, `.`, `..`, and never contains `/`.
+    pub name: OsString,
+    pub root: PathBuf,
+}
+
+impl ResolvedParent {
+    /// The file's absolute path (`dir_path/name`), the key for [`FileTracker`] and
+    /// [`lock_path`].
+    pub fn path(&self) -> PathBuf {
+        self.dir_path.join(&self.name)
+    }
+}
+
+/// Opens `path` (relative to the session cwd, or absolute) with `O_PATH`, following
+/// symlinks but never leaving the session roots.
+pub fn resolve(env: &Env, path: &str) -> Result<Resolved, FsError> {
+    check_path(path)?;
+    resolve_at(env, Path::new(path), path, OFlags::PATH, Strategy::Auto)
+}
+
+/// Like [`resolve`] but opens for reading (`O_RDONLY | O_NONBLOCK`, so a FIFO cannot
+/// block the open; callers still refuse anything that is not a regular file or a
+/// directory).
+pub fn open_read(env: &Env, path: &str) -> Result<Resolved, FsError> {
+    check_path(path)?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    resolve_at(env, Path::new(path), path, flags, Strategy::Auto)
+}
+
+/// Confines a directory for the walkers (find_files, search_code, run_command's
+/// cwd): `None` means the session cwd. Returns the directory's absolute path as the
+/// kernel sees it, so that a walker started there starts inside the root.
+pub fn resolve_dir(env: &Env, path: Option<&str>) -> Result<PathBuf, FsError> {
+    let path = path.unwrap_or(".");
+    let resolved = resolve(env, path)?;
+    if !resolved.is_dir {
+        return Err(FsError::NotDirectory(shorten(path)));
+    }
+    Ok(resolved.path)
+}
+
+/// Opens the directory that holds `path`'s final component, beneath a root, and
+/// returns it with the final name, for creating or replacing that file. With
+/// [`ParentDirs::Create`], missing directories are created (mode 0755 minus the
+/// umask) one component at a time, each `mkdirat` relative to a directory already
+/// confined. The final component itself is not looked at (see [`resolve_for_write`]).
+pub fn resolve_parent(
+    env: &Env,
+    path: &str,
+    parents: ParentDirs,
+) -> Result<ResolvedParent, FsError> {
+    check_path(path)?;
+    resolve_parent_at(env, Path::new(path), path, parents, Strategy::Auto)
+}
+
+/// The file a write should replace: like [`resolve_parent`], but a final component
+/// that is a symlink is followed (confined like any lookup) so that writing through
+/// a link inside the roots replaces its target instead of the link. A final
+/// component that is a directory is refused. The file itself may not exist yet.
+pub fn resolve_for_write(
+    env: &Env,
+    path: &str,
+    parents: ParentDirs,
+) -> Result<ResolvedParent, FsError> {
+    check_path(path)?;
+    let parent = resolve_parent_at(env, Path::new(path), path, parents, Strategy::Auto)?;
+    let stat = match rustix::fs::statat(&parent.dir, &parent.name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(Errno::NOENT) => return Ok(parent),
+        Err(errno) => return Err(FsError::from_errno(path, errno)),
+    };
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::Directory => Err(FsError::IsDirectory(shorten(path))),
+        FileType::Symlink => {
+            let target = match resolve(env, path) {
+                Ok(target) => target,
+                Err(FsError::NotFound(_)) => {
+                    return Err(FsError::NotFound(format!(
+                        "{} is a symbolic link to a file that does not exist; write to the \
+                         link's target instead",
+                        shorten(path)
+                    )));
+                }
+                Err(err) => return Err(err),
+            };
+            if target.is_dir {
+                return Err(FsError::IsDirectory(shorten(path)));
+            }
+            resolve_parent_at(env, &target.path, path, ParentDirs::MustExist, Strategy::Auto)
+        }
+        _ => Ok(parent),
+    }
+}
+
+/// Opens the existing file a [`ResolvedParent`] names, for reading, without following
+/// a symlink. `None` when it does not exist.
+pub fn open_existing(
+    target: &ResolvedParent,
+    shown: &str,
+) -> Result<Option<(std::fs::File, FileInfo)>, FsError> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(&target.dir, &target.name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(FsError::AccessDenied(format!(
+                "{} was replaced by a symbolic link while the call ran",
+                shorten(shown)
+            )));
+        }
+        Err(errno) => return Err(FsError::from_errno(shown, errno)),
+    };
+    let info = file_info(&fd).map_err(|err| FsError::from_io(shown, err))?;
+    match info.kind {
+        FileKind::File => Ok(Some((std::fs::File::from(fd), info))),
+        FileKind::Directory => Err(FsError::IsDirectory(shorten(shown))),
+        FileKind::Other => Err(FsError::NotRegularFile(shorten(shown))),
+    }
+}
+
+/// Reads a whole file, refusing (with `too_large`) anything longer than `max_bytes`.
+/// The size is checked again while reading: a file can grow after its `fstat`.
+pub fn read_capped(
+    mut file: impl Read,
+    info: &FileInfo,
+    max_bytes: u64,
+    shown: &str,
+) -> Result<Vec<u8>, FsError> {
+    let too_large = || {
+        FsError::TooLarge(format!(
+            "{} is larger than the read limit of {max_bytes} bytes; search it with \
+             search_code instead of reading it whole",
+            shorten(shown)
+        ))
+    };
+    if info.len > max_bytes {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(info.len).unwrap_or(0));
+    let limit = max_bytes.saturating_add(1);
+    (&mut file).take(limit).read_to_end(&mut bytes).map_err(|err| FsError::from_io(shown, err))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max_bytes {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// The current stamp of an open file, for comparing with what a session recorded. A
+/// file over `max_bytes` is not hashed (it cannot have been read in full either);
+/// its stamp then compares by length and mtime.
+pub fn current_stamp(
+    file: impl Read,
+    info: &FileInfo,
+    max_bytes: u64,
+    shown: &str,
+) -> Result<FileStamp, FsError> {
+    if info.len > max_bytes {
+        return Ok(FileStamp { modified: info.modified, len: info.len, hash: None });
+    }
+    let bytes = read_capped(file, info, max_bytes, shown)?;
+    Ok(FileStamp::of(info, &bytes))
+}
+
+/// Writes `bytes` to `dir/name` atomically: a temporary file is created next to the
+/// target with `O_EXCL | O_NOFOLLOW` under a random name, written in full, given
+/// `mode` (permission bits; `None` means 0644 minus the umask, for new files),
+/// fsynced, renamed over the target, and the directory is fsynced. On any failure the
+/// temporary file is removed and the target is untouched, so no reader ever sees a
+/// partial file. Returns the stamp of what was written.
+///
+/// Replacing by rename gives the target a new inode: other hard links to the old
+/// file keep the old content. That is the price of never exposing a torn file.
+pub fn write_atomic(
+    dir: impl AsFd,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> io::Result<FileStamp> {
+    write_atomic_inner(dir.as_fd(), name, bytes, mode, None)
+}
+
+/// [`write_atomic`] for replacing an existing file: keeps its permission bits and,
+/// where the daemon is allowed to, its owner and group (a daemon running as root must
+/// not turn a user's file into root's). Set-id and sticky bits are dropped on
+/// purpose: new content should not silently inherit privileges.
+pub fn write_atomic_replacing(
+    dir: impl AsFd,
+    name: &OsStr,
+    bytes: &[u8],
+    existing: &FileInfo,
+) -> io::Result<FileStamp> {
+    let mode = existing.mode & 0o777;
+    write_atomic_inner(dir.as_fd(), name, bytes, Some(mode), Some((existing.uid, existing.gid)))
+}
+
+/// A fast non-cryptographic hash of a file's content, for stale checks: it only has
+/// to notice that a file changed between two looks by this process, not resist an
+/// adversary (whoever can write the file can just write it). Eight bytes at a time
+/// with a multiply-rotate mix, then the length; stable for the life of the process.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |hash: u64, word: u64| (hash.rotate_left(5) ^ word).wrapping_mul(K);
+    let mut chunks = bytes.chunks_exact(8);
+    let mut hash = 0u64;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        hash = mix(hash, u64::from_le_bytes(word));
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    hash = mix(hash, u64::from_le_bytes(tail));
+    mix(hash, bytes.len() as u64)
+}
+
+/// Runs blocking filesystem work off the async threads. A panic inside is re-raised
+/// here so that the registry's panic guard reports it like any other tool panic.
+pub async fn blocking<T, F>(work: F) -> Result<T, FsError>
+where
+    F: FnOnce() -> Result<T, FsError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(res) => res,
+        Err(err) => match err.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            Err(_) => Err(FsError::Io {
+                path: String::new(),
+                source: io::Error::other("the runtime is shutting down"),
+            }),
+        },
+    }
+}
+
+/// A user-supplied path cut to a readable length for messages.
+pub fn shorten(path: &str) -> String {
+    if path.chars().count() <= SHOWN_PATH_CHARS {
+        return path.to_owned();
+    }
+    let head: String = path.chars().take(SHOWN_PATH_CHARS).collect();
+    format!("{head}…")
 }
 
 /// What the session knew of a file when it last read or wrote it.
@@ -44,6 +472,29 @@ impl FsError {
 pub struct FileStamp {
     pub modified: Option<SystemTime>,
     pub len: u64,
+    /// [`content_hash`] of the bytes read or written. mtime alone misses a rewrite of
+    /// the same length within one timestamp tick (coarse on many filesystems); the
+    /// hash does not, and also forgives a `touch` that changed nothing.
+    pub hash: Option<u64>,
+}
+
+impl FileStamp {
+    /// The stamp of `bytes` as read from (or written to) a file with `info`.
+    pub fn of(info: &FileInfo, bytes: &[u8]) -> FileStamp {
+        FileStamp { modified: info.modified, len: info.len, hash: Some(content_hash(bytes)) }
+    }
+
+    /// Whether `current` shows the same content as `self`: same length, and the same
+    /// hash when both have one, else the same mtime.
+    pub fn matches(&self, current: &FileStamp) -> bool {
+        if self.len != current.len {
+            return false;
+        }
+        match (self.hash, current.hash) {
+            (Some(seen), Some(now)) => seen == now,
+            _ => self.modified == current.modified,
+        }
+    }
 }
 
 /// Per-session record of the files it has read (or written), keyed by the absolute
@@ -58,7 +509,513 @@ impl FileTracker {
         self.seen.insert(path, stamp);
     }
 
-    pub fn get(&self, path: &std::path::Path) -> Option<FileStamp> {
+    pub fn get(&self, path: &Path) -> Option<FileStamp> {
         self.seen.get(path).map(|entry| entry.value().clone())
     }
+
+    pub fn forget(&self, path: &Path) {
+        self.seen.remove(path);
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
 }
+
+/// Why a write must not go ahead, per the session's [`FileTracker`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staleness {
+    /// The session read (or wrote) this content: go ahead.
+    Fresh,
+    /// The file exists but this session never read it.
+    NeverRead,
+    /// The file changed since the session last read or wrote it.
+    Changed,
+}
+
+impl Staleness {
+    /// Compares what the session saw of `path` with its current state.
+    pub fn check(tracker: &FileTracker, path: &Path, current: &FileStamp) -> Staleness {
+        match tracker.get(path) {
+            None => Staleness::NeverRead,
+            Some(seen) if seen.matches(current) => Staleness::Fresh,
+            Some(_) => Staleness::Changed,
+        }
+    }
+
+    /// The message for the model, or `None` when fresh.
+    pub fn message(self, shown: &str) -> Option<String> {
+        let shown = shorten(shown);
+        match self {
+            Staleness::Fresh => None,
+            Staleness::NeverRead => Some(format!(
+                "{shown} exists and has not been read in this session; read it with \
+                 read_file first"
+            )),
+            Staleness::Changed => Some(format!(
+                "{shown} has changed since it was last read in this session; read it again \
+                 with read_file before changing it"
+            )),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Confinement internals.
+
+/// Which mechanism confines a lookup. `Walk` exists for kernels without `openat2`,
+/// and so that tests can exercise it on kernels that have one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// `openat2`, falling back to the walk once the kernel answers `ENOSYS`.
+    Auto,
+    /// Always the component-by-component walk.
+    Walk,
+}
+
+/// Set once `openat2` answered `ENOSYS`, so later lookups go straight to the walk.
+static OPENAT2_MISSING: AtomicBool = AtomicBool::new(false);
+
+/// Rejects paths no tool should ever pass to the kernel.
+fn check_path(path: &str) -> Result<(), FsError> {
+    if path.is_empty() {
+        return Err(FsError::InvalidPath("the path is empty".to_owned()));
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err(FsError::InvalidPath(format!(
+            "the path is {} bytes long; the limit is {MAX_PATH_BYTES}",
+            path.len()
+        )));
+    }
+    if path.contains('\0') {
+        return Err(FsError::InvalidPath(format!(
+            "the path {:?} contains a NUL byte",
+            shorten(path)
+        )));
+    }
+    Ok(())
+}
+
+/// A path split into the root it falls under and the rest, still unresolved.
+struct Located<'env> {
+    root: &'env Path,
+    /// Relative to `root`; may contain `..` (the kernel resolves it, confined).
+    rel: PathBuf,
+    /// The path ended in `/` or `/.`: it must name a directory.
+    wants_dir: bool,
+}
+
+/// Picks the root a path falls under, lexically and without touching the
+/// filesystem: that is only a choice of starting point, the kernel does the checking.
+/// With nested roots the outermost wins, since it admits everything the inner ones do.
+/// A relative path that reaches a *different* root only through `..` starts in the
+/// cwd's root and is denied there; an absolute path into the other root works.
+fn locate<'env>(env: &'env Env, path: &Path, shown: &str) -> Result<Located<'env>, FsError> {
+    let logical = if path.is_absolute() { path.to_path_buf() } else { env.cwd.join(path) };
+    let root = env
+        .roots
+        .iter()
+        .filter(|root| logical.starts_with(root))
+        .min_by_key(|root| root.components().count())
+        .ok_or_else(|| {
+            FsError::AccessDenied(format!("{} is outside the session roots", shorten(shown)))
+        })?;
+    let rel = logical.strip_prefix(root).map(Path::to_path_buf).unwrap_or_default();
+    let bytes = path.as_os_str().as_bytes();
+    let wants_dir = bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b".";
+    Ok(Located { root, rel, wants_dir })
+}
+
+fn open_root(root: &Path, shown: &str) -> Result<OwnedFd, FsError> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    rustix::fs::open(root, flags, Mode::empty()).map_err(|errno| FsError::Io {
+        path: shorten(shown),
+        source: io::Error::new(
+            io::Error::from(errno).kind(),
+            format!("the session root {} cannot be opened: {errno}", root.display()),
+        ),
+    })
+}
+
+fn resolve_at(
+    env: &Env,
+    path: &Path,
+    shown: &str,
+    flags: OFlags,
+    strategy: Strategy,
+) -> Result<Resolved, FsError> {
+    let located = locate(env, path, shown)?;
+    let root_fd = open_root(located.root, shown)?;
+    let (fd, walked) = open_beneath(root_fd.as_fd(), &located.rel, flags, strategy)
+        .map_err(|errno| FsError::from_errno(shown, errno))?;
+    let info = file_info(&fd).map_err(|err| FsError::from_io(shown, err))?;
+    let is_dir = info.kind == FileKind::Directory;
+    if located.wants_dir && !is_dir {
+        return Err(FsError::from_errno(shown, Errno::NOTDIR));
+    }
+    let lexical = walked.unwrap_or_else(|| normalize_lexically(&located.rel));
+    let path = kernel_path(fd.as_fd(), located.root, &lexical, shown)?;
+    Ok(Resolved { fd, path, root: located.root.to_path_buf(), kind: info.kind, is_dir })
+}
+
+fn resolve_parent_at(
+    env: &Env,
+    path: &Path,
+    shown: &str,
+    parents: ParentDirs,
+    strategy: Strategy,
+) -> Result<ResolvedParent, FsError> {
+    let (parent, name) = split_final(path, shown)?;
+    let located = locate(env, &parent, shown)?;
+    let root_fd = open_root(located.root, shown)?;
+    let flags = OFlags::PATH | OFlags::DIRECTORY;
+    let opened = match open_beneath(root_fd.as_fd(), &located.rel, flags, strategy) {
+        Err(Errno::NOENT) if parents == ParentDirs::Create => {
+            create_beneath(root_fd.as_fd(), &located.rel, strategy)
+        }
+        other => other,
+    };
+    let (dir, walked) = opened.map_err(|errno| FsError::from_errno(shown, errno))?;
+    let lexical = walked.unwrap_or_else(|| normalize_lexically(&located.rel));
+    let dir_path = kernel_path(dir.as_fd(), located.root, &lexical, shown)?;
+    Ok(ResolvedParent { dir, dir_path, name, root: located.root.to_path_buf() })
+}
+
+/// Splits off the final component, which must be a real name.
+fn split_final(path: &Path, shown: &str) -> Result<(PathBuf, OsString), FsError> {
+    let bytes = path.as_os_str().as_bytes();
+    let (parent, name) = match bytes.iter().rposition(|&byte| byte == b'/') {
+        Some(idx) => (&bytes[..=idx], &bytes[idx + 1..]),
+        None => (&b"."[..], bytes),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(FsError::InvalidPath(format!("{} does not name a file", shorten(shown))));
+    }
+    Ok((PathBuf::from(OsStr::from_bytes(parent)), OsString::from_vec(name.to_vec())))
+}
+
+/// Opens `rel` beneath `root`. Returns the descriptor and, when the walk did the work,
+/// the path it actually took (symlinks resolved). Errors follow `openat2`: `EXDEV`
+/// for any attempt to leave the root.
+fn open_beneath(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+    strategy: Strategy,
+) -> rustix::io::Result<(OwnedFd, Option<PathBuf>)> {
+    let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+    let strategy = if OPENAT2_MISSING.load(Ordering::Relaxed) { Strategy::Walk } else { strategy };
+    if strategy == Strategy::Auto {
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let mut retries = 0;
+        loop {
+            match rustix::fs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+                Ok(fd) => return Ok((fd, None)),
+                Err(Errno::AGAIN) if retries < MAX_EAGAIN_RETRIES => retries += 1,
+                Err(Errno::NOSYS) => {
+                    OPENAT2_MISSING.store(true, Ordering::Relaxed);
+                    break;
+                }
+                Err(errno) => return Err(errno),
+            }
+        }
+    }
+    walk_beneath(root, rel, flags).map(|(fd, walked)| (fd, Some(walked)))
+}
+
+/// The `openat2`-less lookup: one component at a time, each opened with
+/// `O_PATH | O_NOFOLLOW` relative to the directory before it, `..` handled from our
+/// own stack of open directories (so it can never climb above the root), and symlinks
+/// read with `readlinkat` and spliced into the remaining components. Absolute
+/// symlinks are refused, as `RESOLVE_BENEATH` refuses them.
+///
+/// Unlike `openat2`, this cannot notice a directory being moved out of the root while
+/// the walk holds it; [`kernel_path`] catches that afterwards when `/proc` is there.
+fn walk_beneath(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+) -> rustix::io::Result<(OwnedFd, PathBuf)> {
+    let component_flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut pending: VecDeque<OsString> = split_components(rel.as_os_str().as_bytes());
+    if rel.is_absolute() {
+        return Err(Errno::XDEV);
+    }
+    // `dirs[i]` is the directory reached after `names[..i]`; `dirs[0]` is the root.
+    let mut dirs: Vec<OwnedFd> =
+        vec![rustix::fs::openat(root, ".", component_flags, Mode::empty())?];
+    let mut names: Vec<OsString> = Vec::new();
+    // The final component when it is not a directory: its parent is `dirs.last()`.
+    let mut leaf: Option<(OwnedFd, OsString)> = None;
+    let mut follows = 0;
+    while let Some(name) = pending.pop_front() {
+        if leaf.is_some() {
+            // Something follows a non-directory.
+            return Err(Errno::NOTDIR);
+        }
+        match name.as_bytes() {
+            b"." => continue,
+            b".." => {
+                if names.pop().is_none() {
+                    return Err(Errno::XDEV);
+                }
+                dirs.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let parent = dirs.last().ok_or(Errno::XDEV)?;
+        let fd = rustix::fs::openat(parent, &name, component_flags, Mode::empty())?;
+        let stat = rustix::fs::fstat(&fd)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => {
+                if pending.is_empty() && flags.contains(OFlags::NOFOLLOW) {
+                    return Err(Errno::LOOP);
+                }
+                follows += 1;
+                if follows > MAX_SYMLINK_FOLLOWS {
+                    return Err(Errno::LOOP);
+                }
+                let target = rustix::fs::readlinkat(&fd, "", Vec::new())?;
+                let target = target.as_bytes();
+                if target.first() == Some(&b'/') {
+                    return Err(Errno::XDEV);
+                }
+                for component in split_components(target).into_iter().rev() {
+                    pending.push_front(component);
+                }
+            }
+            FileType::Directory => {
+                dirs.push(fd);
+                names.push(name);
+            }
+            _ => leaf = Some((fd, name)),
+        }
+    }
+    let mut walked: PathBuf = names.iter().collect();
+    let fd = match leaf {
+        Some((fd, name)) => {
+            walked.push(&name);
+            if flags.contains(OFlags::DIRECTORY) {
+                return Err(Errno::NOTDIR);
+            }
+            if flags.contains(OFlags::PATH) {
+                fd
+            } else {
+                // Reopen for real I/O relative to the confined parent; O_NOFOLLOW
+                // refuses a symlink swapped in since the component was checked.
+                let parent = dirs.last().ok_or(Errno::XDEV)?;
+                rustix::fs::openat(
+                    parent,
+                    &name,
+                    flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?
+            }
+        }
+        None => {
+            let dir = dirs.pop().ok_or(Errno::XDEV)?;
+            if flags.contains(OFlags::PATH) {
+                dir
+            } else {
+                rustix::fs::openat(&dir, ".", flags | OFlags::CLOEXEC, Mode::empty())?
+            }
+        }
+    };
+    Ok((fd, walked))
+}
+
+/// Splits a path into its non-empty components (`.` and `..` kept).
+fn split_components(bytes: &[u8]) -> VecDeque<OsString> {
+    bytes
+        .split(|&byte| byte == b'/')
+        .filter(|component| !component.is_empty())
+        .map(|component| OsString::from_vec(component.to_vec()))
+        .collect()
+}
+
+/// Opens the directory `rel` beneath `root`, creating missing components. Each
+/// prefix is opened beneath the root (so a symlink in the way is confined like any
+/// lookup) and a missing one is made with `mkdirat` relative to its confined parent.
+fn create_beneath(
+    root: BorrowedFd<'_>,
+    rel: &Path,
+    strategy: Strategy,
+) -> rustix::io::Result<(OwnedFd, Option<PathBuf>)> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY;
+    let components = split_components(rel.as_os_str().as_bytes());
+    let mut prefix = PathBuf::new();
+    let mut opened = open_beneath(root, Path::new("."), flags, strategy)?;
+    for component in components {
+        prefix.push(&component);
+        match open_beneath(root, &prefix, flags, strategy) {
+            Ok(next) => opened = next,
+            Err(Errno::NOENT) if component != ".." && component != "." => {
+                match rustix::fs::mkdirat(&opened.0, &component, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(errno) => return Err(errno),
+                }
+                opened = open_beneath(root, &prefix, flags, strategy)?;
+            }
+            Err(errno) => return Err(errno),
+        }
+    }
+    Ok(opened)
+}
+
+/// `rel` with `.` dropped and `..` applied lexically; only a fallback name for
+/// messages when neither `/proc` nor the walk can say where a descriptor points.
+fn normalize_lexically(rel: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in rel.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// The absolute path of an open descriptor as the kernel sees it
+/// (`/proc/self/fd/N`), checked once more to be inside `root` (defence in depth for
+/// the walk, which cannot see a concurrent move). Without `/proc`, `root/fallback`.
+fn kernel_path(
+    fd: BorrowedFd<'_>,
+    root: &Path,
+    fallback: &Path,
+    shown: &str,
+) -> Result<PathBuf, FsError> {
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    match std::fs::read_link(link) {
+        Ok(path) if path.is_absolute() && !path.as_os_str().as_bytes().ends_with(b" (deleted)") => {
+            if path.starts_with(root) {
+                Ok(path)
+            } else {
+                Err(FsError::AccessDenied(format!(
+                    "{} resolves outside the session roots",
+                    shorten(shown)
+                )))
+            }
+        }
+        _ => Ok(root.join(fallback)),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Atomic writes.
+
+/// Removes the temporary file unless the write got as far as the rename.
+struct TempFile<'dir> {
+    dir: BorrowedFd<'dir>,
+    name: OsString,
+    armed: bool,
+}
+
+impl Drop for TempFile<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && let Err(errno) = rustix::fs::unlinkat(self.dir, &self.name, AtFlags::empty())
+        {
+            tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
+        }
+    }
+}
+
+fn write_atomic_inner(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: Option<u32>,
+    owner: Option<(u32, u32)>,
+) -> io::Result<FileStamp> {
+    let (fd, temp) = create_temp(dir, name, mode)?;
+    let mut guard = TempFile { dir, name: temp, armed: true };
+    let mut file = std::fs::File::from(fd);
+    if let Some((uid, gid)) = owner {
+        let same = uid == rustix::process::geteuid().as_raw()
+            && gid == rustix::process::getegid().as_raw();
+        if !same {
+            // Best effort: only a privileged daemon may give a file away, and a file
+            // owned by us is still better than no write at all.
+            let _ = rustix::fs::fchown(
+                &file,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            );
+        }
+    }
+    if let Some(mode) = mode {
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
+    }
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    let info = file_info(&file)?;
+    let stamp = FileStamp::of(&info, bytes);
+    rustix::fs::renameat(dir, &guard.name, dir, name)?;
+    guard.armed = false;
+    // The rename is what makes the new content visible; fsyncing the directory makes
+    // it survive a crash. Failing that is reported in the log, not as a failed write:
+    // the file has been replaced either way.
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    match rustix::fs::openat(dir, ".", dir_flags, Mode::empty()).and_then(rustix::fs::fsync) {
+        Ok(()) => {}
+        Err(errno) => tracing::warn!(%errno, "could not fsync a directory after a rename"),
+    }
+    Ok(stamp)
+}
+
+/// Creates a fresh temporary file next to `name`, never following or reusing
+/// anything that is already there.
+fn create_temp(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    mode: Option<u32>,
+) -> io::Result<(OwnedFd, OsString)> {
+    // Private until the final mode is set; new files get the usual 0644 minus umask.
+    let create_mode = if mode.is_some() { 0o600 } else { 0o644 };
+    let flags = OFlags::WRONLY
+        | OFlags::CREATE
+        | OFlags::EXCL
+        | OFlags::NOFOLLOW
+        | OFlags::NOCTTY
+        | OFlags::CLOEXEC;
+    let prefix = &name.as_bytes()[..name.len().min(TEMP_NAME_PREFIX_BYTES)];
+    let mut last = Errno::EXIST;
+    for _ in 0..MAX_TEMP_NAME_ATTEMPTS {
+        let mut temp = b".".to_vec();
+        temp.extend_from_slice(prefix);
+        temp.extend_from_slice(format!(".{:016x}.tmp", random_u64()).as_bytes());
+        let temp = OsString::from_vec(temp);
+        match rustix::fs::openat(dir, &temp, flags, Mode::from_raw_mode(create_mode)) {
+            Ok(fd) => return Ok((fd, temp)),
+            Err(Errno::EXIST) => last = Errno::EXIST,
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Err(last.into())
+}
+
+/// A value for temporary names that is hard to predict and never repeats within the
+/// process: the std's randomly keyed hasher over a counter and the clock.
+fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0);
+    hasher.write_u128(nanos);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,7 @@ pub mod builtin;
 pub mod fs;
 pub mod process;
 pub mod registry;
+pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -350,6 +351,61 @@ pub struct Env {
     /// What this session has read, for stale-write checks. Shared by every clone of
     /// the session's Env.
     pub files: Arc<fs::FileTracker>,
+    /// The session itself, for control-plane tools (task list, leaving plan mode).
+    /// Unset for an Env that no session owns (tests, one-shot calls).
+    pub control: Control,
+}
+
+/// One entry of a session's task list (`todo_write`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Todo {
+    pub content: String,
+    pub status: TodoStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+/// What control-plane tools may ask of the session that runs them.
+#[async_trait::async_trait]
+pub trait SessionControl: Send + Sync {
+    /// Replaces the session's task list (and tells its clients).
+    fn set_todos(&self, todos: Vec<Todo>);
+
+    /// Asks the session's approver to leave plan mode; `Ok` once the mode changed.
+    async fn request_exit_plan_mode(
+        &self,
+        call_id: &str,
+        plan: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), String>;
+}
+
+/// A weak handle on the owning session (weak: the session owns its Env).
+#[derive(Clone, Default)]
+pub struct Control(Option<std::sync::Weak<dyn SessionControl>>);
+
+impl Control {
+    pub fn new(session: std::sync::Weak<dyn SessionControl>) -> Control {
+        Control(Some(session))
+    }
+
+    /// The session, if there is one and it is still alive.
+    pub fn get(&self) -> Option<Arc<dyn SessionControl>> {
+        self.0.as_ref().and_then(std::sync::Weak::upgrade)
+    }
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Control(session)" } else { "Control(none)" })
+    }
 }
 
 impl Env {
@@ -367,6 +423,7 @@ impl Env {
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             env_policy: EnvPolicy::default(),
             files: Arc::new(fs::FileTracker::default()),
+            control: Control::default(),
         })
     }
 
@@ -393,10 +450,10 @@ impl Env {
         if env.max_read_bytes == 0 {
             env.max_read_bytes = DEFAULT_MAX_READ_BYTES;
         }
-        if env.cwd.as_os_str().is_empty() {
-            if let Some(root) = env.roots.first() {
-                env.cwd = root.clone();
-            }
+        if env.cwd.as_os_str().is_empty()
+            && let Some(root) = env.roots.first()
+        {
+            env.cwd = root.clone();
         }
         Some(env)
     }
@@ -414,7 +471,10 @@ pub enum OutputStream {
 /// turns them into `tool_output` events). Must not block: it is called from the task
 /// that reads the child's pipes.
 #[derive(Clone)]
-pub struct OutputSink(Option<Arc<dyn Fn(OutputStream, &str) + Send + Sync>>);
+pub struct OutputSink(Option<Arc<OutputFn>>);
+
+/// The callback behind an active [`OutputSink`].
+type OutputFn = dyn Fn(OutputStream, &str) + Send + Sync;
 
 impl OutputSink {
     /// A sink that drops everything.

@@ -1,1 +1,309 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use async_trait::async_trait;
+use expect_test::expect;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+/// A configurable test tool: echoes its arguments, sleeps, or panics.
+struct TestTool {
+    definition: Definition,
+    behaviour: Behaviour,
+    /// Set when the tool's own cancel token fired (proves the registry cancels it).
+    saw_cancel: Arc<AtomicBool>,
+    /// The token the tool was given, kept to check it after the call is gone.
+    token: Arc<std::sync::Mutex<Option<CancellationToken>>>,
+}
+
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Echo,
+    SleepForever,
+    Panic,
+}
+
+impl TestTool {
+    fn new(name: &str, behaviour: Behaviour) -> TestTool {
+        TestTool {
+            definition: Definition {
+                name: name.to_owned(),
+                description: format!("test tool {name}"),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "count": {"type": "integer", "minimum": 0},
+                        "nested": {"type": "object", "properties": {"flag": {"type": "boolean"}}}
+                    },
+                    "additionalProperties": false
+                }),
+                safety: Safety::ReadOnly,
+                system: false,
+                timeout: None,
+            },
+            behaviour,
+            saw_cancel: Arc::new(AtomicBool::new(false)),
+            token: Arc::default(),
+        }
+    }
+
+    fn system(mut self) -> TestTool {
+        self.definition.system = true;
+        self
+    }
+
+    fn with_timeout(mut self, timeout: Duration) -> TestTool {
+        self.definition.timeout = Some(timeout);
+        self
+    }
+}
+
+#[async_trait]
+impl Tool for TestTool {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        match self.behaviour {
+            Behaviour::Echo => ToolResult::success(args.to_string())
+                .with_meta("timeout_ms", ctx.timeout.as_millis() as u64),
+            Behaviour::SleepForever => {
+                *self.token.lock().unwrap() = Some(ctx.cancel.clone());
+                ctx.cancel.cancelled().await;
+                self.saw_cancel.store(true, Ordering::SeqCst);
+                // Keep "working" after the cancel: the registry must not wait for us.
+                std::future::pending::<()>().await;
+                ToolResult::success("unreachable")
+            }
+            Behaviour::Panic => panic!("tool exploded"),
+        }
+    }
+}
+
+fn env() -> Arc<Env> {
+    let dir = std::env::temp_dir();
+    Arc::new(Env::for_root(dir).unwrap())
+}
+
+fn registry_with(tools: Vec<TestTool>) -> Registry {
+    let registry = Registry::new();
+    for tool in tools {
+        registry.register(Some(Arc::new(tool))).unwrap();
+    }
+    registry
+}
+
+async fn run(registry: &Registry, name: &str, args: &str) -> ToolResult {
+    registry.execute(&Call::new("c1", name, args), &env(), &CancellationToken::new()).await
+}
+
+#[test]
+fn register_rejects_missing_blank_and_duplicate() {
+    let registry = Registry::new();
+    assert_eq!(registry.register(None), Err(RegisterError::Missing));
+    assert_eq!(
+        registry.register(Some(Arc::new(TestTool::new("  ", Behaviour::Echo)))),
+        Err(RegisterError::BlankName)
+    );
+    registry.register(Some(Arc::new(TestTool::new("echo", Behaviour::Echo)))).unwrap();
+    assert_eq!(
+        registry.register(Some(Arc::new(TestTool::new("echo", Behaviour::Panic)))),
+        Err(RegisterError::Duplicate("echo".to_owned()))
+    );
+    // The first registration is kept, not overridden.
+    assert!(registry.get("echo").is_some());
+    assert_eq!(registry.names(), vec!["echo".to_owned()]);
+}
+
+#[test]
+fn register_rejects_an_invalid_schema() {
+    let mut tool = TestTool::new("bad", Behaviour::Echo);
+    tool.definition.input_schema = json!({"type": 12});
+    let err = Registry::new().register(Some(Arc::new(tool))).unwrap_err();
+    assert!(matches!(err, RegisterError::InvalidSchema { .. }), "{err:?}");
+}
+
+#[test]
+fn register_or_replace_replaces_and_bumps_the_generation() {
+    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let changes = registry.subscribe_changes();
+    let before = *changes.borrow();
+    registry.register_or_replace(Arc::new(TestTool::new("echo", Behaviour::Panic))).unwrap();
+    assert!(*changes.borrow() > before);
+    assert!(registry.unregister("echo"));
+    assert!(!registry.contains("echo"));
+}
+
+#[test]
+fn definitions_are_sorted_and_filtering_keeps_system_tools() {
+    let registry = registry_with(vec![
+        TestTool::new("zeta", Behaviour::Echo),
+        TestTool::new("alpha", Behaviour::Echo),
+        TestTool::new("todo", Behaviour::Echo).system(),
+        TestTool::new("mid", Behaviour::Echo),
+    ]);
+    let names =
+        |defs: Vec<Definition>| defs.into_iter().map(|def| def.name).collect::<Vec<_>>().join(",");
+    expect!["alpha,mid,todo,zeta"].assert_eq(&names(registry.definitions()));
+    expect!["alpha,mid,todo,zeta"].assert_eq(&names(registry.definitions_filtered(&[])));
+    expect!["mid,todo,zeta"]
+        .assert_eq(&names(registry.definitions_filtered(&["zeta".into(), "mid".into()])));
+    expect!["todo"].assert_eq(&names(registry.definitions_filtered(&["nope".into()])));
+    assert_eq!(registry.safety("alpha"), Some(Safety::ReadOnly));
+    assert_eq!(registry.safety("nope"), None);
+}
+
+#[tokio::test]
+async fn unknown_tool_is_reported_with_the_call_id() {
+    let registry = Registry::new();
+    let res = run(&registry, "nope", "{}").await;
+    let json = serde_json::to_string(&res).unwrap();
+    expect![[r#"{"ok":false,"tool":"nope","content":"","error_type":"unknown_tool","error":"unknown tool: \"nope\"","metadata":{"call_id":"c1"}}"#]].assert_eq(&json);
+}
+
+#[tokio::test]
+async fn invalid_json_is_invalid_arguments() {
+    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let res = run(&registry, "echo", "{\"path\": ").await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments));
+    assert!(res.error.as_deref().unwrap().contains("not valid JSON"));
+    assert_eq!(res.call_id(), Some("c1"));
+}
+
+#[tokio::test]
+async fn schema_violations_name_the_json_pointer() {
+    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let cases = [
+        (r#"{"path": 3}"#, "/path"),
+        (r#"{"count": -1}"#, "/count"),
+        (r#"{"nested": {"flag": "yes"}}"#, "/nested/flag"),
+        (r#"{"extra": true}"#, ""),
+        ("[1,2]", ""),
+    ];
+    for (args, pointer) in cases {
+        let res = run(&registry, "echo", args).await;
+        assert_eq!(res.error_type, Some(ErrorType::InvalidArguments), "{args}");
+        assert_eq!(res.metadata["pointer"], json!(pointer), "{args}");
+        assert_eq!(res.tool, "echo");
+    }
+}
+
+#[tokio::test]
+async fn blank_arguments_count_as_an_empty_object() {
+    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    let res = run(&registry, "echo", "  ").await;
+    assert!(res.ok, "{res:?}");
+    assert_eq!(res.content, "{}");
+}
+
+#[tokio::test]
+async fn tool_timeout_overrides_the_env_default_and_is_clamped() {
+    let registry = registry_with(vec![
+        TestTool::new("echo", Behaviour::Echo).with_timeout(Duration::from_secs(7)),
+    ]);
+    let res = run(&registry, "echo", "{}").await;
+    assert_eq!(res.metadata["timeout_ms"], json!(7000));
+
+    let mut small = Env::for_root(std::env::temp_dir()).unwrap();
+    small.max_timeout = Duration::from_secs(2);
+    let res = registry
+        .execute(&Call::new("c2", "echo", "{}"), &Arc::new(small), &CancellationToken::new())
+        .await;
+    assert_eq!(res.metadata["timeout_ms"], json!(2000));
+}
+
+#[tokio::test]
+async fn timeout_and_cancel_are_distinct_and_cancel_the_tool() {
+    let tool =
+        TestTool::new("sleep", Behaviour::SleepForever).with_timeout(Duration::from_millis(50));
+    let token = tool.token.clone();
+    let registry = registry_with(vec![tool]);
+    let res = run(&registry, "sleep", "{}").await;
+    assert_eq!(res.error_type, Some(ErrorType::Timeout));
+    assert_eq!(res.call_id(), Some("c1"));
+    let token = token.lock().unwrap().clone().expect("the tool never started");
+    assert!(token.is_cancelled(), "the tool's token was not canceled on timeout");
+
+    let tool = TestTool::new("sleep2", Behaviour::SleepForever);
+    let saw_cancel = tool.saw_cancel.clone();
+    registry.register(Some(Arc::new(tool))).unwrap();
+    let cancel = CancellationToken::new();
+    let canceller = {
+        let cancel = cancel.clone();
+        let saw_cancel = saw_cancel.clone();
+        tokio::spawn(async move {
+            // Wait until the tool is running (it observes nothing yet), then cancel.
+            tokio::task::yield_now().await;
+            cancel.cancel();
+            saw_cancel
+        })
+    };
+    let res = registry.execute(&Call::new("c3", "sleep2", "{}"), &env(), &cancel).await;
+    canceller.await.unwrap();
+    assert_eq!(res.error_type, Some(ErrorType::Canceled));
+    assert_eq!(res.call_id(), Some("c3"));
+}
+
+#[tokio::test]
+async fn an_already_canceled_call_does_not_run() {
+    let registry = registry_with(vec![TestTool::new("boom", Behaviour::Panic)]);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let res = registry.execute(&Call::new("c1", "boom", "{}"), &env(), &cancel).await;
+    assert_eq!(res.error_type, Some(ErrorType::Canceled));
+}
+
+#[tokio::test]
+async fn a_panicking_tool_becomes_internal_error_and_the_registry_keeps_working() {
+    let registry = registry_with(vec![
+        TestTool::new("boom", Behaviour::Panic),
+        TestTool::new("echo", Behaviour::Echo),
+    ]);
+    let res = run(&registry, "boom", "{}").await;
+    assert_eq!(res.error_type, Some(ErrorType::InternalError));
+    assert_eq!(res.tool, "boom");
+    assert_eq!(res.call_id(), Some("c1"));
+    assert!(!res.error.as_deref().unwrap_or("").contains("exploded"), "panic detail leaked");
+    assert!(run(&registry, "echo", "{}").await.ok);
+}
+
+#[tokio::test]
+async fn dropping_the_execute_future_cancels_the_tool() {
+    let tool = TestTool::new("sleep", Behaviour::SleepForever);
+    let token = tool.token.clone();
+    let registry = Arc::new(registry_with(vec![tool]));
+    let task = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            registry
+                .execute(&Call::new("c1", "sleep", "{}"), &env(), &CancellationToken::new())
+                .await
+        })
+    };
+    // Wait (bounded) until the tool has started and published its token.
+    let mut started = None;
+    for _ in 0..1000 {
+        started = token.lock().unwrap().clone();
+        if started.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let started = started.expect("the tool never started");
+    assert!(!started.is_cancelled());
+    task.abort();
+    let _ = task.await;
+    assert!(started.is_cancelled(), "the tool's token survived the dropped call");
+}
+
+#[test]
+fn builtins_register_with_unique_names() {
+    let registry = Registry::with_builtins();
+    expect!["edit_file,find_files,read_file,run_command,search_code,write_file"]
+        .assert_eq(&registry.names().join(","));
+}

@@ -1,8 +1,644 @@
-//! SKELETON: replaced by the real tool.
-use std::sync::Arc;
+//! edit_file: replaces an exact piece of a file the model has read, and shows the
+//! change as a diff.
+//!
+//! The model names the change by content (`old_string` → `new_string`), not by line
+//! numbers that go stale after every edit. That only works when the match is exact
+//! and unambiguous, so zero matches and several matches are errors that tell the
+//! model how to fix its call: the nearest similar lines for `not_found`, the count and
+//! lines for `not_unique`. The file keeps its encoding (UTF-8, UTF-8 with BOM, UTF-16
+//! with BOM) and its line endings: in a CRLF file, `old_string`/`new_string` written
+//! with `\n` match and are written with `\r\n`. The whole read-modify-write runs under
+//! the per-path lock, so concurrent edits of one file (from any session) all land.
 
-use crate::tools::{Safety, Tool};
+use std::fmt::Write as _;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use similar::TextDiff;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::fs::{self, FileStamp, FsError, ParentDirs, ResolvedParent, Staleness, text};
+use crate::tools::{
+    Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+};
+
+/// Cap on the diff returned in the result, in bytes: enough for any ordinary edit,
+/// while a `replace_all` over a big file does not flood the model's context.
+const MAX_DIFF_BYTES: usize = 16 * 1024;
+
+/// Lines of unchanged context around each change in the diff, as `diff -u`.
+const DIFF_CONTEXT_LINES: usize = 3;
+
+/// How long computing the diff may take before `similar` settles for a coarser (still
+/// correct) diff; the edit itself is already written by then.
+const DIFF_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How many match lines a `not_unique` error lists.
+const MAX_LISTED_MATCHES: usize = 10;
+
+/// File lines scanned for a `not_found` hint; the hint is a courtesy and must stay
+/// cheap on huge files.
+const MAX_HINT_SCAN_LINES: usize = 100_000;
+
+/// Lines whose similarity is computed exactly (a character diff each), chosen by a
+/// cheap upper bound; keeps a hint on a file of near-identical lines to a few
+/// milliseconds while real near-misses, which have the highest bounds, are kept.
+const MAX_HINT_DIFFED_LINES: usize = 2000;
+
+/// Buckets of a line's character profile; enough to tell typical code lines apart.
+const PROFILE_BUCKETS: usize = 64;
+
+/// Characters of a line compared when looking for similar lines.
+const MAX_HINT_LINE_CHARS: usize = 400;
+
+/// Similarity (0..1) a line needs to be offered as "closest": below it, the lines
+/// share little more than indentation and punctuation.
+const HINT_MIN_SIMILARITY: f32 = 0.6;
+
+/// Closest regions offered in a `not_found` hint.
+const MAX_HINT_REGIONS: usize = 3;
+
+/// Lines shown per region in a hint, and characters per shown line.
+const MAX_HINT_REGION_LINES: usize = 12;
+const MAX_HINT_SHOWN_CHARS: usize = 200;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// The file to edit, relative to the working directory or absolute (inside the roots).
+    path: String,
+    /// The exact text to replace, indentation included; empty only for a missing or empty file.
+    old_string: String,
+    /// The replacement text; must differ from old_string.
+    new_string: String,
+    /// Replace every occurrence instead of requiring exactly one. Default: false.
+    #[serde(default)]
+    replace_all: bool,
+}
+
+struct EditFile {
+    definition: Definition,
+}
 
 pub fn tool() -> Arc<dyn Tool> {
-    super::placeholder("edit_file", Safety::SideEffect)
+    static DESCRIPTION: &str = "Edits a file inside the session roots by replacing the \
+        exact text old_string with new_string. old_string must occur exactly once (copy it \
+        from read_file output with its indentation, without the line-number prefix), \
+        unless replace_all is true. The file must have been read with read_file in this \
+        session and not changed since. Line endings and encoding are preserved. An empty \
+        old_string creates a new file. Returns a diff of the change.";
+    static DEFINITION: LazyLock<Definition> = LazyLock::new(|| Definition {
+        name: "edit_file".to_owned(),
+        description: DESCRIPTION.to_owned(),
+        input_schema: schema_for::<Args>(),
+        safety: Safety::SideEffect,
+        system: false,
+        timeout: None,
+    });
+    Arc::new(EditFile { definition: DEFINITION.clone() })
+}
+
+#[async_trait::async_trait]
+impl Tool for EditFile {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        let args: Args = match parse_args(args) {
+            Ok(args) => args,
+            Err(res) => return res,
+        };
+        if args.old_string == args.new_string {
+            return ToolResult::failure(
+                ErrorType::InvalidArguments,
+                "old_string and new_string are identical; there is nothing to change",
+            );
+        }
+        // Directories are only created for a new file; an edit of an existing file
+        // must not leave directories behind when it fails.
+        let parents =
+            if args.old_string.is_empty() { ParentDirs::Create } else { ParentDirs::MustExist };
+        let env = ctx.env.clone();
+        let path = args.path.clone();
+        let target = match fs::blocking(move || fs::resolve_for_write(&env, &path, parents)).await {
+            Ok(target) => target,
+            Err(err) => return err.into(),
+        };
+        let lock = fs::lock_path(&target.path()).await;
+        let env = ctx.env.clone();
+        let cancel = ctx.cancel.clone();
+        fs::blocking(move || {
+            // Held until the write is over, even if nobody waits for the result.
+            let _lock = lock;
+            edit_locked(&env, &args, &target, &cancel)
+        })
+        .await
+        .unwrap_or_else(ToolResult::from)
+    }
+}
+
+fn edit_locked(
+    env: &Env,
+    args: &Args,
+    target: &ResolvedParent,
+    cancel: &CancellationToken,
+) -> Result<ToolResult, FsError> {
+    let key = target.path();
+    let shown_path = key.display().to_string();
+    let Some((file, info)) = fs::open_existing(target, &args.path)? else {
+        if !args.old_string.is_empty() {
+            return Err(FsError::NotFound(format!("{} does not exist", fs::shorten(&args.path))));
+        }
+        return create(env, args, target, cancel);
+    };
+    let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
+    let current = FileStamp::of(&info, &bytes);
+    if let Some(message) = Staleness::check(&env.files, &key, &current).message(&args.path) {
+        return Ok(ToolResult::failure(ErrorType::StaleFile, message).with_meta("path", shown_path));
+    }
+    let decoded = match text::decode(&bytes) {
+        Ok(decoded) if !decoded.lossy => decoded,
+        Ok(decoded) => {
+            return Ok(ToolResult::failure(
+                ErrorType::BinaryFile,
+                format!(
+                    "{} is not valid {}; edit_file only changes files it can write back \
+                     unchanged outside the edit",
+                    fs::shorten(&args.path),
+                    decoded.encoding.as_str()
+                ),
+            )
+            .with_meta("path", shown_path));
+        }
+        Err(not_text) => {
+            return Ok(ToolResult::failure(
+                ErrorType::BinaryFile,
+                format!("{} cannot be edited as text: {not_text}", fs::shorten(&args.path)),
+            )
+            .with_meta("path", shown_path));
+        }
+    };
+    let planned = match plan(&decoded.text, &args.old_string, &args.new_string, args.replace_all) {
+        Ok(planned) => planned,
+        Err(err) => {
+            return Ok(err
+                .into_result(&args.path, &decoded.text, &args.old_string)
+                .with_meta("path", shown_path));
+        }
+    };
+    if cancel.is_cancelled() {
+        return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
+    }
+    let out = text::encode(&planned.text, decoded.encoding);
+    let stamp = fs::write_atomic_replacing(&target.dir, &target.name, &out, &info)
+        .map_err(|err| FsError::from_io(&args.path, err))?;
+    env.files.record(key, stamp);
+    let diff = diff_snippet(&shown_path, &decoded.text, &planned.text);
+    let noun = if planned.replacements == 1 { "replacement" } else { "replacements" };
+    Ok(ToolResult::success(format!(
+        "edited {shown_path} ({} {noun})\n{diff}",
+        planned.replacements
+    ))
+    .with_meta("path", shown_path)
+    .with_meta("replacements", planned.replacements)
+    .with_meta("first_line", planned.first_line)
+    .with_meta("encoding", decoded.encoding.as_str()))
+}
+
+/// An empty `old_string` on a path that does not exist creates the file.
+fn create(
+    env: &Env,
+    args: &Args,
+    target: &ResolvedParent,
+    cancel: &CancellationToken,
+) -> Result<ToolResult, FsError> {
+    if cancel.is_cancelled() {
+        return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
+    }
+    let key = target.path();
+    let shown_path = key.display().to_string();
+    let stamp = fs::write_atomic(&target.dir, &target.name, args.new_string.as_bytes(), None)
+        .map_err(|err| FsError::from_io(&args.path, err))?;
+    env.files.record(key, stamp);
+    let diff = diff_snippet(&shown_path, "", &args.new_string);
+    Ok(ToolResult::success(format!(
+        "created {shown_path} ({} bytes)\n{diff}",
+        args.new_string.len()
+    ))
+    .with_meta("path", shown_path)
+    .with_meta("replacements", 1)
+    .with_meta("first_line", 1)
+    .with_meta("created", true))
+}
+
+/// The edited text, before encoding.
+#[derive(Debug, PartialEq, Eq)]
+struct Planned {
+    text: String,
+    replacements: usize,
+    /// 1-based line of the first replacement.
+    first_line: usize,
+}
+
+/// Why an edit cannot be made.
+#[derive(Debug, PartialEq, Eq)]
+enum PlanError {
+    NotFound,
+    NotUnique {
+        count: usize,
+        lines: Vec<usize>,
+    },
+    /// An empty `old_string` on a file that has content.
+    EmptyOldString,
+}
+
+impl PlanError {
+    fn into_result(self, path: &str, text: &str, old: &str) -> ToolResult {
+        let shown = fs::shorten(path);
+        match self {
+            PlanError::NotFound => {
+                let mut message = format!("old_string was not found in {shown}");
+                let hint = not_found_hint(text, old);
+                if let Some(hint) = &hint {
+                    message.push_str(".\n");
+                    message.push_str(&hint.text);
+                }
+                let res = ToolResult::failure(ErrorType::NotFound, message);
+                match hint.and_then(|hint| hint.line) {
+                    Some(line) => res.with_meta("closest_line", line),
+                    None => res,
+                }
+            }
+            PlanError::NotUnique { count, lines } => {
+                let listed: Vec<String> = lines.iter().map(usize::to_string).collect();
+                let more = if count > lines.len() { ", …" } else { "" };
+                ToolResult::failure(
+                    ErrorType::NotUnique,
+                    format!(
+                        "old_string occurs {count} times in {shown} (at lines {}{more}); include \
+                         more surrounding text to make it unique, or set replace_all to change \
+                         every occurrence",
+                        listed.join(", ")
+                    ),
+                )
+                .with_meta("matches", count)
+                .with_meta("lines", lines)
+            }
+            PlanError::EmptyOldString => ToolResult::failure(
+                ErrorType::InvalidArguments,
+                format!(
+                    "old_string is empty but {shown} already has content; give the exact text \
+                     to replace, or use write_file to replace the whole file"
+                ),
+            ),
+        }
+    }
+}
+
+/// Applies the edit to decoded text. In a CRLF file, `old`/`new` are first tried
+/// with CRLF line endings (so text copied from read_file, which shows plain lines,
+/// matches and new lines follow the file's style), then as given (a mixed file may
+/// have LF lines too). In an LF file, CRLF in `old`/`new` is tried as LF after the
+/// text as given.
+fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, PlanError> {
+    if old.is_empty() {
+        if !text.is_empty() {
+            return Err(PlanError::EmptyOldString);
+        }
+        return Ok(Planned { text: new.to_owned(), replacements: 1, first_line: 1 });
+    }
+    let mut candidates = Vec::with_capacity(2);
+    let crlf = text::uses_crlf(text);
+    if crlf {
+        candidates.push((text::to_crlf(old), text::to_crlf(new)));
+    }
+    candidates.push((old.to_owned(), new.to_owned()));
+    if !crlf {
+        candidates.push((text::to_lf(old).into_owned(), text::to_lf(new).into_owned()));
+    }
+    candidates.dedup_by(|later, earlier| later.0 == earlier.0);
+    for (old, new) in candidates {
+        let positions: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
+        let Some(&first) = positions.first() else {
+            continue;
+        };
+        if positions.len() > 1 && !replace_all {
+            let lines =
+                positions.iter().take(MAX_LISTED_MATCHES).map(|&at| line_of(text, at)).collect();
+            return Err(PlanError::NotUnique { count: positions.len(), lines });
+        }
+        let edited = if replace_all {
+            text.replace(old.as_str(), &new)
+        } else {
+            text.replacen(old.as_str(), &new, 1)
+        };
+        return Ok(Planned {
+            text: edited,
+            replacements: positions.len(),
+            first_line: line_of(text, first),
+        });
+    }
+    Err(PlanError::NotFound)
+}
+
+/// The 1-based line holding byte `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    memchr::memchr_iter(b'\n', &text.as_bytes()[..at]).count() + 1
+}
+
+/// A unified diff of the change (LF endings, a few lines of context), capped.
+fn diff_snippet(path: &str, before: &str, after: &str) -> String {
+    let before = text::to_lf(before);
+    let after = text::to_lf(after);
+    let diff = TextDiff::configure().timeout(DIFF_TIMEOUT).diff_lines(&*before, &*after);
+    let mut out =
+        diff.unified_diff().context_radius(DIFF_CONTEXT_LINES).header(path, path).to_string();
+    if out.len() > MAX_DIFF_BYTES {
+        let mut end = MAX_DIFF_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        let left_out = out.len() - end;
+        out.truncate(end);
+        let _ = write!(out, "\n… [diff cut: {left_out} more bytes]");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// The not_found hint.
+
+struct Hint {
+    text: String,
+    /// The first line of the best region, for metadata.
+    line: Option<usize>,
+}
+
+/// Explains the likeliest reason `old` did not match: read_file's line-number
+/// prefixes pasted along, a difference in whitespace only, or else the regions most
+/// similar to it (by per-line character similarity), with their line numbers.
+fn not_found_hint(text: &str, old: &str) -> Option<Hint> {
+    let file_lines: Vec<&str> = text.lines().take(MAX_HINT_SCAN_LINES).collect();
+    let old_lines: Vec<&str> = old.lines().collect();
+    if old_lines.is_empty() || file_lines.is_empty() {
+        return None;
+    }
+    if old_lines.iter().filter(|line| !line.trim().is_empty()).all(|line| has_number_prefix(line)) {
+        return Some(Hint {
+            text: "old_string seems to include read_file's line-number prefixes (spaces, the \
+                   number and a tab); pass only the file's own text"
+                .to_owned(),
+            line: None,
+        });
+    }
+    if let Some(start) = whitespace_insensitive_match(&file_lines, &old_lines) {
+        let end = start + old_lines.len().max(1) - 1;
+        let mut text = format!(
+            "old_string matches lines {}-{} only when whitespace is ignored; copy the exact \
+             text, indentation included:\n",
+            start + 1,
+            end + 1
+        );
+        push_region(&mut text, &file_lines, start, old_lines.len());
+        return Some(Hint { text, line: Some(start + 1) });
+    }
+    let regions = similar_regions(&file_lines, &old_lines);
+    let best = regions.first()?.0;
+    let mut text = String::from("the closest lines are:");
+    for (start, score) in regions {
+        let end = (start + old_lines.len()).min(file_lines.len());
+        // Rounded down, so only an exact match (impossible here) could read 100%.
+        let percent = (score * 100.0).floor().min(99.0);
+        let _ = write!(text, "\nlines {}-{} ({percent:.0}% similar):\n", start + 1, end);
+        push_region(&mut text, &file_lines, start, old_lines.len());
+    }
+    Some(Hint { text, line: Some(best + 1) })
+}
+
+/// `    12\t…`: read_file's numbering.
+fn has_number_prefix(line: &str) -> bool {
+    let rest = line.trim_start_matches(' ');
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && rest[digits..].starts_with('\t')
+}
+
+fn collapse_whitespace(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The first window of file lines equal to `old` once whitespace runs are collapsed
+/// (for one line: a file line containing it).
+fn whitespace_insensitive_match(file_lines: &[&str], old_lines: &[&str]) -> Option<usize> {
+    let old: Vec<String> = old_lines.iter().map(|line| collapse_whitespace(line)).collect();
+    if old.iter().all(String::is_empty) {
+        return None;
+    }
+    if let [single] = old.as_slice() {
+        return file_lines.iter().position(|line| collapse_whitespace(line).contains(single));
+    }
+    (0..=file_lines.len().checked_sub(old.len())?).find(|&start| {
+        old.iter().zip(&file_lines[start..]).all(|(want, have)| *want == collapse_whitespace(have))
+    })
+}
+
+/// The best regions as (first line index, score): file lines are scored against the
+/// most distinctive (longest) line of `old`, the best few anchor a window the size of
+/// `old`, and windows are ranked by their average per-line similarity.
+fn similar_regions(file_lines: &[&str], old_lines: &[&str]) -> Vec<(usize, f32)> {
+    let (anchor_idx, anchor) = old_lines
+        .iter()
+        .map(|line| clip(line.trim()))
+        .enumerate()
+        .max_by_key(|(_, line)| line.chars().count())
+        .unwrap_or((0, ""));
+    if anchor.is_empty() {
+        return Vec::new();
+    }
+    // A cheap upper bound first (shared characters), so the character diff only runs
+    // on the most promising lines however large the file is.
+    let anchor_profile = Profile::of(anchor);
+    let mut candidates: Vec<(usize, f32)> = file_lines
+        .iter()
+        .enumerate()
+        .filter_map(|(idx, line)| {
+            let bound = anchor_profile.similarity_bound(&Profile::of(clip(line.trim())));
+            (bound >= HINT_MIN_SIMILARITY).then_some((idx, bound))
+        })
+        .collect();
+    candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    candidates.truncate(MAX_HINT_DIFFED_LINES);
+    let mut anchors: Vec<(usize, f32)> = candidates
+        .into_iter()
+        .filter_map(|(idx, _)| {
+            let score = similarity(anchor, clip(file_lines[idx].trim()));
+            (score >= HINT_MIN_SIMILARITY).then_some((idx, score))
+        })
+        .collect();
+    anchors.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut regions: Vec<(usize, f32)> = Vec::new();
+    for (idx, _) in anchors {
+        let start = idx.saturating_sub(anchor_idx);
+        if regions.iter().any(|(seen, _)| *seen == start) {
+            continue;
+        }
+        let pairs: Vec<(&str, &str)> = old_lines
+            .iter()
+            .zip(file_lines.iter().skip(start))
+            .take(MAX_HINT_REGION_LINES)
+            .map(|(want, have)| (*want, *have))
+            .collect();
+        let score = pairs
+            .iter()
+            .map(|(want, have)| similarity(clip(want.trim()), clip(have.trim())))
+            .sum::<f32>()
+            / pairs.len().max(1) as f32;
+        regions.push((start, score));
+        if regions.len() >= MAX_HINT_REGIONS * 4 {
+            break;
+        }
+    }
+    regions.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    regions.truncate(MAX_HINT_REGIONS);
+    regions
+}
+
+/// A line's characters counted into a few buckets: two lines cannot have more
+/// characters in common than their bucket counts share, which bounds their
+/// similarity from above without diffing them.
+struct Profile {
+    buckets: [u32; PROFILE_BUCKETS],
+    len: u32,
+}
+
+impl Profile {
+    fn of(line: &str) -> Profile {
+        let mut buckets = [0u32; PROFILE_BUCKETS];
+        let mut len = 0u32;
+        for ch in line.chars() {
+            buckets[ch as usize % PROFILE_BUCKETS] += 1;
+            len += 1;
+        }
+        Profile { buckets, len }
+    }
+
+    /// At least [`similarity`] of the two lines (`2 * shared / total`).
+    fn similarity_bound(&self, other: &Profile) -> f32 {
+        let total = self.len + other.len;
+        if total == 0 {
+            return 1.0;
+        }
+        let shared: u32 =
+            self.buckets.iter().zip(&other.buckets).map(|(mine, theirs)| *mine.min(theirs)).sum();
+        2.0 * shared as f32 / total as f32
+    }
+}
+
+/// Character-level similarity in 0..1 (`2 * matches / total`), skipping the diff when
+/// the lengths alone rule out reaching the hint threshold.
+fn similarity(a: &str, b: &str) -> f32 {
+    if a == b {
+        return 1.0;
+    }
+    let (len_a, len_b) = (a.chars().count(), b.chars().count());
+    let bound = 2.0 * len_a.min(len_b) as f32 / (len_a + len_b).max(1) as f32;
+    if bound < HINT_MIN_SIMILARITY {
+        return 0.0;
+    }
+    TextDiff::configure().timeout(DIFF_TIMEOUT).diff_chars(a, b).ratio()
+}
+
+fn clip(line: &str) -> &str {
+    match line.char_indices().nth(MAX_HINT_LINE_CHARS) {
+        Some((at, _)) => &line[..at],
+        None => line,
+    }
+}
+
+/// Appends `count` numbered lines from `start`, like read_file shows them.
+fn push_region(out: &mut String, file_lines: &[&str], start: usize, count: usize) {
+    let shown = count.clamp(1, MAX_HINT_REGION_LINES);
+    for (idx, line) in file_lines.iter().enumerate().skip(start).take(shown) {
+        let line = match line.char_indices().nth(MAX_HINT_SHOWN_CHARS) {
+            Some((at, _)) => format!("{}…", &line[..at]),
+            None => (*line).to_owned(),
+        };
+        let _ = writeln!(out, "{:>6}\t{line}", idx + 1);
+    }
+    if count > shown {
+        let _ = writeln!(out, "     …\t({} more lines)", count - shown);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_requires_a_unique_match() {
+        let text = "a = 1\nb = 2\na = 1\n";
+        assert_eq!(
+            plan(text, "a = 1", "a = 3", false),
+            Err(PlanError::NotUnique { count: 2, lines: vec![1, 3] })
+        );
+        assert_eq!(
+            plan(text, "a = 1", "a = 3", true),
+            Ok(Planned {
+                text: "a = 3\nb = 2\na = 3\n".to_owned(),
+                replacements: 2,
+                first_line: 1
+            })
+        );
+        assert_eq!(
+            plan(text, "b = 2", "b = 4", false),
+            Ok(Planned {
+                text: "a = 1\nb = 4\na = 1\n".to_owned(),
+                replacements: 1,
+                first_line: 2
+            })
+        );
+        assert_eq!(plan(text, "c = 3", "c = 4", false), Err(PlanError::NotFound));
+    }
+
+    #[test]
+    fn plan_matches_lf_text_in_crlf_files_and_writes_crlf() {
+        let text = "one\r\ntwo\r\nthree\r\n";
+        let planned = plan(text, "one\ntwo\n", "uno\ndos\n", false).unwrap();
+        assert_eq!(planned.text, "uno\r\ndos\r\nthree\r\n");
+        // And the other way round: CRLF text pasted into an edit of an LF file.
+        let planned = plan("one\ntwo\n", "one\r\ntwo", "1\r\n2", false).unwrap();
+        assert_eq!(planned.text, "1\n2\n");
+    }
+
+    #[test]
+    fn empty_old_string_only_fills_an_empty_file() {
+        assert_eq!(plan("x", "", "y", false), Err(PlanError::EmptyOldString));
+        assert_eq!(plan("", "", "y", false).unwrap().text, "y");
+    }
+
+    #[test]
+    fn hints_name_the_likely_mistake() {
+        let text = "fn main() {\n    let total = compute(1, 2);\n    println!(\"{total}\");\n}\n";
+        let numbered = not_found_hint(text, "     2\t    let total = compute(1, 2);").unwrap();
+        assert!(numbered.text.contains("line-number prefixes"), "{}", numbered.text);
+
+        let spaced =
+            not_found_hint(text, "let total  =  compute(1, 2);\nprintln!(\"{total}\");").unwrap();
+        assert!(
+            spaced.text.contains("lines 2-3 only when whitespace is ignored"),
+            "{}",
+            spaced.text
+        );
+        assert_eq!(spaced.line, Some(2));
+
+        let typo = not_found_hint(text, "    let totl = compute(1, 3);").unwrap();
+        assert!(typo.text.contains("lines 2-2"), "{}", typo.text);
+        assert!(typo.text.contains("     2\t    let total = compute(1, 2);"), "{}", typo.text);
+        assert_eq!(typo.line, Some(2));
+
+        assert!(not_found_hint(text, "completely unrelated words here").is_none());
+    }
 }

@@ -24,31 +24,3 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         search_code::tool(),
     ]
 }
-
-/// SKELETON ONLY: stands in for a built-in until its file is written.
-pub(crate) struct Placeholder(pub(crate) super::Definition);
-
-#[async_trait::async_trait]
-impl Tool for Placeholder {
-    fn definition(&self) -> &super::Definition {
-        &self.0
-    }
-    async fn execute(
-        &self,
-        _args: serde_json::Value,
-        _ctx: super::ToolContext,
-    ) -> super::ToolResult {
-        super::ToolResult::failure(super::ErrorType::InternalError, "not built yet")
-    }
-}
-
-pub(crate) fn placeholder(name: &str, safety: super::Safety) -> Arc<dyn Tool> {
-    Arc::new(Placeholder(super::Definition {
-        name: name.to_owned(),
-        description: String::new(),
-        input_schema: serde_json::json!({"type": "object"}),
-        safety,
-        system: false,
-        timeout: None,
-    }))
-}

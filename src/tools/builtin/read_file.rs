@@ -1,8 +1,468 @@
-//! SKELETON: replaced by the real tool.
-use std::sync::Arc;
+//! read_file: shows a file to the model with line numbers, and remembers what was
+//! read so that later writes can tell whether the model saw the current content.
+//!
+//! Output is bounded three ways, each reported honestly rather than silently: a line
+//! window (`offset`/`limit`, 2000 lines by default), a cap on the returned text, and
+//! a cap on each line's length. The file itself must fit in the session's
+//! `max_read_bytes`. Images come back as an attachment (the MCP face turns it into an
+//! image block) with a one-line text rendering; other binary files are refused.
 
-use crate::tools::{Safety, Tool};
+use std::sync::{Arc, LazyLock};
+
+use base64::Engine as _;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::tools::fs::{self, FileKind, FileStamp, FsError, shorten, text};
+use crate::tools::{
+    Attachment, Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
+};
+
+/// Lines returned when the call gives no `limit`. Enough for most source files in one
+/// call, small enough that a huge file does not flood the model's context.
+pub const DEFAULT_LINE_LIMIT: usize = 2000;
+
+/// Cap on the returned text, in bytes (line numbers included). 2000 lines of ordinary
+/// code are well under it; it only bites on files with very long lines.
+pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// Longest line shown in full, in characters; minified files and data dumps have
+/// lines of megabytes that would otherwise eat the whole budget in one line.
+pub const MAX_LINE_CHARS: usize = 2000;
+
+/// Largest image returned as an attachment. Model APIs reject bigger images (5 MB is
+/// the common limit), and base64 makes the payload a third larger again.
+pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// The file to read, relative to the working directory or absolute (inside the roots).
+    path: String,
+    /// The first line to return, 1-based (0 also means the first line). Default: 1.
+    offset: Option<u64>,
+    /// How many lines to return. Default: 2000.
+    #[schemars(range(min = 1))]
+    limit: Option<u64>,
+}
+
+struct ReadFile {
+    definition: Definition,
+}
 
 pub fn tool() -> Arc<dyn Tool> {
-    super::placeholder("read_file", Safety::ReadOnly)
+    static DESCRIPTION: &str = "Reads a file inside the session roots and returns its \
+        lines numbered like `cat -n` (number, tab, text). Use offset and limit to page \
+        through long files; the result says which lines were shown out of how many. \
+        Images (PNG, JPEG, GIF, WebP) are returned as images. Binary files are refused. \
+        Reading a file is required before write_file or edit_file may change it.";
+    static DEFINITION: LazyLock<Definition> = LazyLock::new(|| Definition {
+        name: "read_file".to_owned(),
+        description: DESCRIPTION.to_owned(),
+        input_schema: schema_for::<Args>(),
+        safety: Safety::ReadOnly,
+        system: false,
+        timeout: None,
+    });
+    Arc::new(ReadFile { definition: DEFINITION.clone() })
+}
+
+#[async_trait::async_trait]
+impl Tool for ReadFile {
+    fn definition(&self) -> &Definition {
+        &self.definition
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        let args: Args = match parse_args(args) {
+            Ok(args) => args,
+            Err(res) => return res,
+        };
+        let env = ctx.env.clone();
+        // Opening and stat-ing are a few quick syscalls; a small file is read right
+        // here, since handing it to the blocking pool would cost more than the read.
+        // Anything larger goes to the blocking pool.
+        let opened = match open(&env, &args) {
+            Ok(opened) => opened,
+            Err(err) => return ToolResult::from(err),
+        };
+        if opened.info.len <= INLINE_READ_BYTES {
+            return finish(&env, &args, opened).unwrap_or_else(ToolResult::from);
+        }
+        fs::blocking(move || finish(&env, &args, opened)).await.unwrap_or_else(ToolResult::from)
+    }
+}
+
+/// Files up to this size are read on the calling task (a local read of this size takes
+/// a few microseconds; a thread handoff costs more).
+const INLINE_READ_BYTES: u64 = 64 * 1024;
+
+/// A file opened beneath the roots, with what fstat said of it.
+struct Opened {
+    resolved: fs::Resolved,
+    info: fs::FileInfo,
+}
+
+fn open(env: &Env, args: &Args) -> Result<Opened, FsError> {
+    let resolved = fs::open_read(env, &args.path)?;
+    match resolved.kind {
+        FileKind::File => {}
+        FileKind::Directory => return Err(FsError::IsDirectory(shorten(&args.path))),
+        FileKind::Other => return Err(FsError::NotRegularFile(shorten(&args.path))),
+    }
+    let info = fs::file_info(&resolved.fd).map_err(|err| FsError::from_io(&args.path, err))?;
+    Ok(Opened { resolved, info })
+}
+
+fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError> {
+    let Opened { resolved, info } = opened;
+    let shown_path = resolved.path.display().to_string();
+    let file = std::fs::File::from(resolved.fd);
+    let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
+    // Recorded for every outcome below, binary included: the session has seen what
+    // the file is, which is what a later overwrite needs to know.
+    env.files.record(resolved.path, FileStamp::of(&info, &bytes));
+    if let Some(image) = sniff_image(&bytes) {
+        return Ok(image_result(&args.path, &shown_path, &bytes, &image));
+    }
+    let decoded = match text::decode(&bytes) {
+        Ok(decoded) => decoded,
+        Err(not_text) => {
+            return Ok(ToolResult::failure(
+                ErrorType::BinaryFile,
+                format!("{} cannot be shown as text: {not_text}", shorten(&args.path)),
+            )
+            .with_meta("path", shown_path)
+            .with_meta("bytes", info.len));
+        }
+    };
+    Ok(render(&decoded, args, shown_path, info.len))
+}
+
+/// Numbers and windows the text, with every cap applied and reported.
+fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) -> ToolResult {
+    let crlf = text::uses_crlf(&decoded.text);
+    let lines = split_lines(&decoded.text);
+    let total = lines.len();
+    let start = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
+    let limit =
+        args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+
+    let mut content = String::with_capacity(decoded.text.len().min(MAX_TEXT_BYTES) + total * 8);
+    let mut shown = 0usize;
+    let mut cut_lines = 0usize;
+    let mut hit_byte_cap = false;
+    if start <= total {
+        let window_end = total.min(start.saturating_sub(1).saturating_add(limit));
+        for (idx, line) in lines.iter().enumerate().take(window_end).skip(start - 1) {
+            let (line, cut) = cap_line(line);
+            let note = cut.map(|extra| format!("… [line cut: {extra} more characters]"));
+            let number = line_number(idx + 1);
+            let numbered_len = number.len() + 1 + line.len() + note.as_ref().map_or(0, String::len);
+            if content.len() + numbered_len + 1 > MAX_TEXT_BYTES {
+                hit_byte_cap = true;
+                break;
+            }
+            if shown > 0 {
+                content.push('\n');
+            }
+            content.push_str(&number);
+            content.push('\t');
+            content.push_str(line);
+            if let Some(note) = note {
+                cut_lines += 1;
+                content.push_str(&note);
+            }
+            shown += 1;
+        }
+    }
+    let end = start + shown - usize::from(shown > 0);
+    let more_after = shown > 0 && end < total;
+    let truncated = more_after || cut_lines > 0 || hit_byte_cap;
+
+    let mut notes: Vec<String> = Vec::new();
+    if total == 0 {
+        notes.push("[the file is empty]".to_owned());
+    } else if start > total {
+        notes
+            .push(format!("[offset {start} is past the end of the file, which has {total} lines]"));
+    } else if more_after {
+        let why = if hit_byte_cap {
+            format!(" (output capped at {} KiB)", MAX_TEXT_BYTES / 1024)
+        } else {
+            String::new()
+        };
+        notes.push(format!(
+            "[truncated: showing lines {start}-{end} of {total}{why}; read on with offset={}]",
+            end + 1
+        ));
+    } else if shown == 0 {
+        // Not even the first line fitted in the byte cap (impossible with the line
+        // cap as set, kept so no combination of limits yields a silent empty result).
+        notes.push(format!("[line {start} is too long to show]"));
+    }
+    if cut_lines > 0 {
+        notes.push(format!(
+            "[{cut_lines} line(s) longer than {MAX_LINE_CHARS} characters were cut]"
+        ));
+    }
+    if decoded.lossy {
+        notes.push(format!(
+            "[the file is not valid {}; undecodable bytes are shown as U+FFFD]",
+            decoded.encoding.as_str()
+        ));
+    }
+    for note in notes {
+        if !content.is_empty() {
+            content.push_str("\n\n");
+        }
+        content.push_str(&note);
+    }
+
+    let mut res = ToolResult::success(content)
+        .with_meta("path", shown_path)
+        .with_meta("total_lines", total)
+        .with_meta("start_line", start)
+        .with_meta("lines_shown", shown)
+        .with_meta("truncated", truncated)
+        .with_meta("bytes", len)
+        .with_meta("encoding", decoded.encoding.as_str())
+        .with_meta("line_endings", if crlf { "crlf" } else { "lf" });
+    if decoded.lossy {
+        res = res.with_meta("lossy", true);
+    }
+    res
+}
+
+/// Splits text into lines without their terminators (`\n` or `\r\n`); a final
+/// newline does not start an extra empty line, as with `cat -n` and `wc -l`.
+fn split_lines(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    body.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line)).collect()
+}
+
+/// A line number right-aligned in six columns, as `cat -n` prints it (wider numbers
+/// simply take more room).
+fn line_number(number: usize) -> String {
+    let digits = number.to_string();
+    if digits.len() >= 6 {
+        return digits;
+    }
+    let mut padded = " ".repeat(6 - digits.len());
+    padded.push_str(&digits);
+    padded
+}
+
+/// A line cut to [`MAX_LINE_CHARS`], with the number of characters left out.
+fn cap_line(line: &str) -> (&str, Option<usize>) {
+    // A line of at most MAX_LINE_CHARS bytes has at most that many characters: the
+    // common case needs no counting.
+    if line.len() <= MAX_LINE_CHARS {
+        return (line, None);
+    }
+    match line.char_indices().nth(MAX_LINE_CHARS) {
+        None => (line, None),
+        Some((byte_idx, _)) => {
+            let rest = line[byte_idx..].chars().count();
+            (&line[..byte_idx], Some(rest))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Images.
+
+/// An image recognised by its magic bytes, with its size when the header gives it.
+#[derive(Debug, PartialEq, Eq)]
+struct Image {
+    mime_type: &'static str,
+    dimensions: Option<(u32, u32)>,
+}
+
+fn image_result(path: &str, shown_path: &str, bytes: &[u8], image: &Image) -> ToolResult {
+    let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if len > MAX_IMAGE_BYTES {
+        return ToolResult::failure(
+            ErrorType::TooLarge,
+            format!(
+                "{} is a {} image of {len} bytes; images larger than {MAX_IMAGE_BYTES} bytes \
+                 are not returned",
+                shorten(path),
+                image.mime_type
+            ),
+        )
+        .with_meta("path", shown_path)
+        .with_meta("bytes", len);
+    }
+    let dims = image.dimensions.map(|(width, height)| format!(", {width}x{height}"));
+    let content = format!("[image: {}, {len} bytes{}]", image.mime_type, dims.unwrap_or_default());
+    let mut res = ToolResult::success(content)
+        .with_meta("path", shown_path)
+        .with_meta("bytes", len)
+        .with_meta("mime_type", image.mime_type)
+        .with_attachment(Attachment::Image {
+            mime_type: image.mime_type.to_owned(),
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        });
+    if let Some((width, height)) = image.dimensions {
+        res = res.with_meta("width", width).with_meta("height", height);
+    }
+    res
+}
+
+fn sniff_image(bytes: &[u8]) -> Option<Image> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        // The IHDR chunk comes first: width and height, big-endian, at 16 and 20.
+        let dimensions = match (be32(bytes, 16), be32(bytes, 20)) {
+            (Some(width), Some(height)) if bytes.get(12..16) == Some(b"IHDR") => {
+                Some((width, height))
+            }
+            _ => None,
+        };
+        return Some(Image { mime_type: "image/png", dimensions });
+    }
+    if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        let dimensions =
+            le16(bytes, 6).zip(le16(bytes, 8)).map(|(w, h)| (u32::from(w), u32::from(h)));
+        return Some(Image { mime_type: "image/gif", dimensions });
+    }
+    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        return Some(Image { mime_type: "image/jpeg", dimensions: jpeg_dimensions(bytes) });
+    }
+    if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        return Some(Image { mime_type: "image/webp", dimensions: webp_dimensions(bytes) });
+    }
+    None
+}
+
+/// Walks the JPEG marker segments up to the first start-of-frame, which holds the
+/// height and width.
+fn jpeg_dimensions(bytes: &[u8]) -> Option<(u32, u32)> {
+    let mut pos = 2;
+    while pos + 4 <= bytes.len() {
+        if bytes[pos] != 0xFF {
+            return None;
+        }
+        let marker = bytes[pos + 1];
+        if marker == 0xFF {
+            // Fill byte.
+            pos += 1;
+            continue;
+        }
+        if marker == 0x01 || (0xD0..=0xD9).contains(&marker) {
+            // Markers without a length.
+            pos += 2;
+            continue;
+        }
+        let segment_len = usize::from(be16(bytes, pos + 2)?);
+        let is_frame = (0xC0..=0xCF).contains(&marker) && ![0xC4, 0xC8, 0xCC].contains(&marker);
+        if is_frame {
+            let height = be16(bytes, pos + 5)?;
+            let width = be16(bytes, pos + 7)?;
+            return Some((u32::from(width), u32::from(height)));
+        }
+        pos += 2 + segment_len;
+    }
+    None
+}
+
+/// The three WebP flavours keep their size in different places.
+fn webp_dimensions(bytes: &[u8]) -> Option<(u32, u32)> {
+    let chunk = bytes.get(12..16)?;
+    match chunk {
+        b"VP8 " => {
+            // Lossy: a key frame header, then 14-bit width and height.
+            if bytes.get(23..26)? != [0x9D, 0x01, 0x2A] {
+                return None;
+            }
+            let width = le16(bytes, 26)? & 0x3FFF;
+            let height = le16(bytes, 28)? & 0x3FFF;
+            Some((u32::from(width), u32::from(height)))
+        }
+        b"VP8L" => {
+            // Lossless: a signature byte, then width-1 and height-1 in 14 bits each.
+            if *bytes.get(20)? != 0x2F {
+                return None;
+            }
+            let bits = u32::from_le_bytes(bytes.get(21..25)?.try_into().ok()?);
+            Some(((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1))
+        }
+        b"VP8X" => {
+            // Extended: canvas width-1 and height-1 in 24 bits each.
+            let width = le24(bytes, 24)? + 1;
+            let height = le24(bytes, 27)? + 1;
+            Some((width, height))
+        }
+        _ => None,
+    }
+}
+
+fn be16(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn be32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le16(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn le24(bytes: &[u8], at: usize) -> Option<u32> {
+    let raw = bytes.get(at..at + 3)?;
+    Some(u32::from(raw[0]) | (u32::from(raw[1]) << 8) | (u32::from(raw[2]) << 16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_split_like_cat() {
+        assert_eq!(split_lines(""), Vec::<&str>::new());
+        assert_eq!(split_lines("a"), vec!["a"]);
+        assert_eq!(split_lines("a\n"), vec!["a"]);
+        assert_eq!(split_lines("a\n\n"), vec!["a", ""]);
+        assert_eq!(split_lines("a\r\nb\r\n"), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn long_lines_are_cut_on_char_boundaries() {
+        let line = "é".repeat(MAX_LINE_CHARS + 5);
+        let (kept, cut) = cap_line(&line);
+        assert_eq!(kept.chars().count(), MAX_LINE_CHARS);
+        assert_eq!(cut, Some(5));
+        assert_eq!(cap_line("short"), ("short", None));
+    }
+
+    #[test]
+    fn image_headers_give_dimensions() {
+        // GIF: logical screen width and height, little-endian.
+        let gif = b"GIF89a\x20\x00\x10\x00\x80\x00\x00";
+        assert_eq!(
+            sniff_image(gif),
+            Some(Image { mime_type: "image/gif", dimensions: Some((32, 16)) })
+        );
+        // JPEG: an APP0 segment, then SOF0 with height 3, width 5.
+        let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0x00, 0x00];
+        jpeg.extend_from_slice(&[0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x03, 0x00, 0x05, 0x01]);
+        assert_eq!(
+            sniff_image(&jpeg),
+            Some(Image { mime_type: "image/jpeg", dimensions: Some((5, 3)) })
+        );
+        // WebP VP8X: canvas 640x480 stored minus one.
+        let mut webp = b"RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x00\x00\x00\x00".to_vec();
+        webp.extend_from_slice(&[0x7F, 0x02, 0x00, 0xDF, 0x01, 0x00]);
+        assert_eq!(
+            sniff_image(&webp),
+            Some(Image { mime_type: "image/webp", dimensions: Some((640, 480)) })
+        );
+        assert_eq!(sniff_image(b"plain text"), None);
+    }
 }

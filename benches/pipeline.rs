@@ -1,0 +1,120 @@
+//! The cost of the guards, side by side in one run:
+//! - `registry/trivial`: `Registry::execute` of a trivial read-only tool (the baseline);
+//! - `session/trivial_100_rules`: the same call through the whole agent pipeline
+//!   (events, permission with 100 rules, re-check, registry), no hooks;
+//! - `registry/read_file_4k`: `Registry::execute` of read_file on a 4 KiB file.
+//!
+//! Run with `cargo bench --bench pipeline`; compare the medians of the first two (the
+//! difference is what the agent layer adds per call).
+
+#![allow(clippy::unwrap_used, reason = "a benchmark fails loudly")]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate::agent::{NoApprover, NullSink, Session, SessionOptions};
+use toolgate::hooks::Hooks;
+use toolgate::permission::{Mode, PermissionEngine, Policy, RuleConfig};
+use toolgate::tools::{Call, Definition, Env, Registry, Safety, Tool, ToolContext, ToolResult};
+
+struct Trivial(Definition);
+
+#[async_trait]
+impl Tool for Trivial {
+    fn definition(&self) -> &Definition {
+        &self.0
+    }
+
+    async fn execute(&self, _args: Value, _ctx: ToolContext) -> ToolResult {
+        ToolResult::success("ok")
+    }
+}
+
+/// A hundred rules of the kinds users write.
+fn hundred_rules() -> RuleConfig {
+    let mut allow = Vec::new();
+    let mut ask = Vec::new();
+    let mut deny = Vec::new();
+    for i in 0..40 {
+        allow.push(format!("run_command(tool{i} sub:*)"));
+    }
+    for i in 0..30 {
+        allow.push(format!("read_file(dir{i}/**)"));
+    }
+    for i in 0..10 {
+        allow.push(format!("mcp__server{i}__*"));
+    }
+    for i in 0..10 {
+        ask.push(format!("edit_file(secret{i}/**)"));
+    }
+    for i in 0..10 {
+        deny.push(format!("write_file(locked{i}/**)"));
+    }
+    RuleConfig { allow, ask, deny }
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // 4 KiB of ordinary source-like text: 64 lines of 64 bytes.
+    let line =
+        format!("{}\n", "let value = compute(alpha, beta) + offset; // keep going".repeat(2));
+    let text: String =
+        line.chars().take(63).chain(std::iter::once('\n')).collect::<String>().repeat(64);
+    std::fs::write(dir.path().join("file.txt"), text).unwrap();
+
+    let registry = Registry::with_builtins();
+    registry
+        .register(Some(Arc::new(Trivial(Definition {
+            name: "trivial".to_owned(),
+            description: String::new(),
+            input_schema: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            safety: Safety::ReadOnly,
+            system: false,
+            timeout: None,
+        }))))
+        .unwrap();
+    let registry = Arc::new(registry);
+    let env = Arc::new(Env::for_root(dir.path()).unwrap());
+    let cancel = CancellationToken::new();
+    let trivial = Call::new("1", "trivial", r#"{"n": 1}"#);
+    let read = Call::new("2", "read_file", r#"{"path": "file.txt"}"#);
+
+    let policy = Policy::new(&hundred_rules(), None).unwrap();
+    let session = Session::new(
+        registry.clone(),
+        SessionOptions {
+            id: "bench".to_owned(),
+            client: "bench".to_owned(),
+            env: Env::for_root(dir.path()).unwrap(),
+            engine: PermissionEngine::new(policy, Mode::Default),
+            mode: Mode::Default,
+            allowlist: Vec::new(),
+            hooks: Arc::new(Hooks::default()),
+            approval_timeout: std::time::Duration::from_secs(1),
+            max_concurrent_calls: 16,
+            events: Arc::new(NullSink),
+            approvals: Arc::new(NoApprover),
+            observer: None,
+            cancel: CancellationToken::new(),
+        },
+    );
+
+    let mut group = c.benchmark_group("pipeline");
+    group.bench_function("registry/trivial", |b| {
+        b.iter(|| runtime.block_on(registry.execute(&trivial, &env, &cancel)))
+    });
+    group.bench_function("session/trivial_100_rules", |b| {
+        b.iter(|| runtime.block_on(session.execute_one(&trivial, &cancel)))
+    });
+    group.bench_function("registry/read_file_4k", |b| {
+        b.iter(|| runtime.block_on(registry.execute(&read, &env, &cancel)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,143 @@
+//! The lifecycle events one session emits, and the sink they go to.
+//!
+//! Events are wire types (they go to clients as they are), so they live in one enum with
+//! a `type` tag. The agent layer only emits; the daemon decides where events go
+//! (buffered until a client subscribes, bounded).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::permission::Explanation;
+use crate::tools::{OutputStream, Todo, ToolResult};
+
+/// Everything a client can observe about a session's calls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// A call entered the pipeline (before hooks and permission).
+    ToolCallStart {
+        session_id: String,
+        call_id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// A chunk of live output; `seq` increases by one per chunk of a call, from 0.
+    ToolOutput {
+        session_id: String,
+        call_id: String,
+        seq: u64,
+        stream: OutputStream,
+        text: String,
+    },
+    /// The call needs a human decision; answer with `permission/respond`.
+    PermissionRequest {
+        session_id: String,
+        request_id: String,
+        call_id: String,
+        tool: String,
+        arguments: Value,
+        explanation: Explanation,
+        /// Rules that would allow this call without asking.
+        suggestions: Vec<String>,
+    },
+    PermissionResolved {
+        session_id: String,
+        request_id: String,
+        call_id: String,
+        decision: ApprovalDecision,
+        scope: ApprovalScope,
+        /// Why, when the answer did not come from a person (timeout, cancel, nobody).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The final result of a call, as returned to the caller.
+    ToolResult {
+        session_id: String,
+        call_id: String,
+        /// Milliseconds since `tool_call_start`, hooks and approval waiting included.
+        elapsed_ms: f64,
+        result: ToolResult,
+    },
+    /// The last event of a call.
+    ToolCallDone {
+        session_id: String,
+        call_id: String,
+        elapsed_ms: f64,
+    },
+    TodosUpdated {
+        session_id: String,
+        todos: Vec<Todo>,
+    },
+    /// The session's permission mode changed (e.g. after `exit_plan_mode`).
+    ModeChanged {
+        session_id: String,
+        mode: crate::permission::Mode,
+    },
+    /// The set of tools changed; clients should list them again.
+    ToolsListChanged {},
+}
+
+impl Event {
+    /// The call an event belongs to, if any.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Event::ToolCallStart { call_id, .. }
+            | Event::ToolOutput { call_id, .. }
+            | Event::PermissionRequest { call_id, .. }
+            | Event::PermissionResolved { call_id, .. }
+            | Event::ToolResult { call_id, .. }
+            | Event::ToolCallDone { call_id, .. } => Some(call_id),
+            Event::TodosUpdated { .. } | Event::ModeChanged { .. } | Event::ToolsListChanged {} => {
+                None
+            }
+        }
+    }
+
+    /// The wire name of the event (`type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::ToolCallStart { .. } => "tool_call_start",
+            Event::ToolOutput { .. } => "tool_output",
+            Event::PermissionRequest { .. } => "permission_request",
+            Event::PermissionResolved { .. } => "permission_resolved",
+            Event::ToolResult { .. } => "tool_result",
+            Event::ToolCallDone { .. } => "tool_call_done",
+            Event::TodosUpdated { .. } => "todos_updated",
+            Event::ModeChanged { .. } => "mode_changed",
+            Event::ToolsListChanged {} => "tools_list_changed",
+        }
+    }
+}
+
+/// A person's (or a policy's) answer to a permission request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Allow,
+    Deny,
+}
+
+/// How long an `allow` holds: this call only, or the rest of the session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalScope {
+    #[default]
+    Once,
+    Session,
+}
+
+/// Where a session's events go. Implementations must not block (they are called on
+/// the hot path of every call) and must be bounded.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: Event);
+}
+
+/// Drops every event (for callers that only want results).
+#[derive(Debug, Default)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}

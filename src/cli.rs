@@ -1,0 +1,230 @@
+//! A human's client on the daemon's socket (`toolgate list|call|status|explain`) and
+//! `toolgate check-config`. It speaks the same NDJSON protocol as an editor plugin.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::protocol::method;
+
+/// Why a client command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {}: {source} (is `toolgate serve` running?)", path.display())]
+    Connect { path: PathBuf, source: std::io::Error },
+    #[error("the daemon closed the connection")]
+    Closed,
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon answered with an error: {0}")]
+    Rpc(String),
+    #[error("invalid JSON arguments: {0}")]
+    Arguments(serde_json::Error),
+    #[error(transparent)]
+    Config(#[from] crate::server::ServeError),
+}
+
+/// A minimal NDJSON JSON-RPC client.
+pub struct Client {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    next_id: u64,
+}
+
+impl Client {
+    pub async fn connect(socket: Option<PathBuf>) -> Result<Client, ClientError> {
+        let path = match socket {
+            Some(path) => path,
+            None => default_socket()?,
+        };
+        let stream = UnixStream::connect(&path)
+            .await
+            .map_err(|source| ClientError::Connect { path, source })?;
+        let (read, write) = stream.into_split();
+        Ok(Client { reader: BufReader::new(read), writer: write, next_id: 1 })
+    }
+
+    /// Sends a request and returns its id.
+    pub async fn send(&mut self, method: &str, params: Value) -> Result<u64, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        self.writer.write_all(line.as_bytes()).await?;
+        self.writer.write_all(b"\n").await?;
+        Ok(id)
+    }
+
+    /// The next message from the daemon.
+    pub async fn next_message(&mut self) -> Result<Value, ClientError> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line).await? == 0 {
+            return Err(ClientError::Closed);
+        }
+        serde_json::from_str(&line)
+            .map_err(|err| ClientError::Rpc(format!("unreadable message: {err}")))
+    }
+
+    /// Sends a request and waits for its response, ignoring notifications.
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let id = self.send(method, params).await?;
+        loop {
+            let message = self.next_message().await?;
+            if message.get("id") == Some(&json!(id)) {
+                return result_of(message);
+            }
+        }
+    }
+}
+
+fn result_of(message: Value) -> Result<Value, ClientError> {
+    if let Some(error) = message.get("error") {
+        return Err(ClientError::Rpc(
+            error.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_owned(),
+        ));
+    }
+    Ok(message.get("result").cloned().unwrap_or(Value::Null))
+}
+
+/// The socket the daemon listens on by default (the configured one).
+fn default_socket() -> Result<PathBuf, ClientError> {
+    let (config, _) = crate::server::load_config(None)?;
+    Ok(config.server.socket)
+}
+
+pub async fn list(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = Client::connect(socket).await?;
+    let result = client.request(method::TOOLS_LIST, json!({})).await?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for tool in result["tools"].as_array().into_iter().flatten() {
+        let name = tool["name"].as_str().unwrap_or("?");
+        let safety = tool["safety"].as_str().unwrap_or("?");
+        let system = if tool["system"].as_bool() == Some(true) { " system" } else { "" };
+        let description = tool["description"].as_str().unwrap_or("").lines().next().unwrap_or("");
+        println!("{name:<16} {safety:<12}{system} {description}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn status(socket: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let mut client = Client::connect(socket).await?;
+    let result = client.request(method::DAEMON_STATUS, json!({})).await?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn explain(
+    socket: Option<PathBuf>,
+    name: &str,
+    arguments: &str,
+) -> anyhow::Result<ExitCode> {
+    let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
+    let mut client = Client::connect(socket).await?;
+    let result = client
+        .request(method::TOOLS_EXPLAIN, json!({"name": name, "arguments": arguments}))
+        .await?;
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Calls one tool. On a terminal it subscribes to the session's events, shows live
+/// output on stderr and answers permission requests by asking the person; elsewhere
+/// nobody can approve and calls that need approval are denied.
+pub async fn call(
+    socket: Option<PathBuf>,
+    name: &str,
+    arguments: &str,
+) -> anyhow::Result<ExitCode> {
+    let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
+    let mut client = Client::connect(socket).await?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        client.request(method::EVENTS_SUBSCRIBE, json!({})).await?;
+    }
+    let id = client.send(method::TOOLS_CALL, json!({"name": name, "arguments": arguments})).await?;
+    let result = loop {
+        let message = client.next_message().await?;
+        if message.get("id") == Some(&json!(id)) {
+            break result_of(message)?;
+        }
+        if message.get("method").and_then(Value::as_str) != Some(method::EVENTS) {
+            continue;
+        }
+        let event = &message["params"]["result"];
+        match event["type"].as_str() {
+            Some("tool_output") => {
+                eprint!("{}", event["text"].as_str().unwrap_or(""));
+            }
+            Some("permission_request") => {
+                let (decision, scope) = ask_on_terminal(event)?;
+                client
+                    .request(
+                        method::PERMISSION_RESPOND,
+                        json!({"request_id": event["request_id"], "decision": decision, "scope": scope}),
+                    )
+                    .await?;
+            }
+            _ => {}
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(if result["ok"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Shows a permission request and reads the person's answer.
+fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), ClientError> {
+    let mut stderr = std::io::stderr();
+    writeln!(
+        stderr,
+        "\n{} wants to run with {}\n  why: {}",
+        event["tool"].as_str().unwrap_or("?"),
+        event["arguments"],
+        event["explanation"]["reason"].as_str().unwrap_or("")
+    )?;
+    if let Some(rule) = event["suggestions"].get(0).and_then(Value::as_str) {
+        writeln!(stderr, "  a rule that would allow it: {rule}")?;
+    }
+    write!(stderr, "Allow? [y]es once / [a]lways this session / [N]o: ")?;
+    stderr.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => ("allow", "once"),
+        "a" | "always" => ("allow", "session"),
+        _ => ("deny", "once"),
+    })
+}
+
+/// Loads every configuration layer, checks it, and prints the effective result.
+pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    match crate::server::load_config(explicit).and_then(|(config, options)| {
+        crate::server::settings_from_config(&config, options.home.as_deref()).map(|_| config)
+    }) {
+        Ok(config) => {
+            let sources: Vec<String> =
+                config.sources.iter().map(|path| path.display().to_string()).collect();
+            println!(
+                "# configuration is valid; files read: {}",
+                if sources.is_empty() {
+                    "none (embedded defaults)".to_owned()
+                } else {
+                    sources.join(", ")
+                }
+            );
+            print!("{}", config.to_toml_string()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            eprintln!("toolgate: {err}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}

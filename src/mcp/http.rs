@@ -1,0 +1,342 @@
+//! MCP over Streamable HTTP: the `/mcp` endpoint.
+//!
+//! rmcp's `StreamableHttpService` serves the protocol (POST with JSON or SSE
+//! answers, GET for the server's own SSE stream, DELETE to end a session,
+//! `MCP-Protocol-Version` checks, 404 for unknown sessions, and the stateless
+//! 2026-07-28 requests). In front of it sit toolgate's own guards, in this order:
+//! 1. `Host` and `Origin` must name this machine (localhost, 127.0.0.1, [::1]) or a
+//!    configured name, else 403 — DNS-rebinding protection for a server that can run
+//!    commands;
+//! 2. the bearer token, when one is configured, else 401.
+//!
+//! Session ids are 128 bits from the OS CSPRNG (see [`RandomIdSessions`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, LocalSessionWorker, create_local_session,
+};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::server::McpHandler;
+use super::{Face, McpOptions};
+use crate::daemon::Daemon;
+
+/// Host names that always mean this machine.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The `/mcp` endpoint as an axum router (the daemon mounts it on its `mcp_http`
+/// listener; loopback by default).
+pub fn http_router(daemon: Arc<Daemon>, options: McpOptions) -> axum::Router {
+    let face = Face::new(daemon.clone(), options.clone());
+    let mut config = StreamableHttpServerConfig::default();
+    config.cancellation_token = daemon.shutdown_token().child_token();
+    config.max_request_body_bytes = options.max_message_bytes;
+    // Host and Origin are checked by `guard` below with the same lists; rmcp's own
+    // Host check must agree so that it never rejects what the guard accepted.
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|host| (*host).to_owned()).collect();
+    hosts.extend(options.allowed_hosts.iter().cloned());
+    config.allowed_hosts = hosts;
+    let service = StreamableHttpService::new(
+        move || Ok(McpHandler::new(face.clone())),
+        Arc::new(RandomIdSessions::default()),
+        config,
+    );
+    let guard = Arc::new(Guard {
+        bearer_token: options.bearer_token.clone(),
+        allowed_hosts: options.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()).collect(),
+        allowed_origins: options.allowed_origins.clone(),
+    });
+    axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(guard, check))
+}
+
+/// What a request must satisfy before it reaches the protocol.
+struct Guard {
+    bearer_token: Option<String>,
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
+}
+
+async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    if let Err(response) = guard.admit(request.headers()) {
+        return response;
+    }
+    next.run(request).await
+}
+
+impl Guard {
+    fn admit(&self, headers: &HeaderMap) -> Result<(), Response> {
+        let host = headers.get(header::HOST).and_then(|value| value.to_str().ok());
+        match host {
+            Some(host) if self.host_allowed(host) => {}
+            Some(_) => return Err(forbidden("Host not allowed")),
+            None => return Err((StatusCode::BAD_REQUEST, "Host header required").into_response()),
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|origin| self.origin_allowed(origin));
+            if !allowed {
+                return Err(forbidden("Origin not allowed"));
+            }
+        }
+        if let Some(token) = &self.bearer_token {
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.strip_prefix("Bearer "));
+            let valid = presented.is_some_and(|presented| constant_time_eq(presented, token));
+            if !valid {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    "a valid bearer token is required",
+                )
+                    .into_response());
+            }
+        }
+        Ok(())
+    }
+
+    /// `host` is a Host header: `name`, `name:port`, `[v6]` or `[v6]:port`.
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        if self.allowed_hosts.iter().any(|allowed| allowed == &host) {
+            return true;
+        }
+        let name = host_name(&host);
+        LOOPBACK_HOSTS.contains(&name) || self.allowed_hosts.iter().any(|allowed| allowed == name)
+    }
+
+    /// `origin` is `scheme://host[:port]`; `null` and anything unparsable are refused.
+    fn origin_allowed(&self, origin: &str) -> bool {
+        if self.allowed_origins.iter().any(|allowed| allowed == origin) {
+            return true;
+        }
+        let Some((scheme, authority)) = origin.split_once("://") else {
+            return false;
+        };
+        if !matches!(scheme, "http" | "https") || authority.contains('/') {
+            return false;
+        }
+        let name = host_name(&authority.to_ascii_lowercase()).to_owned();
+        LOOPBACK_HOSTS.contains(&name.as_str())
+            || self.allowed_hosts.iter().any(|allowed| allowed == &name)
+    }
+}
+
+/// The name part of `host[:port]` or `[v6][:port]` (brackets removed).
+fn host_name(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => authority,
+    }
+}
+
+fn forbidden(why: &'static str) -> Response {
+    (StatusCode::FORBIDDEN, why).into_response()
+}
+
+/// Compares secrets without stopping at the first difference.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// rmcp's in-memory sessions under ids of 128 random bits from the OS CSPRNG
+/// (rmcp's own ids are UUIDv4, 122 bits): sessions are created here with our id and
+/// every other operation is rmcp's.
+#[derive(Default)]
+pub(crate) struct RandomIdSessions {
+    inner: LocalSessionManager,
+}
+
+/// Why a session operation failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionsError {
+    #[error(transparent)]
+    Inner(#[from] LocalSessionManagerError),
+    #[error("the system random generator failed: {0}")]
+    Random(getrandom::Error),
+}
+
+impl SessionManager for RandomIdSessions {
+    type Error = SessionsError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let id: SessionId = super::random_hex().map_err(SessionsError::Random)?.into();
+        let (handle, worker) = create_local_session(id.clone(), self.inner.session_config.clone());
+        self.inner.sessions.write().await.insert(id.clone(), handle);
+        Ok((id, WorkerTransport::spawn(worker)))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.resume(id, last_event_id).await?)
+    }
+
+    async fn restore_session(
+        &self,
+        _id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(RestoreOutcome::NotSupported)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(token: Option<&str>) -> Guard {
+        Guard {
+            bearer_token: token.map(str::to_owned),
+            allowed_hosts: vec!["toolgate.internal".to_owned()],
+            allowed_origins: vec!["https://app.example.com".to_owned()],
+        }
+    }
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            if let Ok(value) = value.parse() {
+                map.insert(name.clone(), value);
+            }
+        }
+        map
+    }
+
+    fn status(guard: &Guard, pairs: &[(header::HeaderName, &str)]) -> StatusCode {
+        match guard.admit(&headers(pairs)) {
+            Ok(()) => StatusCode::OK,
+            Err(response) => response.status(),
+        }
+    }
+
+    #[test]
+    fn hosts_and_origins() {
+        let g = guard(None);
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:9",
+            "[::1]",
+            "toolgate.internal:80",
+        ] {
+            assert_eq!(status(&g, &[(header::HOST, host)]), StatusCode::OK, "{host}");
+        }
+        for host in
+            ["evil.example.com", "evil.example.com:80", "127.0.0.1.evil.com", "localhost.evil"]
+        {
+            assert_eq!(status(&g, &[(header::HOST, host)]), StatusCode::FORBIDDEN, "{host}");
+        }
+        assert_eq!(status(&g, &[]), StatusCode::BAD_REQUEST);
+        for origin in [
+            "http://localhost:3000",
+            "https://127.0.0.1",
+            "http://[::1]:5",
+            "https://app.example.com",
+        ] {
+            assert_eq!(
+                status(&g, &[(header::HOST, "localhost"), (header::ORIGIN, origin)]),
+                StatusCode::OK,
+                "{origin}"
+            );
+        }
+        for origin in [
+            "http://evil.example.com",
+            "null",
+            "file://",
+            "http://localhost.evil.com",
+            "ftp://localhost",
+        ] {
+            assert_eq!(
+                status(&g, &[(header::HOST, "localhost"), (header::ORIGIN, origin)]),
+                StatusCode::FORBIDDEN,
+                "{origin}"
+            );
+        }
+    }
+
+    #[test]
+    fn bearer_token_when_configured() {
+        let g = guard(Some("s3cret"));
+        assert_eq!(status(&g, &[(header::HOST, "localhost")]), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            status(&g, &[(header::HOST, "localhost"), (header::AUTHORIZATION, "Bearer wrong!")]),
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            status(&g, &[(header::HOST, "localhost"), (header::AUTHORIZATION, "Bearer s3cret")]),
+            StatusCode::OK
+        );
+        // A foreign host is refused before the token is even looked at.
+        assert_eq!(
+            status(&g, &[(header::HOST, "evil.com"), (header::AUTHORIZATION, "Bearer s3cret")]),
+            StatusCode::FORBIDDEN
+        );
+    }
+}

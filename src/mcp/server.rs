@@ -1,0 +1,631 @@
+//! The MCP server handler: one instance per MCP conversation (a stdio process, a
+//! Streamable HTTP session, or one stateless 2026-07-28 HTTP request), driving one
+//! agent [`Session`] of the daemon.
+//!
+//! Protocol mechanics (framing, the initialize handshake and version negotiation,
+//! `server/discover`, per-request `_meta`, cancellation of a request by
+//! `notifications/cancelled` with its response suppressed) come from `rmcp`. This
+//! file maps them onto the one engine: `tools/list` is the session's definitions,
+//! `tools/call` is [`Session::execute_one`], live output becomes
+//! `notifications/progress`, and permission questions go through
+//! [`super::approval::McpBroker`].
+
+#![allow(deprecated)] // Logging and roots are deprecated in 2026-07-28 but served to older clients.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use rmcp::ErrorData as McpError;
+use rmcp::RoleServer;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorCode, InputRequiredResult, ListToolsResult,
+    LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, elicitation_json};
+use super::{Face, fixtures, mapping};
+use crate::agent::{Event, EventSink, PermissionRequest, Session};
+use crate::daemon::events::EventHub;
+use crate::daemon::{ConnectionGuard, SessionEntry};
+use crate::permission::Mode;
+use crate::protocol::SessionOpenParams;
+use crate::tools::{Call, ToolResult};
+
+/// Live-output chunks queued per call before they become progress notifications;
+/// past this, chunks are dropped (progress is advisory: the full output is in the
+/// result) rather than stalling the tool.
+const PROGRESS_QUEUE: usize = 256;
+/// How long the client gets to answer `roots/list` before the configured roots are
+/// used as they are.
+const ROOTS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events kept for the daemon's broadcast hub of an MCP session. Nothing reads it
+/// (MCP clients get tool-list changes from the registry watcher), so it stays tiny.
+const UNUSED_HUB_CAPACITY: usize = 16;
+
+/// The handler of one MCP conversation.
+#[derive(Clone)]
+pub struct McpHandler {
+    face: Arc<Face>,
+    state: Arc<HandlerState>,
+}
+
+struct HandlerState {
+    /// Dropping it closes the agent session: calls canceled, processes killed.
+    connection: ConnectionGuard,
+    session: tokio::sync::Mutex<Option<Arc<SessionEntry>>>,
+    events: Arc<McpEvents>,
+    broker: Arc<McpBroker>,
+    /// The level set by `logging/setLevel`; `None` until the client sets one.
+    log_level: Mutex<Option<LoggingLevel>>,
+    /// Canceled when the conversation ends; stops the registry watcher.
+    closed: CancellationToken,
+    watching: AtomicBool,
+}
+
+impl Drop for HandlerState {
+    fn drop(&mut self) {
+        self.closed.cancel();
+    }
+}
+
+/// The event sink of an MCP session: live output of calls that asked for progress
+/// goes to their forwarders; everything else is of no use to an MCP client.
+#[derive(Default)]
+struct McpEvents {
+    progress: DashMap<String, mpsc::Sender<String>>,
+}
+
+impl EventSink for McpEvents {
+    fn emit(&self, event: Event) {
+        if let Event::ToolOutput { call_id, text, .. } = event
+            && let Some(sender) = self.progress.get(&call_id)
+        {
+            // Never block the tool: a full queue loses a chunk of advisory progress.
+            let _ = sender.try_send(text);
+        }
+    }
+}
+
+/// Removes a per-call registration when the call ends, however it ends.
+struct Registered<'a, V> {
+    map: &'a DashMap<String, V>,
+    key: String,
+}
+
+impl<V> Drop for Registered<'_, V> {
+    fn drop(&mut self) {
+        self.map.remove(&self.key);
+    }
+}
+
+fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Registered<'a, V> {
+    map.insert(key.to_owned(), value);
+    Registered { map, key: key.to_owned() }
+}
+
+impl McpHandler {
+    pub(crate) fn new(face: Arc<Face>) -> McpHandler {
+        let connection = face.daemon.connect();
+        McpHandler {
+            face,
+            state: Arc::new(HandlerState {
+                connection,
+                session: tokio::sync::Mutex::new(None),
+                events: Arc::new(McpEvents::default()),
+                broker: Arc::new(McpBroker::default()),
+                log_level: Mutex::new(None),
+                closed: CancellationToken::new(),
+                watching: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Ends the conversation: every call canceled (process trees killed), pending
+    /// questions withdrawn.
+    pub(crate) async fn close(&self) {
+        self.state.closed.cancel();
+        if let Some(entry) = self.state.session.lock().await.as_ref() {
+            entry.session.close();
+        }
+    }
+
+    /// Waits until no call of the conversation runs any more, at most `grace`.
+    pub(crate) async fn drain(&self, grace: Duration) {
+        let session = self.state.session.lock().await.as_ref().map(|entry| entry.session.clone());
+        let Some(session) = session else { return };
+        let deadline = Instant::now() + grace;
+        while session.calls_in_flight() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The agent session, opened on first use. For a client of the initialize era
+    /// that offers `roots`, its roots narrow (never widen) the configured ones.
+    async fn session(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Session>, McpError> {
+        let mut slot = self.state.session.lock().await;
+        if let Some(entry) = slot.as_ref() {
+            return Ok(entry.session.clone());
+        }
+        let roots = if !is_modern(ctx) && client_offers_roots(ctx) {
+            self.client_roots(&ctx.peer).await
+        } else {
+            None
+        };
+        let params = SessionOpenParams { roots, ..SessionOpenParams::default() };
+        let entry = self
+            .face
+            .daemon
+            .open_session_with(
+                self.state.connection.id,
+                "mcp",
+                &params,
+                Arc::new(EventHub::new(UNUSED_HUB_CAPACITY)),
+                self.state.events.clone(),
+                self.state.broker.clone(),
+            )
+            .map_err(|err| {
+                McpError::internal_error(format!("cannot open a session: {err}"), None)
+            })?;
+        let session = entry.session.clone();
+        *slot = Some(entry);
+        Ok(session)
+    }
+
+    /// Asks the client for its roots and intersects them with the configured ones.
+    /// `None` keeps the configured roots (no answer, or nothing in common).
+    async fn client_roots(&self, peer: &Peer<RoleServer>) -> Option<Vec<String>> {
+        let listed = match tokio::time::timeout(ROOTS_TIMEOUT, peer.list_roots()).await {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(err)) => {
+                tracing::debug!(%err, "roots/list failed; keeping the configured roots");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("roots/list timed out; keeping the configured roots");
+                return None;
+            }
+        };
+        let configured = self.face.daemon.settings().roots.clone();
+        let client: Vec<std::path::PathBuf> = listed
+            .roots
+            .iter()
+            .filter_map(|root| super::roots::path_of_file_uri(&root.uri))
+            .filter_map(|path| std::fs::canonicalize(path).ok())
+            .collect();
+        let narrowed = super::roots::intersect(&configured, &client);
+        if narrowed.is_empty() {
+            tracing::warn!(
+                "the client's roots share nothing with the configured roots; keeping the \
+                 configured roots"
+            );
+            return None;
+        }
+        Some(narrowed.iter().map(|path| path.display().to_string()).collect())
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        *self.state.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts telling the client when the set of tools changes (once per handler).
+    fn watch_registry(&self, peer: Peer<RoleServer>) {
+        if self.state.watching.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut changes = self.face.daemon.registry().subscribe_changes();
+        changes.mark_unchanged();
+        let closed = self.state.closed.clone();
+        let shutdown = self.face.daemon.shutdown_token().clone();
+        self.face.daemon.tasks().spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    () = closed.cancelled() => return,
+                    () = shutdown.cancelled() => return,
+                }
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Runs one call with live output forwarded as progress notifications (on the
+    /// request's own stream, since the forwarding runs inside the request's task).
+    async fn run_call(
+        &self,
+        session: &Session,
+        call: &Call,
+        ctx: &RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let Some(token) = ctx.meta.get_progress_token() else {
+            return session.execute_one(call, &ctx.ct).await;
+        };
+        let (sender, mut receiver) = mpsc::channel(PROGRESS_QUEUE);
+        let _progress = register(&self.state.events.progress, &call.id, sender);
+        let execution = session.execute_one(call, &ctx.ct);
+        tokio::pin!(execution);
+        let mut progress = Progress { peer: ctx.peer.clone(), token, count: 0 };
+        let result = loop {
+            tokio::select! {
+                result = &mut execution => break result,
+                Some(text) = receiver.recv() => progress.send(text).await,
+            }
+        };
+        // Output that arrived just before the end still goes out before the result.
+        while let Ok(text) = receiver.try_recv() {
+            progress.send(text).await;
+        }
+        result
+    }
+
+    /// The multi-round-trip handling of a 2026-07-28 call: either the answer to an
+    /// earlier question comes with it, or a question is put up front.
+    fn modern_asker(
+        &self,
+        session: &Session,
+        call: &Call,
+        arguments: &Value,
+        params: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<Arc<Asker>, InputRequiredResult>, McpError> {
+        if let Some(state) = &params.request_state {
+            let Some((_, pending)) = self.face.pending.remove(state) else {
+                return Err(McpError::invalid_params(
+                    "unknown or expired requestState; call the tool again without it",
+                    None,
+                ));
+            };
+            if pending.tool != call.name || &pending.arguments != arguments {
+                return Err(McpError::invalid_params(
+                    "the requestState belongs to a different call",
+                    None,
+                ));
+            }
+            let Some(response) = params
+                .input_responses
+                .as_ref()
+                .and_then(|responses| responses.get(APPROVAL_INPUT_KEY))
+            else {
+                return Err(McpError::invalid_params(
+                    format!("inputResponses must answer {APPROVAL_INPUT_KEY:?}"),
+                    None,
+                ));
+            };
+            let answer = answer_from_json(response, &call.name)
+                .map_err(|err| McpError::invalid_params(err, None))?;
+            return Ok(Ok(Arc::new(Asker::Answered(Mutex::new(Some(answer))))));
+        }
+        if !client_elicits(ctx) {
+            return Ok(Ok(Arc::new(Asker::Unsupported)));
+        }
+        // Ask up front when the rules say so, before hooks or the tool run at all.
+        if session.mode() != Mode::DontAsk && session.explain(call).0 == "ask" {
+            let request = question_for(session, call, arguments);
+            return Ok(Err(self.input_required(&request, arguments)?));
+        }
+        // A hook may still make the call ask: then the question is recorded and
+        // answered in another round.
+        Ok(Ok(Arc::new(Asker::Deferred(Mutex::new(None)))))
+    }
+
+    /// Records a pending question and builds the `input_required` result for it.
+    fn input_required(
+        &self,
+        request: &PermissionRequest,
+        arguments: &Value,
+    ) -> Result<InputRequiredResult, McpError> {
+        let handle = super::random_hex().map_err(internal)?;
+        self.face.remember_pending(
+            handle.clone(),
+            super::PendingInput {
+                tool: request.tool.clone(),
+                arguments: arguments.clone(),
+                created: Instant::now(),
+            },
+        );
+        let question = json!({"method": "elicitation/create", "params": elicitation_json(request)});
+        let mut requests = BTreeMap::new();
+        match serde_json::from_value(question) {
+            Ok(question) => {
+                requests.insert(APPROVAL_INPUT_KEY.to_owned(), question);
+            }
+            Err(err) => tracing::error!(%err, "approval question rejected by the MCP model"),
+        }
+        Ok(InputRequiredResult::new(Some(requests), Some(handle)))
+    }
+}
+
+/// Sends numbered progress notifications for one call.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    count: u64,
+}
+
+impl Progress {
+    async fn send(&mut self, text: String) {
+        self.count += 1;
+        let param = json!({
+            "progressToken": self.token,
+            "progress": self.count,
+            "message": text,
+        });
+        match serde_json::from_value::<ProgressNotificationParam>(param) {
+            Ok(param) => {
+                if let Err(err) = self.peer.notify_progress(param).await {
+                    tracing::debug!(%err, "progress notification not delivered");
+                }
+            }
+            Err(err) => tracing::error!(%err, "progress notification rejected by the MCP model"),
+        }
+    }
+}
+
+/// The question the agent layer would put for this call (for the up-front round).
+fn question_for(session: &Session, call: &Call, arguments: &Value) -> PermissionRequest {
+    let (_, explanation) = session.explain(call);
+    let explanation = explanation.unwrap_or_else(|| crate::permission::Explanation {
+        layer: crate::permission::Layer::Mode,
+        rule: None,
+        list: None,
+        reason: format!("{} mode", session.mode()),
+    });
+    PermissionRequest {
+        session_id: session.id().to_owned(),
+        request_id: format!("p-{}-{}", session.id(), call.id),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments: arguments.clone(),
+        explanation,
+        suggestions: Vec::new(),
+        kind: crate::agent::RequestKind::RunTool,
+    }
+}
+
+/// Whether this request speaks the stateless revision (2026-07-28 or later).
+fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+fn client_elicits(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities().is_some_and(|caps| caps.elicitation.is_some())
+}
+
+fn client_offers_roots(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities().is_some_and(|caps| caps.roots.is_some())
+}
+
+fn unknown_tool(name: &str) -> McpError {
+    McpError::new(
+        ErrorCode::INVALID_PARAMS,
+        format!("unknown tool: {name:?}"),
+        Some(json!({"error_type": "unknown_tool"})),
+    )
+}
+
+fn internal(err: impl std::fmt::Display) -> McpError {
+    McpError::internal_error(err.to_string(), None)
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = json!({
+            "tools": {"listChanged": true},
+            "logging": {},
+        });
+        if self.face.options.conformance_fixtures
+            && let Value::Object(map) = &mut capabilities
+        {
+            map.insert("resources".into(), json!({"subscribe": true, "listChanged": true}));
+            map.insert("prompts".into(), json!({"listChanged": true}));
+            map.insert("completions".into(), json!({}));
+        }
+        let info = json!({
+            "protocolVersion": ProtocolVersion::LATEST,
+            "capabilities": capabilities,
+            "serverInfo": {
+                "name": "toolgate",
+                "title": "toolgate",
+                "version": env!("CARGO_PKG_VERSION"),
+            },
+            "instructions": "toolgate runs a coding agent's tools (files, search, commands) \
+                             inside configured roots, behind permission rules and hooks. \
+                             Every result's structuredContent is toolgate's Result object \
+                             with a stable error_type.",
+        });
+        serde_json::from_value(info).unwrap_or_default()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let session = self.session(&ctx).await?;
+        let tools: Vec<Value> = session.definitions().iter().map(mapping::tool_json).collect();
+        serde_json::from_value(json!({"resultType": "complete", "tools": tools})).map_err(internal)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let definition = self.face.daemon.registry().get(name)?.definition().clone();
+        mapping::tool(&definition).ok()
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if !self.face.daemon.registry().contains(&params.name) {
+            return Err(unknown_tool(&params.name));
+        }
+        let session = self.session(&ctx).await?;
+        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
+
+        let asker = if is_modern(&ctx) {
+            match self.modern_asker(&session, &call, &arguments, &params, &ctx)? {
+                Ok(asker) => asker,
+                Err(input_required) => return Ok(CallToolResponse::InputRequired(input_required)),
+            }
+        } else if client_elicits(&ctx) {
+            Arc::new(Asker::Elicit(ctx.peer.clone()))
+        } else {
+            Arc::new(Asker::Unsupported)
+        };
+        let _asker = register(&self.state.broker.askers, &call.id, asker.clone());
+        let _client = self.face.options.conformance_fixtures.then(|| {
+            fixtures::attach(
+                session.id(),
+                &call.id,
+                fixtures::CallClient {
+                    peer: ctx.peer.clone(),
+                    progress_token: ctx.meta.get_progress_token(),
+                    log_level: self.log_level(),
+                    modern: is_modern(&ctx),
+                },
+            )
+        });
+
+        let result = self.run_call(&session, &call, &ctx).await;
+        if let Some(request) = asker.take_deferred() {
+            return Ok(CallToolResponse::InputRequired(self.input_required(&request, &arguments)?));
+        }
+        Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp keeps only what was requested *and* advertised in the capabilities.
+        Some(requested.clone())
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream: `tools/list_changed` whenever
+    /// the registry changes, until the client cancels or the daemon stops.
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        let mut changes = self.face.daemon.registry().subscribe_changes();
+        changes.mark_unchanged();
+        let shutdown = self.face.daemon.shutdown_token().clone();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    if subscription.accepted().tools_list_changed == Some(true)
+                        && subscription.sink().notify_tool_list_changed().await.is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.state.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(request.level);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        self.watch_registry(ctx.peer);
+    }
+
+    async fn on_roots_list_changed(&self, _ctx: NotificationContext<RoleServer>) {
+        // The session's roots are fixed once its first call ran (its Env is shared
+        // by running calls); a session not opened yet will ask for the new list.
+        tracing::debug!("the client's roots changed; they apply to sessions opened from now on");
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        fixtures::list_resources(&self.face.options, request, ctx)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        fixtures::list_resource_templates(&self.face.options, request, ctx)
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        fixtures::read_resource(&self.face.options, request, ctx)
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        fixtures::list_prompts(&self.face.options, request, ctx)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        fixtures::get_prompt(&self.face.options, request, ctx)
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        fixtures::complete(&self.face.options, request, ctx)
+    }
+}
+
+/// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
+fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
+    match ctx.id.clone().into_json_value() {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}

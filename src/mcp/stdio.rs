@@ -1,0 +1,260 @@
+//! MCP over stdio: newline-delimited JSON-RPC, one compact message per line.
+//!
+//! stdout carries protocol lines and nothing else (logs go to stderr). The line
+//! framing is toolgate's own rather than rmcp's so that bad input is answered the
+//! JSON-RPC way and the connection survives it: text that is not JSON gets a
+//! `-32700` parse error, JSON that is not a message gets `-32600` (with its id when
+//! it has one; never for something shaped like a notification), and a line over the
+//! size limit is skipped with a `-32600`, without ever being held in memory whole.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::ServiceExt;
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+
+use super::server::McpHandler;
+use super::{Face, McpOptions, McpServeError};
+use crate::daemon::Daemon;
+use crate::rpc::{Frame, LineReader};
+
+/// Parsed messages waiting for the protocol engine; the reader stops reading (the
+/// client's writes block) when it is full.
+const INBOUND_CAPACITY: usize = 256;
+/// Lines waiting for stdout.
+const OUTBOUND_CAPACITY: usize = 4096;
+/// How long calls still running at end of input get to wind down after being
+/// canceled (their process trees are killed at once; this covers the reaping).
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves one MCP conversation on the process's stdin and stdout until stdin ends
+/// or the daemon shuts down (`toolgate mcp`).
+pub async fn run_stdio(daemon: Arc<Daemon>, options: McpOptions) -> Result<(), McpServeError> {
+    serve_stream(daemon, options, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves one MCP conversation over any byte stream pair (tests use an in-memory
+/// duplex). Returns when the input ends or the daemon shuts down; every call of the
+/// conversation is canceled and its processes killed before it returns.
+pub async fn serve_stream<R, W>(
+    daemon: Arc<Daemon>,
+    options: McpOptions,
+    reader: R,
+    writer: W,
+) -> Result<(), McpServeError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let max_message_bytes = options.max_message_bytes;
+    let face = Face::new(daemon.clone(), options);
+    let handler = McpHandler::new(face);
+
+    let (outbound, outbound_rx) = mpsc::channel::<String>(OUTBOUND_CAPACITY);
+    let (inbound, inbound_rx) = mpsc::channel::<ClientJsonRpcMessage>(INBOUND_CAPACITY);
+    let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
+    let reader_task =
+        tokio::spawn(read_messages(reader, max_message_bytes, inbound, outbound.clone()));
+    let transport = LineTransport { inbound: inbound_rx, outbound };
+
+    let shutdown = daemon.shutdown_token().child_token();
+    let outcome = match handler.clone().serve_with_ct(transport, shutdown).await {
+        Ok(running) => {
+            running.waiting().await.map(|_| ()).map_err(|err| McpServeError::Join(err.to_string()))
+        }
+        Err(err) => Err(McpServeError::Start(err.to_string())),
+    };
+
+    // The client is gone (or we are stopping): cancel what still runs and wait, a
+    // bounded time, for the calls to wind down.
+    handler.close().await;
+    handler.drain(DRAIN_GRACE).await;
+    reader_task.abort();
+    drop(handler);
+    let _ = writer_task.await;
+    outcome
+}
+
+/// The transport handed to rmcp: parsed messages in, serialized lines out.
+struct LineTransport {
+    inbound: mpsc::Receiver<ClientJsonRpcMessage>,
+    outbound: mpsc::Sender<String>,
+}
+
+impl Transport<RoleServer> for LineTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let outbound = self.outbound.clone();
+        async move {
+            let line = serde_json::to_string(&item).map_err(std::io::Error::other)?;
+            outbound.send(line).await.map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
+            })
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        self.inbound.recv().await
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inbound.close();
+        Ok(())
+    }
+}
+
+/// Reads frames, hands well-formed messages to the engine and answers bad ones.
+async fn read_messages<R: AsyncRead + Unpin>(
+    reader: R,
+    max_message_bytes: usize,
+    inbound: mpsc::Sender<ClientJsonRpcMessage>,
+    outbound: mpsc::Sender<String>,
+) {
+    let mut lines = LineReader::new(reader, max_message_bytes);
+    loop {
+        let frame = match lines.next_line().await {
+            Ok(frame) => frame,
+            Err(err) => {
+                tracing::debug!(%err, "stdin read failed");
+                return;
+            }
+        };
+        let reply = match frame {
+            Frame::Eof => return,
+            // The reader only bounds what it buffers; a whole line that arrived in one
+            // read can still be over the limit.
+            Frame::Line(line) if line.len() > max_message_bytes => Some(error_line(
+                &Value::Null,
+                -32600,
+                &format!("message larger than {max_message_bytes} bytes refused"),
+            )),
+            Frame::TooLong => Some(error_line(
+                &Value::Null,
+                -32600,
+                &format!("message larger than {max_message_bytes} bytes refused"),
+            )),
+            Frame::Line(line) => match parse(&line) {
+                Parsed::Message(message) => {
+                    if inbound.send(*message).await.is_err() {
+                        return;
+                    }
+                    None
+                }
+                Parsed::Blank => None,
+                Parsed::Reply(reply) => reply,
+            },
+        };
+        if let Some(reply) = reply
+            && outbound.send(reply).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+enum Parsed {
+    Message(Box<ClientJsonRpcMessage>),
+    Blank,
+    /// Not a message: the error to answer with (`None` when nothing may be answered,
+    /// e.g. a malformed notification).
+    Reply(Option<String>),
+}
+
+fn parse(line: &[u8]) -> Parsed {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Parsed::Blank;
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(value) => value,
+        Err(err) => {
+            tracing::debug!(%err, "unparsable input");
+            return Parsed::Reply(Some(error_line(&Value::Null, -32700, "parse error")));
+        }
+    };
+    match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+        Ok(message) => Parsed::Message(Box::new(message)),
+        Err(err) => {
+            tracing::debug!(%err, "input is JSON but not a valid MCP message");
+            let id = value.get("id").cloned();
+            let is_request = value.get("method").is_some() && id.is_some();
+            let is_notification = value.get("method").is_some() && id.is_none();
+            let is_response = value.get("result").is_some() || value.get("error").is_some();
+            if is_notification || (is_response && !is_request) {
+                // Nothing may answer a notification or a response.
+                return Parsed::Reply(None);
+            }
+            let id = match id {
+                Some(id @ (Value::String(_) | Value::Number(_))) => id,
+                _ => Value::Null,
+            };
+            Parsed::Reply(Some(error_line(&id, -32600, &format!("invalid request: {err}"))))
+        }
+    }
+}
+
+fn error_line(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// Drains the outbound queue into the writer, flushing whenever it runs dry.
+async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver<String>) {
+    let mut writer = BufWriter::new(writer);
+    while let Some(line) = lines.recv().await {
+        if write_line(&mut writer, &line).await.is_err() {
+            return;
+        }
+        while let Ok(line) = lines.try_recv() {
+            if write_line(&mut writer, &line).await.is_err() {
+                return;
+            }
+        }
+        if writer.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.flush().await;
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> std::io::Result<()> {
+    writer.write_all(line.as_bytes()).await?;
+    writer.write_all(b"\n").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_of(text: &str) -> Option<Value> {
+        match parse(text.as_bytes()) {
+            Parsed::Reply(Some(line)) => serde_json::from_str(&line).ok(),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn bad_input_gets_json_rpc_errors() {
+        assert_eq!(reply_of("{nope").map(|v| v["error"]["code"].clone()), Some(json!(-32700)));
+        let invalid = reply_of(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":7}"#);
+        assert_eq!(invalid.as_ref().map(|v| v["error"]["code"].clone()), Some(json!(-32600)));
+        assert_eq!(invalid.map(|v| v["id"].clone()), Some(json!(4)));
+        // A malformed notification is never answered.
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":{}}}"#),
+            Parsed::Reply(None) | Parsed::Message(_)
+        ));
+        assert!(matches!(parse(b"   "), Parsed::Blank));
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            Parsed::Message(_)
+        ));
+    }
+}

@@ -1,0 +1,874 @@
+//! Permission rules: `tool` or `tool(specifier)`, parsed once into matchers.
+//!
+//! A rule names a tool exactly, by a `*` wildcard (`mcp__git__*`), or by one of Claude
+//! Code's names (`Bash`, `Read`, `Edit`, `Write`, `Glob`, `Grep`) so users can reuse
+//! their rules. What the specifier means depends on the tool:
+//!
+//! - `run_command`: a pattern over the command's parsed words. `git status` is exact;
+//!   `git status:*` is a prefix (the words start with `git status`, so `git status`
+//!   itself matches and `git statusx` does not); a `*` inside a word matches any text
+//!   in that word, and a `*` standing alone matches any number of words (`npm run test
+//!   *`). Quotes make `*` and spaces literal.
+//! - the file tools (`read_file`, `write_file`, `edit_file`, and the `path` of
+//!   `find_files` and `search_code`): a gitignore-style glob. Relative to each root by
+//!   default, anchored when it contains a `/` (`src/**`), at any depth otherwise
+//!   (`*.md`, `.env*`); `//abs/path/**` is absolute and `~/...` is under the home
+//!   directory. As in gitignore, a pattern that matches a directory covers everything
+//!   beneath it.
+//! - any other tool: no specifier kind is known, so such a rule is accepted but never
+//!   matches; write the bare name to match every call. A specifier on a wildcard name
+//!   is an error, since what it would mean depends on the tool.
+//!
+//! [`RuleIndex`] groups compiled rules by tool and list, with path globs of one group in
+//! a single `GlobSet`, so a decision does one hash lookup and a few set matches however
+//! many rules are configured.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use globset::{Candidate, Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::RuleList;
+use super::shell::ShellWord;
+
+/// The tool whose specifier is a command pattern.
+pub(crate) const RUN_COMMAND: &str = "run_command";
+
+/// Tools whose specifier is a path glob, matched against their `path` argument.
+pub(crate) const PATH_TOOLS: &[&str] =
+    &["read_file", "write_file", "edit_file", "find_files", "search_code"];
+
+/// Claude Code's tool names and the built-in tools they stand for. Claude's `Edit`
+/// rules govern every file edit, so `Edit` covers `write_file` too.
+const ALIASES: &[(&str, &[&str])] = &[
+    ("Bash", &["run_command"]),
+    ("Read", &["read_file"]),
+    ("Edit", &["edit_file", "write_file"]),
+    ("MultiEdit", &["edit_file"]),
+    ("Write", &["write_file"]),
+    ("Glob", &["find_files"]),
+    ("Grep", &["search_code"]),
+];
+
+/// What is wrong with a rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleProblem {
+    #[error("the rule is empty")]
+    Empty,
+    #[error("the tool name is empty")]
+    EmptyToolName,
+    #[error("the tool name {0:?} contains whitespace or parentheses")]
+    BadToolName(String),
+    #[error("the specifier has no closing parenthesis at the end")]
+    Unclosed,
+    #[error("the specifier in parentheses is empty; write the bare tool name to match every call")]
+    EmptySpecifier,
+    #[error("a specifier needs an exact tool name, not a wildcard")]
+    SpecifierOnWildcard,
+    #[error("the command pattern has an unterminated quote")]
+    UnterminatedQuote,
+    #[error("the path glob is invalid: {0}")]
+    BadGlob(String),
+    #[error("`~` needs the home directory, which is not known")]
+    NoHome,
+    #[error(
+        "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
+    )]
+    ParentInGlob,
+}
+
+/// A rule that cannot be used, naming the rule as written and the list it came from.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid {kind} rule {rule:?}: {problem}",
+    kind = .list.map_or("permission", RuleList::as_str)
+)]
+pub struct RuleError {
+    /// The rule text as configured.
+    pub rule: String,
+    /// The list it was configured in; `None` for a session grant being added.
+    pub list: Option<RuleList>,
+    pub problem: RuleProblem,
+}
+
+/// Text with `*` wildcards (nothing else is special), matched against a whole string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Wildcard {
+    /// The literal text between the stars; one segment means no star.
+    segments: Vec<String>,
+}
+
+impl Wildcard {
+    fn new(pattern: &str) -> Wildcard {
+        Wildcard { segments: pattern.split('*').map(str::to_owned).collect() }
+    }
+
+    fn is_match(&self, text: &str) -> bool {
+        let [first, middle @ .., last] = self.segments.as_slice() else {
+            return self.segments.first().is_some_and(|only| only == text);
+        };
+        if text.len() < first.len() + last.len()
+            || !text.starts_with(first.as_str())
+            || !text.ends_with(last.as_str())
+        {
+            return false;
+        }
+        // Both bounds are character boundaries: the text starts with `first` and ends
+        // with `last`, and the two do not overlap.
+        let mut rest = &text[first.len()..text.len() - last.len()];
+        for segment in middle {
+            match rest.find(segment.as_str()) {
+                Some(at) => rest = &rest[at + segment.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// One element of a command pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    /// Zero or more words (a standalone `*`, or the `:*` suffix).
+    AnyWords,
+    /// Exactly one known word matching the wildcard.
+    Word(Wildcard),
+}
+
+/// A `run_command` specifier, matched against a simple command's words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CommandPattern {
+    tokens: Vec<Token>,
+}
+
+impl CommandPattern {
+    fn parse(spec: &str) -> Result<CommandPattern, RuleProblem> {
+        let spec = spec.trim();
+        let (body, prefix) = match spec.strip_suffix(":*") {
+            Some(body) => (body, true),
+            None => (spec, false),
+        };
+        let mut tokens = split_pattern_words(body)?;
+        if prefix {
+            tokens.push(Token::AnyWords);
+        }
+        tokens.dedup_by(|next, previous| *next == Token::AnyWords && *previous == Token::AnyWords);
+        Ok(CommandPattern { tokens })
+    }
+
+    /// Whether the words match; a word only known at run time matches nothing but a
+    /// standalone `*`.
+    pub(crate) fn matches(&self, words: &[ShellWord]) -> bool {
+        match_tokens(&self.tokens, words)
+    }
+}
+
+fn match_tokens(tokens: &[Token], words: &[ShellWord]) -> bool {
+    match tokens.split_first() {
+        None => words.is_empty(),
+        Some((Token::AnyWords, rest)) => {
+            (0..=words.len()).any(|skip| match_tokens(rest, &words[skip..]))
+        }
+        Some((Token::Word(wildcard), rest)) => match words.split_first() {
+            Some((word, remaining)) => {
+                word.literal().is_some_and(|text| wildcard.is_match(text))
+                    && match_tokens(rest, remaining)
+            }
+            None => false,
+        },
+    }
+}
+
+/// Splits a command pattern into tokens: whitespace separates words, quotes and
+/// backslashes make characters literal, an unquoted `*` is a wildcard.
+fn split_pattern_words(body: &str) -> Result<Vec<Token>, RuleProblem> {
+    /// The word being built: literal segments between unquoted stars.
+    #[derive(Default)]
+    struct Pending {
+        segments: Vec<String>,
+        current: String,
+        started: bool,
+    }
+    impl Pending {
+        fn finish(&mut self, tokens: &mut Vec<Token>) {
+            if !self.started {
+                return;
+            }
+            let mut segments = std::mem::take(&mut self.segments);
+            segments.push(std::mem::take(&mut self.current));
+            self.started = false;
+            if segments.len() == 2 && segments.iter().all(String::is_empty) {
+                tokens.push(Token::AnyWords);
+            } else {
+                tokens.push(Token::Word(Wildcard { segments }));
+            }
+        }
+    }
+
+    let mut tokens = Vec::new();
+    let mut pending = Pending::default();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => pending.finish(&mut tokens),
+            '*' => {
+                pending.started = true;
+                pending.segments.push(std::mem::take(&mut pending.current));
+            }
+            '\\' => {
+                pending.started = true;
+                if let Some(escaped) = chars.next() {
+                    pending.current.push(escaped);
+                }
+            }
+            '\'' => {
+                pending.started = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(inner) => pending.current.push(inner),
+                        None => return Err(RuleProblem::UnterminatedQuote),
+                    }
+                }
+            }
+            '"' => {
+                pending.started = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(escaped @ ('"' | '\\')) => pending.current.push(escaped),
+                            Some(other) => {
+                                pending.current.push('\\');
+                                pending.current.push(other);
+                            }
+                            None => return Err(RuleProblem::UnterminatedQuote),
+                        },
+                        Some(inner) => pending.current.push(inner),
+                        None => return Err(RuleProblem::UnterminatedQuote),
+                    }
+                }
+            }
+            other => {
+                pending.started = true;
+                pending.current.push(other);
+            }
+        }
+    }
+    pending.finish(&mut tokens);
+    Ok(tokens)
+}
+
+/// A file-tool specifier compiled to globs (validated at parse time; matched through
+/// the index's sets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PathPattern {
+    /// Matched against the absolute path rather than the path relative to a root.
+    absolute: bool,
+    /// The pattern itself and the variant that covers what lies beneath a directory.
+    globs: Vec<String>,
+}
+
+impl PathPattern {
+    fn parse(spec: &str, home: Option<&Path>) -> Result<PathPattern, RuleProblem> {
+        let spec = spec.trim();
+        if spec.split('/').any(|component| component == "..") {
+            // Paths are resolved before matching, so such a rule could never match;
+            // for a deny rule that silence would be dangerous.
+            return Err(RuleProblem::ParentInGlob);
+        }
+        let (absolute, anchored, body) = if let Some(rest) = spec.strip_prefix("//") {
+            (true, true, format!("/{}", rest.trim_start_matches('/')))
+        } else if spec == "~" || spec.starts_with("~/") {
+            let home = home.and_then(Path::to_str).ok_or(RuleProblem::NoHome)?;
+            let home = globset::escape(home.trim_end_matches('/'));
+            (true, true, format!("{home}/{}", spec[1..].trim_start_matches('/')))
+        } else if let Some(rest) = spec.strip_prefix('/') {
+            (false, true, rest.to_owned())
+        } else {
+            let rest = spec.strip_prefix("./").unwrap_or(spec);
+            (false, rest.trim_end_matches('/').contains('/'), rest.to_owned())
+        };
+
+        let directory_only = body.ends_with('/');
+        let core = body.trim_end_matches('/');
+        let base = match (absolute, core.is_empty(), anchored) {
+            (true, true, _) => String::new(),
+            (false, true, _) => "**".to_owned(),
+            (_, false, true) => core.to_owned(),
+            (_, false, false) => format!("**/{core}"),
+        };
+        let globs = if directory_only || base.is_empty() {
+            vec![format!("{base}/**")]
+        } else if let Some(parent) = base.strip_suffix("/**") {
+            // `src/**` also names `src` itself (a directory find_files may search).
+            vec![base.clone(), parent.to_owned()]
+        } else {
+            vec![base.clone(), format!("{base}/**")]
+        };
+        for glob in &globs {
+            build_glob(glob).map_err(|err| RuleProblem::BadGlob(err.kind().to_string()))?;
+        }
+        Ok(PathPattern { absolute, globs })
+    }
+}
+
+fn build_glob(glob: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(glob).literal_separator(true).backslash_escape(true).build()
+}
+
+/// Which tools a rule applies to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ToolMatch {
+    /// Canonical tool names (an alias may stand for several).
+    Names(Vec<String>),
+    Wildcard(Wildcard),
+}
+
+/// What part of a call a rule looks at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Spec {
+    /// No specifier: every call of the tool.
+    Whole,
+    Command(CommandPattern),
+    Path(PathPattern),
+    /// A specifier on a tool with no known specifier kind: never matches.
+    Inert,
+}
+
+/// One parsed rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Rule {
+    /// The rule exactly as configured, for explanations.
+    pub(crate) text: String,
+    pub(crate) tools: ToolMatch,
+    pub(crate) spec: Spec,
+}
+
+impl Rule {
+    /// Parses one rule; `home` resolves `~/` in path globs.
+    pub(crate) fn parse(text: &str, home: Option<&Path>) -> Result<Rule, RuleProblem> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(RuleProblem::Empty);
+        }
+        let (name, specifier) = match trimmed.find('(') {
+            None if trimmed.contains(')') => {
+                return Err(RuleProblem::BadToolName(trimmed.to_owned()));
+            }
+            None => (trimmed, None),
+            Some(open) => {
+                let inner = trimmed[open + 1..].strip_suffix(')').ok_or(RuleProblem::Unclosed)?;
+                (trimmed[..open].trim_end(), Some(inner))
+            }
+        };
+        if name.is_empty() {
+            return Err(RuleProblem::EmptyToolName);
+        }
+        if name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '(' || c == ')') {
+            return Err(RuleProblem::BadToolName(name.to_owned()));
+        }
+        let tools = if name.contains('*') {
+            ToolMatch::Wildcard(Wildcard::new(name))
+        } else {
+            ToolMatch::Names(canonical_names(name))
+        };
+        let spec = match (specifier, &tools) {
+            (None, _) => Spec::Whole,
+            (Some(inner), _) if inner.trim().is_empty() => return Err(RuleProblem::EmptySpecifier),
+            (Some(_), ToolMatch::Wildcard(_)) => return Err(RuleProblem::SpecifierOnWildcard),
+            (Some(inner), ToolMatch::Names(names)) => {
+                let first = names.first().map(String::as_str).unwrap_or_default();
+                if first == RUN_COMMAND {
+                    Spec::Command(CommandPattern::parse(inner)?)
+                } else if PATH_TOOLS.contains(&first) {
+                    Spec::Path(PathPattern::parse(inner, home)?)
+                } else {
+                    Spec::Inert
+                }
+            }
+        };
+        Ok(Rule { text: trimmed.to_owned(), tools, spec })
+    }
+
+    fn applies_to(&self, tool: &str) -> bool {
+        match &self.tools {
+            ToolMatch::Names(names) => names.iter().any(|name| name == tool),
+            ToolMatch::Wildcard(wildcard) => wildcard.is_match(tool),
+        }
+    }
+}
+
+fn canonical_names(name: &str) -> Vec<String> {
+    match ALIASES.iter().find(|(alias, _)| *alias == name) {
+        Some((_, names)) => names.iter().map(|name| (*name).to_owned()).collect(),
+        None => vec![name.to_owned()],
+    }
+}
+
+/// Position of a rule in the index, in configured order.
+pub(crate) type RuleId = usize;
+
+/// The path a file-tool call names, with the roots that relative globs are matched
+/// under.
+pub(crate) struct PathTarget<'a> {
+    /// Lexically resolved absolute path.
+    pub(crate) absolute: &'a Path,
+    pub(crate) roots: &'a [PathBuf],
+}
+
+/// Path rules of one tool and list, compiled into two glob sets.
+struct PathIndex {
+    relative: GlobSet,
+    /// The rule of each glob in `relative`.
+    relative_ids: Vec<RuleId>,
+    absolute: GlobSet,
+    absolute_ids: Vec<RuleId>,
+}
+
+impl PathIndex {
+    fn first_match(&self, target: &PathTarget<'_>) -> Option<RuleId> {
+        let mut best: Option<RuleId> = None;
+        let mut consider = |set: &GlobSet, ids: &[RuleId], candidate: &Candidate<'_>| {
+            if !set.is_empty() && set.is_match_candidate(candidate) {
+                for glob_idx in set.matches_candidate(candidate) {
+                    if let Some(&id) = ids.get(glob_idx) {
+                        best = Some(best.map_or(id, |seen| seen.min(id)));
+                    }
+                }
+            }
+        };
+        consider(&self.absolute, &self.absolute_ids, &Candidate::new(target.absolute));
+        for root in target.roots {
+            if let Ok(relative) = target.absolute.strip_prefix(root) {
+                consider(&self.relative, &self.relative_ids, &Candidate::new(relative));
+            }
+        }
+        best
+    }
+}
+
+/// The rules of one tool in one list.
+#[derive(Default)]
+struct ListIndex {
+    /// The first bare rule naming the tool exactly.
+    whole: Option<RuleId>,
+    /// Command-pattern rules, in configured order.
+    commands: Vec<RuleId>,
+    paths: Option<PathIndex>,
+}
+
+/// The path globs of one tool and list while building: (absolute?, glob, rule).
+type GlobGroup<'a> = Vec<(bool, &'a str, RuleId)>;
+
+/// Compiled rules grouped for lookup. Immutable; shared behind an `Arc`.
+pub(crate) struct RuleIndex {
+    rules: Vec<(RuleList, Rule)>,
+    /// Per canonical tool name, one entry per list (indexed by [`list_slot`]).
+    tools: HashMap<String, [ListIndex; 3]>,
+    /// Rules with a wildcard tool name (always bare), per list.
+    wildcards: [Vec<RuleId>; 3],
+}
+
+fn list_slot(list: RuleList) -> usize {
+    match list {
+        RuleList::Allow => 0,
+        RuleList::Ask => 1,
+        RuleList::Deny => 2,
+    }
+}
+
+impl RuleIndex {
+    pub(crate) fn empty() -> RuleIndex {
+        RuleIndex { rules: Vec::new(), tools: HashMap::new(), wildcards: Default::default() }
+    }
+
+    /// Groups parsed rules by tool and list and compiles their path globs.
+    pub(crate) fn build(rules: Vec<(RuleList, Rule)>) -> Result<RuleIndex, RuleError> {
+        let mut tools: HashMap<String, [ListIndex; 3]> = HashMap::new();
+        let mut wildcards: [Vec<RuleId>; 3] = Default::default();
+        // Path globs per (tool, slot): (absolute?, glob, rule).
+        let mut globs: HashMap<(String, usize), GlobGroup<'_>> = HashMap::new();
+        for (id, (list, rule)) in rules.iter().enumerate() {
+            let slot = list_slot(*list);
+            let names = match &rule.tools {
+                ToolMatch::Wildcard(_) => {
+                    wildcards[slot].push(id);
+                    continue;
+                }
+                ToolMatch::Names(names) => names,
+            };
+            for name in names {
+                let entry = &mut tools.entry(name.clone()).or_default()[slot];
+                match &rule.spec {
+                    Spec::Whole => {
+                        entry.whole.get_or_insert(id);
+                    }
+                    Spec::Command(_) => entry.commands.push(id),
+                    Spec::Path(pattern) => {
+                        let group = globs.entry((name.clone(), slot)).or_default();
+                        for glob in &pattern.globs {
+                            group.push((pattern.absolute, glob, id));
+                        }
+                    }
+                    Spec::Inert => {}
+                }
+            }
+        }
+        for ((name, slot), group) in globs {
+            let index = compile_paths(&group).map_err(|problem| {
+                let first = group.first().map(|(_, _, id)| *id).unwrap_or_default();
+                let (list, rule) = &rules[first];
+                RuleError { rule: rule.text.clone(), list: Some(*list), problem }
+            })?;
+            if let Some(lists) = tools.get_mut(&name) {
+                lists[slot].paths = Some(index);
+            }
+        }
+        Ok(RuleIndex { rules, tools, wildcards })
+    }
+
+    pub(crate) fn rule(&self, id: RuleId) -> &Rule {
+        &self.rules[id].1
+    }
+
+    pub(crate) fn rules(&self) -> impl Iterator<Item = (RuleList, &Rule)> {
+        self.rules.iter().map(|(list, rule)| (*list, rule))
+    }
+
+    /// The rules that can apply to `tool` (one hash lookup for the whole decision).
+    pub(crate) fn for_tool<'a>(&'a self, tool: &'a str) -> ToolRules<'a> {
+        ToolRules { index: self, tool, lists: self.tools.get(tool) }
+    }
+}
+
+/// The rules of one index that can apply to one tool.
+pub(crate) struct ToolRules<'a> {
+    index: &'a RuleIndex,
+    tool: &'a str,
+    lists: Option<&'a [ListIndex; 3]>,
+}
+
+impl ToolRules<'_> {
+    pub(crate) fn rule(&self, id: RuleId) -> &Rule {
+        self.index.rule(id)
+    }
+
+    /// The first rule in `list` that matches every call of the tool.
+    pub(crate) fn whole(&self, list: RuleList) -> Option<RuleId> {
+        let slot = list_slot(list);
+        let exact = self.lists.and_then(|lists| lists[slot].whole);
+        let wildcard = self.index.wildcards[slot]
+            .iter()
+            .copied()
+            .find(|&id| self.index.rules[id].1.applies_to(self.tool));
+        earliest(exact, wildcard)
+    }
+
+    /// Whether `list` holds any rule that can match a call of the tool.
+    pub(crate) fn any(&self, list: RuleList) -> bool {
+        let slot = list_slot(list);
+        let own = self.lists.is_some_and(|lists| {
+            let rules = &lists[slot];
+            rules.whole.is_some() || !rules.commands.is_empty() || rules.paths.is_some()
+        });
+        own || self.whole(list).is_some()
+    }
+
+    /// The first command-pattern rule in `list` matching the words.
+    pub(crate) fn command(&self, list: RuleList, words: &[ShellWord]) -> Option<RuleId> {
+        let lists = self.lists?;
+        lists[list_slot(list)].commands.iter().copied().find(|&id| {
+            match &self.index.rules[id].1.spec {
+                Spec::Command(pattern) => pattern.matches(words),
+                _ => false,
+            }
+        })
+    }
+
+    /// The first path rule in `list` matching the path.
+    pub(crate) fn path(&self, list: RuleList, target: &PathTarget<'_>) -> Option<RuleId> {
+        self.lists?[list_slot(list)].paths.as_ref()?.first_match(target)
+    }
+}
+
+/// The rule configured first of two candidates.
+pub(crate) fn earliest(a: Option<RuleId>, b: Option<RuleId>) -> Option<RuleId> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn compile_paths(group: &[(bool, &str, RuleId)]) -> Result<PathIndex, RuleProblem> {
+    let mut relative = GlobSetBuilder::new();
+    let mut relative_ids = Vec::new();
+    let mut absolute = GlobSetBuilder::new();
+    let mut absolute_ids = Vec::new();
+    for &(is_absolute, glob, id) in group {
+        let compiled =
+            build_glob(glob).map_err(|err| RuleProblem::BadGlob(err.kind().to_string()))?;
+        if is_absolute {
+            absolute.add(compiled);
+            absolute_ids.push(id);
+        } else {
+            relative.add(compiled);
+            relative_ids.push(id);
+        }
+    }
+    let build = |builder: &GlobSetBuilder| {
+        builder.build().map_err(|err| RuleProblem::BadGlob(err.kind().to_string()))
+    };
+    Ok(PathIndex {
+        relative: build(&relative)?,
+        relative_ids,
+        absolute: build(&absolute)?,
+        absolute_ids,
+    })
+}
+
+/// A `run_command` rule text allowing commands that start with `words`.
+pub(crate) fn command_prefix_rule(words: &[&str]) -> String {
+    let quoted: Vec<String> = words.iter().map(|word| quote_pattern_word(word)).collect();
+    format!("{RUN_COMMAND}({}:*)", quoted.join(" "))
+}
+
+/// Quotes a word for a command pattern when it holds anything the pattern syntax would
+/// read differently.
+fn quote_pattern_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && !word.chars().any(|c| c.is_whitespace() || matches!(c, '*' | '\'' | '"' | '\\'));
+    if plain {
+        word.to_owned()
+    } else if !word.contains('\'') {
+        format!("'{word}'")
+    } else {
+        format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// A file-tool rule text naming `path` (relative to a root, or absolute), glob
+/// metacharacters escaped; `directory` adds `/**` to cover everything beneath it. A
+/// relative file name gets a leading `/` so that it stays anchored to the root rather
+/// than matching at any depth.
+pub(crate) fn path_rule(tool: &str, path: &Path, relative: bool, directory: bool) -> String {
+    let escaped = globset::escape(&path.to_string_lossy());
+    let spec = match (relative, directory) {
+        (true, true) => format!("{escaped}/**"),
+        (true, false) if escaped.contains('/') => escaped,
+        (true, false) | (false, false) => format!("/{escaped}"),
+        (false, true) => format!("/{escaped}/**"),
+    };
+    format!("{tool}({spec})")
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn words(command: &str) -> Vec<ShellWord> {
+        command.split_whitespace().map(|word| ShellWord::Literal(word.to_owned())).collect()
+    }
+
+    #[test]
+    fn parse_errors_name_the_problem() {
+        let table: &[(&str, RuleProblem)] = &[
+            ("", RuleProblem::Empty),
+            ("   ", RuleProblem::Empty),
+            ("(git status)", RuleProblem::EmptyToolName),
+            ("run_command(git status", RuleProblem::Unclosed),
+            ("run_command(git) extra", RuleProblem::Unclosed),
+            ("run_command()", RuleProblem::EmptySpecifier),
+            ("run command", RuleProblem::BadToolName("run command".to_owned())),
+            ("run_command)", RuleProblem::BadToolName("run_command)".to_owned())),
+            ("mcp__*(x)", RuleProblem::SpecifierOnWildcard),
+            ("Bash(echo 'oops)", RuleProblem::UnterminatedQuote),
+            (
+                "read_file(src/[)",
+                RuleProblem::BadGlob("unclosed character class; missing ']'".to_owned()),
+            ),
+            ("read_file(~/.ssh/**)", RuleProblem::NoHome),
+            ("edit_file(../secrets/**)", RuleProblem::ParentInGlob),
+            ("edit_file(//w/a/../b)", RuleProblem::ParentInGlob),
+        ];
+        for (text, problem) in table {
+            assert_eq!(Rule::parse(text, None).as_ref().err(), Some(problem), "rule {text:?}");
+        }
+        let err = RuleError {
+            rule: "run_command()".to_owned(),
+            list: Some(RuleList::Deny),
+            problem: RuleProblem::EmptySpecifier,
+        };
+        expect![[r#"invalid deny rule "run_command()": the specifier in parentheses is empty; write the bare tool name to match every call"#]]
+            .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn aliases_and_specifier_kinds() {
+        let table: &[(&str, &[&str], &str)] = &[
+            ("Bash(git status:*)", &["run_command"], "command"),
+            ("Read(src/**)", &["read_file"], "path"),
+            ("Edit(src/**)", &["edit_file", "write_file"], "path"),
+            ("Write", &["write_file"], "whole"),
+            ("Glob(src/**)", &["find_files"], "path"),
+            ("Grep(src/**)", &["search_code"], "path"),
+            ("mcp__git__status(anything)", &["mcp__git__status"], "inert"),
+            ("bash(x)", &["bash"], "inert"),
+        ];
+        for (text, names, kind) in table {
+            let rule = Rule::parse(text, None).unwrap_or_else(|err| panic!("{text}: {err}"));
+            let expected_names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
+            assert_eq!(rule.tools, ToolMatch::Names(expected_names), "{text}");
+            let actual_kind = match rule.spec {
+                Spec::Whole => "whole",
+                Spec::Command(_) => "command",
+                Spec::Path(_) => "path",
+                Spec::Inert => "inert",
+            };
+            assert_eq!(actual_kind, *kind, "{text}");
+        }
+    }
+
+    #[test]
+    fn tool_name_wildcards() {
+        let rule = Rule::parse("mcp__git__*", None).unwrap_or_else(|err| panic!("{err}"));
+        let table = [
+            ("mcp__git__status", true),
+            ("mcp__git__", true),
+            ("mcp__github__status", false),
+            ("mcp__gi", false),
+            ("run_command", false),
+        ];
+        for (tool, expected) in table {
+            assert_eq!(rule.applies_to(tool), expected, "{tool}");
+        }
+        let all_mcp = Rule::parse("mcp__*__delete_*", None).unwrap_or_else(|err| panic!("{err}"));
+        assert!(all_mcp.applies_to("mcp__db__delete_row"));
+        assert!(!all_mcp.applies_to("mcp__db__insert_row"));
+    }
+
+    #[test]
+    fn command_patterns() {
+        let table: &[(&str, &str, bool)] = &[
+            // Prefix form.
+            ("git status:*", "git status", true),
+            ("git status:*", "git status --short", true),
+            ("git status:*", "git statusx", false),
+            ("git status:*", "git", false),
+            ("git status:*", "git log status", false),
+            // Exact form.
+            ("git status", "git status", true),
+            ("git status", "git status --short", false),
+            // Glob form: standalone star is any number of words.
+            ("npm run test *", "npm run test", true),
+            ("npm run test *", "npm run test unit --watch", true),
+            ("npm run test *", "npm run testx", false),
+            ("git * --dry-run", "git push origin --dry-run", true),
+            ("git * --dry-run", "git push origin", false),
+            // Star inside a word.
+            ("cargo test*", "cargo test", true),
+            ("cargo test*", "cargo tests", true),
+            ("cargo test*", "cargo test --all", false),
+            ("ls*:*", "lsof -i", true),
+            ("*", "anything at all", true),
+            // Quotes make stars and spaces literal.
+            ("echo '*'", "echo *", true),
+            ("echo '*'", "echo x", false),
+            ("git commit -m \"wip now\":*", "git commit -m x", false),
+        ];
+        for (pattern, command, expected) in table {
+            let parsed = CommandPattern::parse(pattern).unwrap_or_else(|err| panic!("{err}"));
+            assert_eq!(parsed.matches(&words(command)), *expected, "{pattern:?} vs {command:?}");
+        }
+        let quoted = CommandPattern::parse("git commit -m \"wip now\":*")
+            .unwrap_or_else(|err| panic!("{err}"));
+        let with_space = vec![
+            ShellWord::Literal("git".to_owned()),
+            ShellWord::Literal("commit".to_owned()),
+            ShellWord::Literal("-m".to_owned()),
+            ShellWord::Literal("wip now".to_owned()),
+        ];
+        assert!(quoted.matches(&with_space));
+        // A word only known at run time matches no literal, only a standalone star.
+        let dynamic =
+            vec![ShellWord::Literal("git".to_owned()), ShellWord::Dynamic("$X".to_owned())];
+        assert!(!CommandPattern::parse("git status:*").is_ok_and(|p| p.matches(&dynamic)));
+        assert!(CommandPattern::parse("git:*").is_ok_and(|p| p.matches(&dynamic)));
+    }
+
+    #[test]
+    fn path_patterns_compile_gitignore_style() {
+        let home = Path::new("/home/u");
+        let table: &[(&str, bool, &[&str])] = &[
+            ("src/**", false, &["src/**", "src"]),
+            ("*.md", false, &["**/*.md", "**/*.md/**"]),
+            ("**/.env*", false, &["**/.env*", "**/.env*/**"]),
+            (".git", false, &["**/.git", "**/.git/**"]),
+            ("build/", false, &["**/build/**"]),
+            ("/Cargo.toml", false, &["Cargo.toml", "Cargo.toml/**"]),
+            ("./docs/*.md", false, &["docs/*.md", "docs/*.md/**"]),
+            ("//etc/**", true, &["/etc/**", "/etc"]),
+            ("~/.ssh/**", true, &["/home/u/.ssh/**", "/home/u/.ssh"]),
+            ("~", true, &["/home/u/**"]),
+        ];
+        for (spec, absolute, globs) in table {
+            let pattern =
+                PathPattern::parse(spec, Some(home)).unwrap_or_else(|err| panic!("{spec}: {err}"));
+            assert_eq!(pattern.absolute, *absolute, "{spec}");
+            assert_eq!(pattern.globs, *globs, "{spec}");
+        }
+    }
+
+    #[test]
+    fn index_matches_paths_under_each_root() {
+        let rules = ["edit_file(src/**)", "edit_file(*.md)", "edit_file(//etc/**)"]
+            .iter()
+            .map(|text| Rule::parse(text, None).map(|rule| (RuleList::Allow, rule)))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_else(|err| panic!("{err}"));
+        let index = RuleIndex::build(rules).unwrap_or_else(|err| panic!("{err}"));
+        let roots = [PathBuf::from("/w/a"), PathBuf::from("/w/b")];
+        let table: &[(&str, Option<RuleId>)] = &[
+            ("/w/a/src/main.rs", Some(0)),
+            ("/w/b/src/deep/x.rs", Some(0)),
+            ("/w/a/src", Some(0)),
+            ("/w/a/docs/README.md", Some(1)),
+            ("/w/a/README.md", Some(1)),
+            ("/w/c/src/main.rs", None),
+            ("/w/a/srcx/main.rs", None),
+            ("/etc/passwd", Some(2)),
+            ("/w/a/etc/passwd", None),
+        ];
+        for (path, expected) in table {
+            let target = PathTarget { absolute: Path::new(path), roots: &roots };
+            assert_eq!(
+                index.for_tool("edit_file").path(RuleList::Allow, &target),
+                *expected,
+                "{path}"
+            );
+        }
+        let target = PathTarget { absolute: Path::new("/w/a/src/x"), roots: &roots };
+        assert_eq!(index.for_tool("read_file").path(RuleList::Allow, &target), None);
+    }
+
+    #[test]
+    fn suggestion_texts_round_trip() {
+        let table: &[&[&str]] =
+            &[&["cargo", "test"], &["echo", "a b"], &["ls", "*"], &["say", "it's"]];
+        for words_in in table {
+            let text = command_prefix_rule(words_in);
+            let rule = Rule::parse(&text, None).unwrap_or_else(|err| panic!("{text}: {err}"));
+            let Spec::Command(pattern) = rule.spec else { panic!("{text} is not a command rule") };
+            let mut literal: Vec<ShellWord> =
+                words_in.iter().map(|word| ShellWord::Literal((*word).to_owned())).collect();
+            assert!(pattern.matches(&literal), "{text}");
+            literal.push(ShellWord::Literal("--more".to_owned()));
+            assert!(pattern.matches(&literal), "{text}");
+        }
+        expect![[r#"run_command(echo "it's" 'a b' '*':*)"#]]
+            .assert_eq(&command_prefix_rule(&["echo", "it's", "a b", "*"]));
+    }
+}

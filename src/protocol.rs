@@ -1,0 +1,253 @@
+//! The native protocol's wire types: params and results of every method, named after
+//! the method (`tools/call` → `ToolsCallParams` / `ToolsCallResult`).
+//!
+//! These types are the source of `proto/*.schema.json`; a test fails when the committed
+//! schemas drift from them. Editor plugins and remote agents read `proto/`, not Rust.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::agent::{ApprovalDecision, ApprovalScope, Event};
+use crate::permission::{Explanation, Mode};
+use crate::tools::{Definition, Todo, ToolResult};
+
+/// Method names, in one place.
+pub mod method {
+    pub const SESSION_OPEN: &str = "session/open";
+    pub const SESSION_UPDATE: &str = "session/update";
+    pub const SESSION_CLOSE: &str = "session/close";
+    pub const TOOLS_LIST: &str = "tools/list";
+    pub const TOOLS_CALL: &str = "tools/call";
+    pub const TOOLS_CALL_BATCH: &str = "tools/call_batch";
+    pub const TOOLS_CANCEL: &str = "tools/cancel";
+    pub const TOOLS_EXPLAIN: &str = "tools/explain";
+    pub const EVENTS_SUBSCRIBE: &str = "events/subscribe";
+    pub const EVENTS_UNSUBSCRIBE: &str = "events/unsubscribe";
+    pub const PERMISSION_RESPOND: &str = "permission/respond";
+    pub const DAEMON_STATUS: &str = "daemon/status";
+    /// Server → client notification carrying one event.
+    pub const EVENTS: &str = "events";
+    /// Client → server notifications that cancel a request by its JSON-RPC id.
+    pub const CANCEL_REQUEST: &str = "$/cancelRequest";
+    pub const NOTIFICATIONS_CANCELLED: &str = "notifications/cancelled";
+}
+
+/// `session/open`: a new session on this connection (e.g. for a sub-agent). Every
+/// field narrows what the daemon's configuration grants; nothing can widen it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionOpenParams {
+    /// Working directory; must be inside the roots. Default: the first root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Roots; each must be inside a configured root. Default: the configured roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<String>>,
+    /// Permission mode; never more permissive than the configured mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Only these tools (system tools are always available). Intersected with the
+    /// connection's own allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowlist: Option<Vec<String>>,
+    /// Default call deadline; capped at the configured maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_bytes: Option<u64>,
+}
+
+/// What a session is, as the daemon granted it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub cwd: String,
+    pub roots: Vec<String>,
+    pub mode: Mode,
+    pub allowlist: Vec<String>,
+    pub timeout_ms: u64,
+    pub max_output_bytes: usize,
+    pub max_read_bytes: u64,
+    pub todos: Vec<Todo>,
+}
+
+pub type SessionOpenResult = SessionInfo;
+
+/// `session/update`: change a session's mode, allowlist or cwd (narrowing only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionUpdateParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowlist: Option<Vec<String>>,
+}
+
+pub type SessionUpdateResult = SessionInfo;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCloseParams {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionCloseResult {
+    pub closed: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsListParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsListResult {
+    /// Sorted by name; the session's allowlist and mode applied.
+    pub tools: Vec<Definition>,
+}
+
+/// `tools/call`: one call, like MCP's. The result is the tool Result itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsCallParams {
+    pub name: String,
+    /// A JSON object, or a string holding the model's raw argument text.
+    #[serde(default)]
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The call id used in events and for `tools/cancel`; default: the request id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+pub type ToolsCallResult = ToolResult;
+
+/// One call of a batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchCall {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// `tools/call_batch`: one model turn; results come back in call order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsCallBatchParams {
+    pub calls: Vec<BatchCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsCallBatchResult {
+    pub results: Vec<ToolResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsCancelParams {
+    pub call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsCancelResult {
+    /// How many in-flight calls were canceled (0: none with that id was running).
+    pub canceled: usize,
+}
+
+/// `tools/explain`: which layer and rule would decide a call, without running it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsExplainParams {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsExplainResult {
+    /// `allow`, `ask`, `deny`, `not_allowed` or `unknown_tool`.
+    pub decision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Explanation>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventsSubscribeParams {
+    /// Default: the connection's default session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// The subscription id; every `events` notification names it.
+pub type EventsSubscribeResult = String;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventsUnsubscribeParams {
+    pub subscription: String,
+}
+
+/// The `events` notification's params.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventsNotification {
+    pub subscription: String,
+    pub result: Event,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRespondParams {
+    pub request_id: String,
+    pub decision: ApprovalDecision,
+    #[serde(default)]
+    pub scope: ApprovalScope,
+    /// Passed to the model with a deny.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionRespondResult {
+    /// False when no such request is pending (answered, timed out or canceled).
+    pub resolved: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DaemonStatusResult {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub connections: usize,
+    pub sessions: usize,
+    pub calls_in_flight: usize,
+    pub tools: usize,
+}
+
+/// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CancelRequestParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    #[serde(default, rename = "requestId", skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,223 @@
+//! JSON-RPC 2.0 framing: parsing one incoming message, and building responses,
+//! errors and notifications. No I/O and no methods here.
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Standard error codes.
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+/// The request was canceled by the client (LSP's RequestCancelled).
+pub const REQUEST_CANCELLED: i64 = -32800;
+/// The daemon is shutting down or over a limit.
+pub const SERVER_BUSY: i64 = -32000;
+
+/// One parsed incoming message.
+#[derive(Debug)]
+pub enum Incoming {
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A response from the client (we send no requests on this protocol): ignored.
+    Response,
+}
+
+/// A JSON-RPC error object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError { code, message: message.into(), data: None }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        RpcError::new(INVALID_PARAMS, message)
+    }
+
+    pub fn with_data(mut self, data: Value) -> RpcError {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// What a malformed message deserves: the error, and the id to answer with (null when
+/// it could not be read).
+pub struct Malformed {
+    pub id: Value,
+    pub error: RpcError,
+}
+
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// Parses one message. Batches (arrays) are handled by the caller, element by element.
+pub fn parse(text: &str) -> Result<Incoming, Malformed> {
+    let envelope: Envelope<'_> = match serde_json::from_str(text) {
+        Ok(envelope) => envelope,
+        Err(err) if err.is_syntax() || err.is_eof() => {
+            return Err(Malformed {
+                id: Value::Null,
+                error: RpcError::new(PARSE_ERROR, format!("parse error: {err}")),
+            });
+        }
+        Err(err) => {
+            return Err(Malformed {
+                id: Value::Null,
+                error: RpcError::new(INVALID_REQUEST, format!("invalid request: {err}")),
+            });
+        }
+    };
+    let id = envelope.id.clone().unwrap_or(Value::Null);
+    if envelope.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+        return Err(Malformed {
+            id,
+            error: RpcError::new(INVALID_REQUEST, "invalid request: jsonrpc must be \"2.0\""),
+        });
+    }
+    let params = envelope.params.unwrap_or(Value::Null);
+    match (envelope.method, envelope.id) {
+        (Some(method), Some(id)) => {
+            if !(id.is_string() || id.is_number() || id.is_null()) {
+                return Err(Malformed {
+                    id: Value::Null,
+                    error: RpcError::new(INVALID_REQUEST, "invalid request: bad id"),
+                });
+            }
+            Ok(Incoming::Request { id, method, params })
+        }
+        (Some(method), None) => Ok(Incoming::Notification { method, params }),
+        (None, Some(_)) if envelope.result.is_some() || envelope.error.is_some() => {
+            Ok(Incoming::Response)
+        }
+        (None, _) => Err(Malformed {
+            id,
+            error: RpcError::new(INVALID_REQUEST, "invalid request: no method"),
+        }),
+    }
+}
+
+/// A success response line.
+pub fn response<T: Serialize>(id: &Value, result: &T) -> String {
+    #[derive(Serialize)]
+    struct Response<'a, T> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a T,
+    }
+    serde_json::to_string(&Response { jsonrpc: "2.0", id, result })
+        .unwrap_or_else(|err| error_response(id, &RpcError::new(INTERNAL_ERROR, err.to_string())))
+}
+
+/// An error response line.
+pub fn error_response(id: &Value, error: &RpcError) -> String {
+    #[derive(Serialize)]
+    struct ErrorObject<'a> {
+        code: i64,
+        message: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<&'a Value>,
+    }
+    #[derive(Serialize)]
+    struct ErrorResponse<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        error: ErrorObject<'a>,
+    }
+    let body = ErrorResponse {
+        jsonrpc: "2.0",
+        id,
+        error: ErrorObject { code: error.code, message: &error.message, data: error.data.as_ref() },
+    };
+    serde_json::to_string(&body).unwrap_or_default()
+}
+
+/// A notification line.
+pub fn notification<T: Serialize>(method: &str, params: &T) -> String {
+    #[derive(Serialize)]
+    struct Notification<'a, T> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a T,
+    }
+    serde_json::to_string(&Notification { jsonrpc: "2.0", method, params }).unwrap_or_default()
+}
+
+/// Deserializes params (null counts as `{}` for methods whose params are optional).
+pub fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    let params = if params.is_null() { Value::Object(serde_json::Map::new()) } else { params };
+    serde_json::from_value(params)
+        .map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")))
+}
+
+/// A key for a request id usable in maps (`1` and `"1"` are different ids).
+pub fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn parses_requests_notifications_and_rejects_garbage() {
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            Ok(Incoming::Request { method, .. }) if method == "tools/list"
+        ));
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#),
+            Ok(Incoming::Notification { .. })
+        ));
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Ok(Incoming::Response)));
+        let err = parse("{not json").err().unwrap();
+        assert_eq!(err.error.code, PARSE_ERROR);
+        let err = parse(r#"{"id":1,"method":"x"}"#).err().unwrap();
+        assert_eq!((err.error.code, err.id), (INVALID_REQUEST, json!(1)));
+        let err = parse(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#).err().unwrap();
+        assert_eq!(err.error.code, INVALID_REQUEST);
+        let err = parse(r#"[1,2]"#).err().unwrap();
+        assert_eq!(err.error.code, INVALID_REQUEST);
+    }
+
+    #[test]
+    fn builds_lines() {
+        assert_eq!(
+            response(&json!(1), &json!({"a": 1})),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#
+        );
+        assert_eq!(
+            error_response(&json!("x"), &RpcError::new(METHOD_NOT_FOUND, "nope")),
+            r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32601,"message":"nope"}}"#
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! Running the daemon: configuration → Registry → Daemon → listeners, then the life
+//! cycle (READY, watchdog, SIGHUP reload, SIGTERM drain and stop).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{CallObserver, CallRecord};
+use crate::audit::{AuditLog, AuditRecord};
+use crate::config::{Config, ConfigError, LoadOptions};
+use crate::daemon::{Daemon, Settings};
+use crate::hooks::{HookError, Hooks};
+use crate::permission::{Mode, Policy, RuleConfig, RuleError};
+use crate::rpc;
+use crate::systemd::{Inherited, Notifier};
+use crate::tools::Registry;
+
+/// Why the daemon could not start (or reload).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("invalid permission rule: {0}")]
+    Rule(#[from] RuleError),
+    #[error("invalid hook: {0}")]
+    Hook(#[from] HookError),
+    #[error("invalid permission mode {0:?}")]
+    Mode(String),
+    #[error(transparent)]
+    Socket(#[from] rpc::unix::SocketError),
+    #[error("cannot open the audit log: {0}")]
+    Audit(#[from] crate::audit::AuditError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What `toolgate serve` was asked to do.
+#[derive(Debug, Default)]
+pub struct ServeOptions {
+    pub config: Option<PathBuf>,
+    pub stdio: bool,
+    pub socket: Option<PathBuf>,
+    /// Listeners passed by systemd (socket activation), taken before the runtime
+    /// started.
+    pub inherited: Vec<Inherited>,
+}
+
+/// Builds the runtime settings from a loaded configuration.
+pub fn settings_from_config(
+    config: &Config,
+    home: Option<&std::path::Path>,
+) -> Result<Settings, ServeError> {
+    let mode: Mode = config
+        .permissions
+        .mode
+        .parse()
+        .map_err(|_| ServeError::Mode(config.permissions.mode.clone()))?;
+    let rules = RuleConfig {
+        allow: config.permissions.allow.clone(),
+        ask: config.permissions.ask.clone(),
+        deny: config.permissions.deny.clone(),
+    };
+    let policy = Policy::new(&rules, home)?;
+    let hooks = Hooks::new(&config.hooks.pre_tool_use, &config.hooks.post_tool_use)?;
+    Ok(Settings {
+        roots: config.workspace.roots.clone(),
+        mode,
+        policy,
+        hooks: Arc::new(hooks),
+        default_timeout: config.limits.default_timeout(),
+        max_timeout: config.limits.max_timeout(),
+        max_output_bytes: config.limits.max_output_bytes,
+        max_read_bytes: config.limits.max_read_bytes,
+        approval_timeout: config.limits.approval_timeout(),
+        env_policy: config.env_policy(),
+        max_calls_per_session: config.server.max_calls_per_session,
+        event_buffer: config.server.event_buffer,
+    })
+}
+
+/// Loads the configuration the way the process was asked to.
+pub fn load_config(explicit: Option<PathBuf>) -> Result<(Config, LoadOptions), ServeError> {
+    let options = LoadOptions::from_process(explicit)?;
+    let config = Config::load(&options)?;
+    Ok((config, options))
+}
+
+/// The registry every face serves: the built-ins and the system tools.
+pub fn default_registry() -> Arc<Registry> {
+    let registry = Registry::with_builtins();
+    for tool in crate::agent::system_tools::all() {
+        if let Err(err) = registry.register(Some(tool)) {
+            tracing::error!(%err, "system tool failed to register");
+        }
+    }
+    Arc::new(registry)
+}
+
+/// Writes one audit record per finished call.
+struct AuditObserver(AuditLog);
+
+impl CallObserver for AuditObserver {
+    fn call_finished(&self, record: &CallRecord) {
+        self.0.record(AuditRecord {
+            ts: std::time::SystemTime::now(),
+            session_id: record.session_id.clone(),
+            client: record.client.clone(),
+            call_id: record.call_id.clone(),
+            tool: record.tool.clone(),
+            arguments: record.arguments.clone(),
+            decision: record.decision.clone(),
+            rule: record.explanation.as_ref().map(|explanation| match &explanation.rule {
+                Some(rule) => format!("{:?}: {rule}", explanation.layer).to_lowercase(),
+                None => format!("{:?}", explanation.layer).to_lowercase(),
+            }),
+            ok: record.result_ok,
+            error_type: record.error_type,
+            duration: record.elapsed,
+        });
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT (or EOF in `--stdio` mode).
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let (config, load_options) = load_config(options.config.clone())?;
+    let settings = settings_from_config(&config, load_options.home.as_deref())?;
+    let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
+    let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
+    let daemon = Daemon::new(default_registry(), settings, Some(observer));
+    let max_message = config.server.max_message_bytes;
+
+    if options.stdio {
+        let stdin = tokio::io::stdin();
+        let stdout = tokio::io::stdout();
+        rpc::serve_lines(&daemon, "stdio".to_owned(), stdin, stdout, max_message).await;
+        daemon.begin_shutdown();
+        let _ = audit.flush().await;
+        return Ok(());
+    }
+
+    // Listeners: inherited ones first (socket activation), else bind our own.
+    let accept_stop = CancellationToken::new();
+    let mut unix_listener = None;
+    let mut bound_socket = None;
+    for inherited in options.inherited {
+        match inherited {
+            Inherited::Unix { name, listener } => {
+                tracing::info!(%name, "using a unix socket passed by the service manager");
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|source| ServeError::Listen { addr: name.clone(), source })?;
+                let listener = tokio::net::UnixListener::from_std(listener)
+                    .map_err(|source| ServeError::Listen { addr: name, source })?;
+                unix_listener = Some(listener);
+            }
+            Inherited::Tcp { name, .. } => {
+                tracing::warn!(%name, "ignoring an inherited TCP socket this build does not serve");
+            }
+        }
+    }
+    if unix_listener.is_none() {
+        let path = options.socket.clone().unwrap_or_else(|| config.server.socket.clone());
+        unix_listener = Some(rpc::unix::bind(&path)?);
+        bound_socket = Some(path);
+    }
+    let mut accept_loops = Vec::new();
+    if let Some(listener) = unix_listener {
+        let daemon = daemon.clone();
+        let stop = accept_stop.clone();
+        let max_connections = config.server.max_connections;
+        accept_loops.push(tokio::spawn(async move {
+            tokio::select! {
+                () = rpc::unix::serve(daemon, listener, max_connections, max_message) => {}
+                () = stop.cancelled() => {}
+            }
+        }));
+    }
+    if let Some(addr) = config.server.mcp_http {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        tracing::info!(%addr, "MCP Streamable HTTP endpoint at /mcp");
+        let router = crate::mcp::http_router(daemon.clone(), mcp_options(&config)?);
+        let stop = accept_stop.clone();
+        accept_loops.push(tokio::spawn(async move {
+            let serving =
+                axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned());
+            if let Err(err) = serving.await {
+                tracing::error!(%err, "the MCP HTTP endpoint failed");
+            }
+        }));
+    }
+    if let Some(path) = &bound_socket {
+        tracing::info!(socket = %path.display(), roots = ?config.workspace.roots, "toolgate is listening");
+    }
+
+    let notifier = Notifier::from_env();
+    let _ = notifier.ready();
+    let watchdog_stop = CancellationToken::new();
+    let _watchdog = crate::systemd::spawn_watchdog(watchdog_stop.clone());
+
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let explicit = options.config.clone();
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = hangup.recv() => {
+                let _ = notifier.reloading();
+                match load_config(explicit.clone())
+                    .and_then(|(config, options)| settings_from_config(&config, options.home.as_deref()))
+                {
+                    Ok(settings) => {
+                        daemon.reload(settings);
+                        tracing::info!("configuration reloaded");
+                    }
+                    Err(err) => tracing::error!(%err, "reload failed; keeping the running configuration"),
+                }
+                let _ = notifier.ready();
+            }
+        }
+    }
+
+    // Stop: no new connections; let running calls finish within the grace period;
+    // then cancel the rest (their processes are killed) and wait for every task.
+    let _ = notifier.stopping();
+    tracing::info!("stopping");
+    accept_stop.cancel();
+    for accept in accept_loops {
+        let _ = accept.await;
+    }
+    let grace = config.server.shutdown_grace();
+    let drained = tokio::time::timeout(grace, async {
+        while daemon.calls_in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            calls = daemon.calls_in_flight(),
+            "grace period over; canceling the remaining calls"
+        );
+    }
+    daemon.begin_shutdown();
+    daemon.tasks().close();
+    if tokio::time::timeout(Duration::from_secs(5), daemon.tasks().wait()).await.is_err() {
+        tracing::warn!("some connections did not close in time");
+    }
+    watchdog_stop.cancel();
+    if let Err(err) = audit.flush().await {
+        tracing::error!(%err, "flushing the audit log failed");
+    }
+    if let Some(path) = bound_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// What `toolgate mcp` was asked to do.
+#[derive(Debug, Default)]
+pub struct McpCommandOptions {
+    pub config: Option<PathBuf>,
+    /// Replace the configured roots (the operator's choice on the command line).
+    pub roots: Vec<PathBuf>,
+    /// Replace the configured mode (likewise).
+    pub mode: Option<String>,
+    pub conformance_fixtures: bool,
+    /// Serve Streamable HTTP on this address instead of stdio.
+    pub http: Option<String>,
+}
+
+/// `toolgate mcp`: one MCP conversation on stdio (or an HTTP endpoint), over the same
+/// engine as the daemon. Returns at the end of input (stdio) or on SIGTERM/SIGINT.
+pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
+    let (config, load_options) = load_config(options.config.clone())?;
+    let mut settings = settings_from_config(&config, load_options.home.as_deref())?;
+    if !options.roots.is_empty() {
+        let mut roots = Vec::with_capacity(options.roots.len());
+        for root in &options.roots {
+            let canonical = std::fs::canonicalize(root)
+                .map_err(|err| ServeError::Other(format!("--root {}: {err}", root.display())))?;
+            roots.push(canonical);
+        }
+        settings.roots = roots;
+    }
+    if let Some(mode) = &options.mode {
+        settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
+    }
+    let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
+    let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
+    let daemon = Daemon::new(default_registry(), settings, Some(observer));
+    let mut mcp_options = mcp_options(&config)?;
+    mcp_options.conformance_fixtures = options.conformance_fixtures;
+    let outcome = match &options.http {
+        None => crate::mcp::run_stdio(daemon.clone(), mcp_options)
+            .await
+            .map_err(|err| ServeError::Other(err.to_string())),
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
+            if let Ok(local) = listener.local_addr() {
+                tracing::info!(%local, "MCP Streamable HTTP endpoint at /mcp");
+            }
+            let stop = CancellationToken::new();
+            let router = crate::mcp::http_router(daemon.clone(), mcp_options);
+            let serving = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.clone().cancelled_owned());
+            tokio::select! {
+                served = serving => served.map_err(|err| ServeError::Other(err.to_string())),
+                () = termination() => {
+                    stop.cancel();
+                    Ok(())
+                }
+            }
+        }
+    };
+    daemon.begin_shutdown();
+    daemon.tasks().close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), daemon.tasks().wait()).await;
+    let _ = audit.flush().await;
+    outcome
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    let (Ok(mut terminate), Ok(mut interrupt)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
+
+/// The MCP face's options from the configuration: the bearer token (the first one
+/// of `token_file`) and the message limit.
+fn mcp_options(config: &Config) -> Result<crate::mcp::McpOptions, ServeError> {
+    let bearer_token = match &config.server.token_file {
+        Some(path) => Some(first_token(path)?),
+        None => None,
+    };
+    Ok(crate::mcp::McpOptions {
+        bearer_token,
+        max_message_bytes: config.server.max_message_bytes,
+        ..crate::mcp::McpOptions::default()
+    })
+}
+
+/// The secret of the first token in a token file (`name:secret` or `secret` per line,
+/// `#` comments).
+fn first_token(path: &std::path::Path) -> Result<String, ServeError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ServeError::Other(format!("cannot read {}: {err}", path.display())))?;
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| line.split_once(':').map_or(line, |(_, secret)| secret).to_owned())
+        .ok_or_else(|| ServeError::Other(format!("{} holds no token", path.display())))
+}

@@ -1,0 +1,182 @@
+//! Deciding whether file bytes are text, decoding them, and encoding edited text back
+//! the way the file was stored.
+//!
+//! read_file shows text to the model as UTF-8; edit_file must write a file back in
+//! its own encoding and with its own line endings, or a one-line edit would rewrite
+//! every byte of a UTF-16 or CRLF file. Only encodings that can be detected without
+//! guessing are decoded: UTF-8 (with or without a BOM) and UTF-16 with a BOM.
+
+use std::borrow::Cow;
+
+/// How many leading bytes are inspected for NUL bytes when deciding a file without a
+/// BOM is binary. Git and ripgrep use the same window: enough to catch every common
+/// binary format (their headers contain NULs) without scanning a whole large file.
+pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+
+const UTF8_BOM: &[u8] = &[0xEF, 0xBB, 0xBF];
+const UTF16LE_BOM: &[u8] = &[0xFF, 0xFE];
+const UTF16BE_BOM: &[u8] = &[0xFE, 0xFF];
+/// Starts with the UTF-16LE BOM too; must be told apart before it.
+const UTF32LE_BOM: &[u8] = &[0xFF, 0xFE, 0x00, 0x00];
+
+/// How a text file is stored on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextEncoding {
+    Utf8,
+    Utf8Bom,
+    Utf16Le,
+    Utf16Be,
+}
+
+impl TextEncoding {
+    /// The name shown in results' metadata.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TextEncoding::Utf8 => "utf-8",
+            TextEncoding::Utf8Bom => "utf-8-bom",
+            TextEncoding::Utf16Le => "utf-16le",
+            TextEncoding::Utf16Be => "utf-16be",
+        }
+    }
+}
+
+/// A file's bytes as text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    /// The text without its BOM.
+    pub text: String,
+    pub encoding: TextEncoding,
+    /// Some bytes were not valid in the encoding and were replaced with U+FFFD; the
+    /// text cannot be written back without changing them.
+    pub lossy: bool,
+}
+
+/// Why bytes were not decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotText {
+    #[error("the file looks binary (it contains NUL bytes)")]
+    Binary,
+    #[error("the file is UTF-32, which is not supported")]
+    Utf32,
+}
+
+/// Decodes file bytes: a BOM decides the encoding; without one, NUL bytes in the
+/// first [`BINARY_SNIFF_BYTES`] mean binary, and anything else is UTF-8 (invalid
+/// sequences replaced and reported as `lossy`).
+pub fn decode(bytes: &[u8]) -> Result<Decoded, NotText> {
+    if bytes.starts_with(UTF32LE_BOM) {
+        return Err(NotText::Utf32);
+    }
+    if let Some(rest) = bytes.strip_prefix(UTF8_BOM) {
+        let (text, lossy) = utf8(rest);
+        return Ok(Decoded { text, encoding: TextEncoding::Utf8Bom, lossy });
+    }
+    if let Some(rest) = bytes.strip_prefix(UTF16LE_BOM) {
+        let (text, lossy) = utf16(encoding_rs::UTF_16LE, rest);
+        return Ok(Decoded { text, encoding: TextEncoding::Utf16Le, lossy });
+    }
+    if let Some(rest) = bytes.strip_prefix(UTF16BE_BOM) {
+        let (text, lossy) = utf16(encoding_rs::UTF_16BE, rest);
+        return Ok(Decoded { text, encoding: TextEncoding::Utf16Be, lossy });
+    }
+    let sniffed = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
+    if memchr::memchr(0, sniffed).is_some() {
+        return Err(NotText::Binary);
+    }
+    let (text, lossy) = utf8(bytes);
+    Ok(Decoded { text, encoding: TextEncoding::Utf8, lossy })
+}
+
+/// Encodes text the way a file was stored, BOM included.
+pub fn encode(text: &str, encoding: TextEncoding) -> Vec<u8> {
+    match encoding {
+        TextEncoding::Utf8 => text.as_bytes().to_vec(),
+        TextEncoding::Utf8Bom => [UTF8_BOM, text.as_bytes()].concat(),
+        TextEncoding::Utf16Le => {
+            let mut out = UTF16LE_BOM.to_vec();
+            out.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+            out
+        }
+        TextEncoding::Utf16Be => {
+            let mut out = UTF16BE_BOM.to_vec();
+            out.extend(text.encode_utf16().flat_map(u16::to_be_bytes));
+            out
+        }
+    }
+}
+
+/// Whether text uses CRLF line endings: more `\r\n` than bare `\n`. A mixed file
+/// keeps its majority style for new lines.
+pub fn uses_crlf(text: &str) -> bool {
+    let total = memchr::memchr_iter(b'\n', text.as_bytes()).count();
+    let crlf = memchr::memmem::find_iter(text.as_bytes(), b"\r\n").count();
+    crlf > 0 && crlf * 2 >= total
+}
+
+/// Converts every line ending to CRLF (`\r\n` stays, bare `\n` gains a `\r`).
+pub fn to_crlf(text: &str) -> String {
+    text.replace("\r\n", "\n").replace('\n', "\r\n")
+}
+
+/// Converts CRLF line endings to LF (for showing text and diffs).
+pub fn to_lf(text: &str) -> Cow<'_, str> {
+    if text.contains("\r\n") { Cow::Owned(text.replace("\r\n", "\n")) } else { Cow::Borrowed(text) }
+}
+
+fn utf8(bytes: &[u8]) -> (String, bool) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_owned(), false),
+        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), true),
+    }
+}
+
+fn utf16(encoding: &'static encoding_rs::Encoding, bytes: &[u8]) -> (String, bool) {
+    let (text, had_errors) = encoding.decode_without_bom_handling(bytes);
+    (text.into_owned(), had_errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_encoding_round_trips() {
+        let text = "première ligne\r\nzweite Zeile 🦀\r\n";
+        for encoding in [
+            TextEncoding::Utf8,
+            TextEncoding::Utf8Bom,
+            TextEncoding::Utf16Le,
+            TextEncoding::Utf16Be,
+        ] {
+            let bytes = encode(text, encoding);
+            let decoded = decode(&bytes).unwrap();
+            assert_eq!(decoded, Decoded { text: text.to_owned(), encoding, lossy: false });
+        }
+    }
+
+    #[test]
+    fn nul_bytes_without_bom_mean_binary() {
+        assert_eq!(decode(b"\x7fELF\x02\x01\x01\x00\x00"), Err(NotText::Binary));
+        assert_eq!(decode(&[0xFF, 0xFE, 0, 0, b'a', 0, 0, 0]), Err(NotText::Utf32));
+        // A NUL past the sniffed window does not make a text file binary.
+        let mut late = vec![b'a'; BINARY_SNIFF_BYTES];
+        late.push(0);
+        assert!(decode(&late).is_ok());
+    }
+
+    #[test]
+    fn invalid_utf8_is_lossy() {
+        let decoded = decode(b"caf\xe9 au lait").unwrap();
+        assert!(decoded.lossy);
+        assert_eq!(decoded.text, "caf\u{FFFD} au lait");
+    }
+
+    #[test]
+    fn crlf_detection_follows_the_majority() {
+        assert!(uses_crlf("a\r\nb\r\nc\n"));
+        assert!(!uses_crlf("a\nb\nc\r\n"));
+        assert!(!uses_crlf("no newline at all"));
+        assert_eq!(to_crlf("a\nb\r\nc"), "a\r\nb\r\nc");
+        assert_eq!(to_lf("a\r\nb\n"), "a\nb\n");
+    }
+}

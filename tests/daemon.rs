@@ -1,0 +1,633 @@
+//! End-to-end tests of the daemon: the real `toolgate serve` binary on a temporary
+//! socket, spoken to as an editor plugin would (NDJSON, or WebSocket on the same socket).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A daemon started for one test, in its own directory; killed on drop.
+struct TestDaemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl TestDaemon {
+    fn start(config: &str) -> TestDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let socket = dir.path().join("run").join("toolgate.sock");
+        let mut daemon = TestDaemon { child: None, dir, socket };
+        daemon.spawn();
+        daemon
+    }
+
+    fn spawn(&mut self) {
+        let dir = self.dir.path();
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&self.socket)
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .current_dir(dir.join("workspace"))
+            .env("HOME", dir)
+            .env("XDG_CONFIG_HOME", dir.join("config-home"))
+            .env("XDG_STATE_HOME", dir.join("state"))
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&self.socket).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not start listening");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path().join("workspace")).unwrap()
+    }
+
+    fn connect(&self) -> Client {
+        Client::new(UnixStream::connect(&self.socket).unwrap())
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn signal(&self, signal: i32) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the daemon to exit; returns its exit code.
+    fn wait_exit(&mut self) -> Option<i32> {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the daemon did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A blocking NDJSON client.
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+    /// Notifications read while waiting for a response.
+    notifications: Vec<Value>,
+}
+
+impl Client {
+    fn new(stream: UnixStream) -> Client {
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Client {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_id: 1,
+            notifications: Vec::new(),
+        }
+    }
+
+    fn send_line(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).unwrap();
+        self.writer.write_all(b"\n").unwrap();
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        id
+    }
+
+    fn read(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).unwrap();
+        assert!(n > 0, "the daemon closed the connection");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Reads until the response to `id`, keeping notifications.
+    fn response(&mut self, id: u64) -> Value {
+        loop {
+            let message = self.read();
+            if message.get("id") == Some(&json!(id)) {
+                return message;
+            }
+            self.notifications.push(message);
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        self.response(id)
+    }
+
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let response = self.request(method, params);
+        assert!(response.get("error").is_none(), "{response}");
+        response["result"].clone()
+    }
+
+    /// Reads notifications until one satisfies `matches`.
+    fn event(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(position) =
+            self.notifications.iter().position(|n| matches(&n["params"]["result"]))
+        {
+            return self.notifications.remove(position)["params"]["result"].clone();
+        }
+        loop {
+            let message = self.read();
+            if message["method"] == "events" && matches(&message["params"]["result"]) {
+                return message["params"]["result"].clone();
+            }
+            self.notifications.push(message);
+        }
+    }
+}
+
+/// A marker that makes this test's processes findable in /proc.
+fn marker() -> String {
+    format!("{}.{}", 900 + std::process::id() % 97, std::process::id())
+}
+
+/// Pids of live processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .unwrap_or(true);
+        if cmdline.contains(needle) && !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until no live process carries `needle`.
+fn assert_gone(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(needle).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes outlived their call: {:?}",
+            processes_with(needle)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until a process carrying `needle` runs.
+fn wait_started(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(needle).is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const BYPASS: &str = "[permissions]\nmode = \"bypass\"\n";
+
+#[test]
+fn lists_and_calls_tools() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    let tools = client.result("tools/list", json!({}));
+    let names: Vec<&str> =
+        tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "edit_file",
+            "exit_plan_mode",
+            "find_files",
+            "read_file",
+            "run_command",
+            "search_code",
+            "todo_write",
+            "write_file"
+        ]
+    );
+    let result = client
+        .result("tools/call", json!({"name": "read_file", "arguments": {"path": "hello.txt"}}));
+    assert_eq!(result["ok"], true, "{result}");
+    assert!(result["content"].as_str().unwrap().contains("hello"));
+    assert_eq!(result["metadata"]["call_id"], "2");
+    // Raw argument text from a model is accepted as a string.
+    let result = client.result(
+        "tools/call",
+        json!({"name": "read_file", "arguments": "{\"path\": \"hello.txt\"}"}),
+    );
+    assert_eq!(result["ok"], true, "{result}");
+}
+
+#[test]
+fn call_batch_keeps_order() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    let result = client.result(
+        "tools/call_batch",
+        json!({"calls": [
+            {"id": "a", "name": "read_file", "arguments": {"path": "hello.txt"}},
+            {"id": "b", "name": "nope", "arguments": {}},
+            {"id": "c", "name": "find_files", "arguments": {"pattern": "*.txt"}},
+            {"id": "d", "name": "run_command", "arguments": {"command": "cargo test"}}
+        ]}),
+    );
+    let results = result["results"].as_array().unwrap();
+    let ids: Vec<&str> =
+        results.iter().map(|r| r["metadata"]["call_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    assert_eq!(results[1]["error_type"], "unknown_tool");
+    // Nobody subscribed, so nobody can approve the command in the default mode.
+    assert_eq!(results[3]["error_type"], "permission_denied");
+    assert!(
+        results[3]["error"]
+            .as_str()
+            .unwrap()
+            .contains("add an allow rule such as run_command(cargo"),
+        "{}",
+        results[3]
+    );
+}
+
+#[test]
+fn events_come_in_order_per_call() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    let id = client.send("tools/call", json!({"name": "run_command", "arguments": {"command": "echo one; echo two >&2"}, "call_id": "e1"}));
+    let response = client.response(id);
+    assert_eq!(response["result"]["ok"], true, "{response}");
+    let mut kinds = Vec::new();
+    loop {
+        let event = client.event(|event| event["call_id"] == "e1");
+        let kind = event["type"].as_str().unwrap().to_owned();
+        kinds.push(kind.clone());
+        if kind == "tool_call_done" {
+            break;
+        }
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("tool_call_start"));
+    assert_eq!(&kinds[kinds.len() - 2..], ["tool_result", "tool_call_done"]);
+    assert!(kinds[1..kinds.len() - 2].iter().all(|kind| kind == "tool_output"), "{kinds:?}");
+    assert!(kinds.len() >= 3, "{kinds:?}");
+}
+
+#[test]
+fn events_before_subscribing_are_not_lost() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    client.result(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "hello.txt"}, "call_id": "early"}),
+    );
+    client.result("events/subscribe", json!({}));
+    let start = client.event(|event| event["call_id"] == "early");
+    assert_eq!(start["type"], "tool_call_start");
+    let done =
+        client.event(|event| event["call_id"] == "early" && event["type"] == "tool_call_done");
+    assert_eq!(done["session_id"], start["session_id"]);
+}
+
+#[test]
+fn tools_cancel_kills_the_running_command() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mark = marker();
+    let mut client = daemon.connect();
+    let id = client.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}, "call_id": "slow"}));
+    wait_started(&format!("sleep {mark}"));
+    let mut other = daemon.connect();
+    // Another connection cannot reach this connection's calls.
+    assert_eq!(other.result("tools/cancel", json!({"call_id": "slow"}))["canceled"], 0);
+    assert!(!processes_with(&format!("sleep {mark}")).is_empty());
+    let canceled = client.result("tools/cancel", json!({"call_id": "slow"}));
+    assert_eq!(canceled["canceled"], 1);
+    let response = client.response(id);
+    assert_eq!(response["result"]["error_type"], "canceled", "{response}");
+    assert_gone(&format!("sleep {mark}"));
+}
+
+#[test]
+fn cancel_request_notification_cancels_by_request_id() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mark = marker();
+    let mut client = daemon.connect();
+    let id = client.send(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}}),
+    );
+    wait_started(&format!("sleep {mark}"));
+    client.send_line(
+        &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}).to_string(),
+    );
+    let response = client.response(id);
+    assert_eq!(response["result"]["error_type"], "canceled", "{response}");
+    assert_gone(&format!("sleep {mark}"));
+}
+
+#[test]
+fn disconnect_mid_call_kills_the_command() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mark = marker();
+    let mut client = daemon.connect();
+    client.send(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}}),
+    );
+    wait_started(&format!("sleep {mark}"));
+    drop(client);
+    assert_gone(&format!("sleep {mark}"));
+    // The daemon is fine.
+    let mut again = daemon.connect();
+    assert!(again.result("daemon/status", json!({}))["version"].is_string());
+}
+
+#[test]
+fn approval_round_trip_over_the_socket() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    let id = client.send(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "new.txt", "content": "hi"}}),
+    );
+    let request = client.event(|event| event["type"] == "permission_request");
+    assert_eq!(request["tool"], "write_file");
+    assert!(request["suggestions"].as_array().is_some_and(|s| !s.is_empty()), "{request}");
+    let answered = client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "allow", "scope": "once"}),
+    );
+    assert_eq!(answered["resolved"], true);
+    let response = client.response(id);
+    assert_eq!(response["result"]["ok"], true, "{response}");
+    assert_eq!(std::fs::read_to_string(daemon.workspace().join("new.txt")).unwrap(), "hi");
+    let resolved = client.event(|event| event["type"] == "permission_resolved");
+    assert_eq!(resolved["decision"], "allow");
+
+    // A denial.
+    let id = client.send(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "other.txt", "content": "x"}}),
+    );
+    let request = client.event(|event| event["type"] == "permission_request");
+    client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "deny"}),
+    );
+    let response = client.response(id);
+    assert_eq!(response["result"]["error_type"], "permission_denied", "{response}");
+    assert!(!daemon.workspace().join("other.txt").exists());
+}
+
+#[test]
+fn dont_ask_denies_without_an_approver() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n",
+    );
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    let denied = client
+        .result("tools/call", json!({"name": "run_command", "arguments": {"command": "touch x"}}));
+    assert_eq!(denied["error_type"], "permission_denied", "{denied}");
+    assert!(!daemon.workspace().join("x").exists());
+    let allowed = client
+        .result("tools/call", json!({"name": "run_command", "arguments": {"command": "echo ok"}}));
+    assert_eq!(allowed["ok"], true, "{allowed}");
+}
+
+#[test]
+fn malformed_lines_and_unknown_methods_keep_the_connection() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    client.send_line("{this is not json");
+    let error = client.read();
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    let unknown = client.request("tools/teleport", json!({}));
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    let bad_params = client.request("tools/call", json!({"arguments": {}}));
+    assert_eq!(bad_params["error"]["code"], -32602, "{bad_params}");
+    assert!(client.result("daemon/status", json!({}))["uptime_ms"].is_u64());
+}
+
+#[test]
+fn a_huge_line_is_refused_and_the_daemon_lives() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(100 * 1024 * 1024)
+    );
+    let writer = client.writer.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut writer = writer;
+        writer.write_all(huge.as_bytes())?;
+        writer.write_all(b"\n")
+    });
+    let error = client.read();
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    sender.join().unwrap().unwrap();
+    assert!(client.result("daemon/status", json!({}))["version"].is_string());
+}
+
+#[test]
+fn a_client_cannot_widen_its_roots_or_mode() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    let outside = daemon.dir.path().to_string_lossy().into_owned();
+    let refused = client.request("session/open", json!({"roots": [outside]}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let refused = client.request("session/open", json!({"cwd": "/"}));
+    assert!(refused.get("error").is_some(), "{refused}");
+    let mode = client.request("session/open", json!({"mode": "bypass"}));
+    // The configured mode (default) is the ceiling: bypass is narrowed to it.
+    assert_eq!(mode["result"]["mode"], "default", "{mode}");
+    std::fs::create_dir(daemon.workspace().join("sub")).unwrap();
+    let narrowed = client.result("session/open", json!({"roots": ["sub"], "mode": "plan"}));
+    assert_eq!(narrowed["roots"][0], daemon.workspace().join("sub").to_string_lossy().as_ref());
+    let session = narrowed["session_id"].clone();
+    let outside_root = client.result(
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "../hello.txt"}, "session_id": session}),
+    );
+    assert_eq!(outside_root["error_type"], "access_denied", "{outside_root}");
+    let tools = client.result("tools/list", json!({"session_id": session}));
+    let names: Vec<&str> =
+        tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(!names.contains(&"write_file"), "{names:?}");
+}
+
+#[test]
+fn a_second_client_is_unaffected_by_the_first_ones_cancel() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mark_a = format!("{}1", marker());
+    let mark_b = format!("{}2", marker());
+    let mut first = daemon.connect();
+    let mut second = daemon.connect();
+    let first_id = first.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark_a}")}, "call_id": "same"}));
+    let second_id = second.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark_b}; echo survived"), "timeout_ms": 100000}, "call_id": "same"}));
+    wait_started(&format!("sleep {mark_a}"));
+    wait_started(&format!("sleep {mark_b}"));
+    assert_eq!(first.result("tools/cancel", json!({"call_id": "same"}))["canceled"], 1);
+    assert_eq!(first.response(first_id)["result"]["error_type"], "canceled");
+    assert_gone(&format!("sleep {mark_a}"));
+    assert!(
+        !processes_with(&format!("sleep {mark_b}")).is_empty(),
+        "the other client's call died too"
+    );
+    drop(second.writer.shutdown(std::net::Shutdown::Write));
+    let _ = second_id;
+    assert_gone(&format!("sleep {mark_b}"));
+}
+
+#[test]
+fn sigterm_with_a_call_in_flight_exits_cleanly() {
+    let mut daemon = TestDaemon::start(&format!("{BYPASS}[server]\nshutdown_grace_ms = 200\n"));
+    let mark = marker();
+    let mut client = daemon.connect();
+    client.send(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}}),
+    );
+    wait_started(&format!("sleep {mark}"));
+    daemon.signal(15);
+    assert_eq!(daemon.wait_exit(), Some(0));
+    assert_gone(&format!("sleep {mark}"));
+    assert!(!daemon.socket.exists(), "the socket file was left behind");
+}
+
+#[test]
+fn sighup_with_a_broken_config_keeps_the_old_one() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n",
+    );
+    let mut client = daemon.connect();
+    std::fs::write(daemon.dir.path().join("config.toml"), "[permissions\nmode = ").unwrap();
+    daemon.signal(1);
+    // Give the reload a moment, then prove the old rules still hold and the
+    // connection survived.
+    std::thread::sleep(Duration::from_millis(300));
+    let allowed = client.result(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": "echo still"}}),
+    );
+    assert_eq!(allowed["ok"], true, "{allowed}");
+
+    // A good config is picked up without dropping the connection.
+    std::fs::write(
+        daemon.dir.path().join("config.toml"),
+        "[permissions]\nmode = \"dont_ask\"\ndeny = [\"run_command(echo:*)\"]\n",
+    )
+    .unwrap();
+    daemon.signal(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let result = client.result(
+            "tools/call",
+            json!({"name": "run_command", "arguments": {"command": "echo now"}}),
+        );
+        if result["error_type"] == "permission_denied" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new config was never applied: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_socket_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let daemon = TestDaemon::start("");
+    let socket_mode = std::fs::metadata(&daemon.socket).unwrap().permissions().mode() & 0o777;
+    let dir_mode =
+        std::fs::metadata(daemon.socket.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+    assert_eq!((socket_mode, dir_mode), (0o600, 0o700));
+}
+
+#[test]
+fn websocket_on_the_unix_socket() {
+    use tokio_tungstenite::tungstenite::{Message, client};
+    let daemon = TestDaemon::start("");
+    let stream = UnixStream::connect(&daemon.socket).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut socket, _) = client::client("ws://localhost/", stream).unwrap();
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}});
+    socket.send(Message::text(request.to_string())).unwrap();
+    loop {
+        let message = socket.read().unwrap();
+        if let Message::Text(text) = message {
+            let value: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(value["id"], 1);
+            assert_eq!(value["result"]["ok"], true, "{value}");
+            break;
+        }
+    }
+}
+
+#[test]
+fn the_audit_log_records_calls_with_secrets_redacted() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mut client = daemon.connect();
+    client.result("tools/call", json!({"name": "run_command", "arguments": {"command": "true", "api_token": "s3cr3t"}, "call_id": "audited"}));
+    let log = daemon.dir.path().join("state/toolgate/audit.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|line| line.contains("\"audited\"")) {
+            break serde_json::from_str::<Value>(line).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no audit record appeared in {}", log.display());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(record["tool"], "run_command");
+    assert_eq!(record["client"], format!("uid:{}", current_uid()));
+    assert_eq!(record["arguments"]["api_token"], "[redacted]");
+    assert_eq!(record["error_type"], "invalid_arguments");
+}
+
+fn current_uid() -> u32 {
+    let output = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().parse().unwrap()
+}

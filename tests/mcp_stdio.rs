@@ -1,0 +1,376 @@
+//! The MCP face over stdio framing, driven through an in-memory duplex: the
+//! handshake of both eras, the tool mapping, progress, cancellation, approvals,
+//! roots, and bad input.
+
+mod mcp_support;
+
+use std::time::Duration;
+
+use mcp_support::{PATIENCE, StdioClient, TestDaemon, process_alive, read_pid};
+use serde_json::{Value, json};
+use toolgate::mcp::McpOptions;
+
+const LATEST_LEGACY: &str = "2025-11-25";
+
+fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}
+    })
+}
+
+/// Waits (bounded) until a file appears: the tool wrote it once its child started.
+async fn wait_for_file(path: &std::path::Path) -> i32 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(pid) = read_pid(path) {
+            return pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) until a process is gone.
+async fn wait_until_dead(pid: i32) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while process_alive(pid) {
+        assert!(tokio::time::Instant::now() < deadline, "process {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn initialize_negotiates_each_legacy_version() {
+    let test = TestDaemon::new();
+    for (asked, expected) in [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2024-11-05"),
+    ] {
+        let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+        let answer = client.initialize(asked, json!({})).await;
+        assert_eq!(answer["result"]["protocolVersion"], json!(expected), "{answer}");
+        assert_eq!(answer["result"]["serverInfo"]["name"], json!("toolgate"));
+        assert_eq!(answer["result"]["capabilities"]["tools"]["listChanged"], json!(true));
+        client.close().await;
+    }
+    // A version we do not know gets an answer with one we support.
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    let answer = client.initialize("1999-01-01", json!({})).await;
+    let version = answer["result"]["protocolVersion"].as_str().unwrap_or("").to_owned();
+    assert!(
+        ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"].contains(&version.as_str()),
+        "{answer}"
+    );
+    let pong = client.request(1, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn tools_list_maps_definitions_deterministically() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    let first = client.request(1, "tools/list", json!({})).await;
+    let second = client.request(2, "tools/list", json!({})).await;
+    assert_eq!(first["result"], second["result"]);
+    let tools = first["result"]["tools"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = tools.iter().filter_map(|tool| tool["name"].as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "tools are listed in name order");
+    let expected = test.daemon.registry().names();
+    assert_eq!(names, expected.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let touch = tools.iter().find(|tool| tool["name"] == "touch_file").cloned().unwrap_or_default();
+    assert_eq!(
+        touch,
+        json!({
+            "name": "touch_file",
+            "title": "Touch file",
+            "description": "writes a file",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": false, "destructiveHint": true},
+            "_meta": {"toolgate/system": false}
+        })
+    );
+    let stream =
+        tools.iter().find(|tool| tool["name"] == "stream_lines").cloned().unwrap_or_default();
+    assert_eq!(stream["annotations"], json!({"readOnlyHint": true, "destructiveHint": false}));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn unknown_tools_and_bad_arguments() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+
+    let unknown = client.request(1, "tools/call", json!({"name": "nope", "arguments": {}})).await;
+    assert_eq!(unknown["error"]["code"], json!(-32602), "{unknown}");
+    assert_eq!(unknown["error"]["data"], json!({"error_type": "unknown_tool"}));
+
+    let invalid = client
+        .request(2, "tools/call", json!({"name": "stream_lines", "arguments": {"lines": "x"}}))
+        .await;
+    let result = &invalid["result"];
+    assert_eq!(result["isError"], json!(true), "{invalid}");
+    assert_eq!(result["structuredContent"]["error_type"], json!("invalid_arguments"));
+    assert_eq!(result["structuredContent"]["ok"], json!(false));
+    assert!(result["content"][0]["text"].as_str().unwrap_or("").starts_with("invalid_arguments"));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_answered_and_the_server_stays_alive() {
+    let test = TestDaemon::new();
+    let options = McpOptions { max_message_bytes: 4096, ..McpOptions::default() };
+    let mut client = StdioClient::start(&test.daemon, options);
+    client.initialize(LATEST_LEGACY, json!({})).await;
+
+    client.send_raw("{this is not json").await;
+    let parse = client.next().await;
+    assert_eq!(parse["error"]["code"], json!(-32700), "{parse}");
+    assert_eq!(parse["id"], Value::Null);
+
+    client.send_raw(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":17}"#).await;
+    let invalid = client.next().await;
+    assert_eq!(invalid["id"], json!(5), "{invalid}");
+    assert!(invalid["error"]["code"] == json!(-32600) || invalid["error"]["code"] == json!(-32602));
+
+    let unknown = client.request(6, "no/such/method", json!({})).await;
+    assert_eq!(unknown["error"]["code"], json!(-32601), "{unknown}");
+
+    // A response to a request the server never sent, and a notification with a bad
+    // request id: neither may be answered, and the server goes on.
+    client.send(json!({"jsonrpc": "2.0", "id": 999, "result": {}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}}))
+        .await;
+    let oversized = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(10_000)
+    );
+    client.send_raw(&oversized).await;
+    let too_long = client.next().await;
+    assert_eq!(too_long["error"]["code"], json!(-32600), "{too_long}");
+
+    let pong = client.request(8, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}));
+    let rest = client.close().await;
+    assert!(
+        rest.iter().all(|m| m.get("id") != Some(&json!(999))),
+        "nothing answers a stray response: {rest:?}"
+    );
+}
+
+#[tokio::test]
+async fn live_output_becomes_progress_notifications() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "stream_lines",
+            "arguments": {"lines": 5, "pid_file": "p1"},
+            "_meta": {"progressToken": "tok-1"}
+        }}))
+        .await;
+    // Five lines arrive as progress while the call still runs.
+    let mut progress = Vec::new();
+    while progress.len() < 5 {
+        let message = client.until(|m| m["method"] == "notifications/progress").await;
+        assert_eq!(message["params"]["progressToken"], json!("tok-1"));
+        progress.push(message["params"].clone());
+    }
+    let values: Vec<f64> = progress.iter().filter_map(|p| p["progress"].as_f64()).collect();
+    assert!(values.windows(2).all(|pair| pair[0] < pair[1]), "strictly increasing: {values:?}");
+    let text: String = progress.iter().filter_map(|p| p["message"].as_str()).collect();
+    assert_eq!(text, "line-1\nline-2\nline-3\nline-4\nline-5\n");
+
+    // Then cancel it: the process dies and no response is ever sent for id 1.
+    let pid = wait_for_file(&test.root().join("p1")).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "user"}}))
+        .await;
+    wait_until_dead(pid).await;
+    let pong = client.request(2, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}));
+    let rest = client.close().await;
+    assert!(
+        rest.iter().all(|m| m.get("id") != Some(&json!(1))),
+        "no response for a canceled call: {rest:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_call_leaves_nothing_running() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "stream_lines", "arguments": {"lines": 1, "pid_file": "p2"}
+        }}))
+        .await;
+    let pid = wait_for_file(&test.root().join("p2")).await;
+    assert!(process_alive(pid));
+    client.close().await;
+    // serve_stream returned only after canceling and draining the call.
+    assert!(!process_alive(pid), "the call's process was killed before the server returned");
+    assert_eq!(test.daemon.calls_in_flight(), 0);
+}
+
+#[tokio::test]
+async fn approvals_go_through_elicitation() {
+    let test = TestDaemon::new();
+    for (answer, expect_ok) in [
+        (json!({"action": "accept", "content": {"decision": "allow_once"}}), true),
+        (json!({"action": "accept", "content": {"decision": "deny"}}), false),
+        (json!({"action": "decline"}), false),
+    ] {
+        let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+        client.initialize(LATEST_LEGACY, json!({"elicitation": {"form": {}}})).await;
+        let file = format!("f-{}", expect_ok);
+        let _ = std::fs::remove_file(test.root().join(&file));
+        client
+            .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "touch_file", "arguments": {"path": file}
+            }}))
+            .await;
+        let question = client.until(|m| m["method"] == "elicitation/create").await;
+        let schema = &question["params"]["requestedSchema"];
+        assert_eq!(
+            schema["properties"]["decision"]["enum"],
+            json!(["allow_once", "allow_session", "deny"])
+        );
+        assert!(question["params"]["message"].as_str().unwrap_or("").contains("touch_file"));
+        client.send(json!({"jsonrpc": "2.0", "id": question["id"], "result": answer})).await;
+        let response = client.response(json!(1)).await;
+        let result = &response["result"]["structuredContent"];
+        assert_eq!(result["ok"], json!(expect_ok), "{response}");
+        assert_eq!(test.root().join(&file).exists(), expect_ok);
+        if !expect_ok {
+            assert_eq!(result["error_type"], json!("permission_denied"));
+        }
+        client.close().await;
+    }
+}
+
+#[tokio::test]
+async fn without_elicitation_an_asking_call_is_denied_with_a_remedy() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    let response = client
+        .request(1, "tools/call", json!({"name": "touch_file", "arguments": {"path": "never"}}))
+        .await;
+    let result = &response["result"]["structuredContent"];
+    assert_eq!(result["error_type"], json!("permission_denied"), "{response}");
+    let message = result["error"].as_str().unwrap_or("");
+    assert!(message.contains("does not support elicitation"), "{message}");
+    assert!(message.contains("--mode"), "{message}");
+    assert!(!test.root().join("never").exists());
+    client.close().await;
+}
+
+#[tokio::test]
+async fn client_roots_narrow_the_session() {
+    let test = TestDaemon::new();
+    let sub = test.root().join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({"roots": {"listChanged": false}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "stream_lines", "arguments": {"lines": 0, "pid_file": "where"}
+        }}))
+        .await;
+    let ask = client.until(|m| m["method"] == "roots/list").await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": [
+            {"uri": format!("file://{}", sub.display())},
+            {"uri": "file:///etc"}
+        ]}}))
+        .await;
+    // The session's cwd is now the narrowed root: the pid file lands in sub/.
+    let pid = wait_for_file(&sub.join("where")).await;
+    assert!(!test.root().join("where").exists());
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})).await;
+    wait_until_dead(pid).await;
+    client.close().await;
+}
+
+#[tokio::test]
+async fn the_stateless_era_discovers_and_asks_with_input_required() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    let discover =
+        client.request(1, "server/discover", json!({"_meta": modern_meta(json!({}))})).await;
+    let versions = discover["result"]["supportedVersions"].as_array().cloned().unwrap_or_default();
+    for version in ["2026-07-28", "2025-11-25", "2024-11-05"] {
+        assert!(versions.contains(&json!(version)), "{discover}");
+    }
+
+    let list = client.request(2, "tools/list", json!({"_meta": modern_meta(json!({}))})).await;
+    assert_eq!(list["result"]["resultType"], json!("complete"), "{list}");
+
+    let elicits = json!({"elicitation": {"form": {}}});
+    let first = client
+        .request(
+            3,
+            "tools/call",
+            json!({
+                "name": "touch_file", "arguments": {"path": "modern"},
+                "_meta": modern_meta(elicits.clone())
+            }),
+        )
+        .await;
+    assert_eq!(first["result"]["resultType"], json!("input_required"), "{first}");
+    let state = first["result"]["requestState"].clone();
+    let question = &first["result"]["inputRequests"]["toolgate/approval"];
+    assert_eq!(question["method"], json!("elicitation/create"));
+    assert!(!test.root().join("modern").exists(), "nothing ran before the answer");
+
+    // A forged state is refused.
+    let forged = client
+        .request(4, "tools/call", json!({
+            "name": "touch_file", "arguments": {"path": "modern"},
+            "requestState": "0000", "inputResponses": {"toolgate/approval": {"action": "accept", "content": {"decision": "allow_once"}}},
+            "_meta": modern_meta(elicits.clone())
+        }))
+        .await;
+    assert_eq!(forged["error"]["code"], json!(-32602), "{forged}");
+
+    let second = client
+        .request(5, "tools/call", json!({
+            "name": "touch_file", "arguments": {"path": "modern"},
+            "requestState": state,
+            "inputResponses": {"toolgate/approval": {"action": "accept", "content": {"decision": "allow_once"}}},
+            "_meta": modern_meta(elicits.clone())
+        }))
+        .await;
+    assert_eq!(second["result"]["structuredContent"]["ok"], json!(true), "{second}");
+    assert!(test.root().join("modern").exists());
+
+    // The same state cannot be replayed.
+    let replay = client
+        .request(6, "tools/call", json!({
+            "name": "touch_file", "arguments": {"path": "modern"},
+            "requestState": state,
+            "inputResponses": {"toolgate/approval": {"action": "accept", "content": {"decision": "allow_once"}}},
+            "_meta": modern_meta(elicits)
+        }))
+        .await;
+    assert_eq!(replay["error"]["code"], json!(-32602), "{replay}");
+    client.close().await;
+}
