@@ -311,8 +311,9 @@ async fn a_terminated_supervisor_kills_the_tree_and_reports() {
 
     assert_eq!(next_report(&mut reports).await.as_deref(), Some("exit signal 9"));
     assert_eq!(next_report(&mut reports).await.as_deref(), Some("done"));
-    assert_eq!(processes_with(&marker), vec![]);
     assert!(supervisor.wait().unwrap().success());
+    // Reported done, and reaped: nothing of the tree is left, not even the supervisor.
+    assert_eq!(processes_with(&marker), vec![]);
 }
 
 /// The death signal fires when the thread that started the supervisor ends, even
@@ -483,13 +484,17 @@ async fn cwd_is_confined_to_the_roots() {
     let res = fx.run(json!({ "command": "pwd" })).await;
     assert_eq!(res.content, format!("{}\n[exit code 0]", fx.path().display()));
 
-    for cwd in [outside.path().to_str().unwrap(), "..", "sub/../.."] {
+    std::os::unix::fs::symlink(outside.path(), fx.path().join("escape")).unwrap();
+    for cwd in [outside.path().to_str().unwrap(), "..", "sub/../..", "escape", "/"] {
         let res = fx.run(json!({ "command": "touch escaped", "cwd": cwd })).await;
         assert_eq!(res.error_type, Some(ErrorType::AccessDenied), "{cwd}: {res:?}");
     }
     assert!(!outside.path().join("escaped").exists());
     let res = fx.run(json!({ "command": "pwd", "cwd": "missing" })).await;
     assert_eq!(res.error_type, Some(ErrorType::NotFound));
+    std::fs::write(fx.path().join("file"), "").unwrap();
+    let res = fx.run(json!({ "command": "pwd", "cwd": "file" })).await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments));
     drop(fx.dir);
 }
 

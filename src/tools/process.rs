@@ -1083,12 +1083,13 @@ fn kill_tree(root: Pid) {
 /// One sweep: sends SIGKILL to every current descendant of `root` and returns how
 /// many of them were alive (not yet zombies).
 fn signal_descendants(root: Pid) -> usize {
-    let table = read_process_table();
-    let family = descendants(&table, root.as_raw());
+    let family = family_of(root.as_raw());
     let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
     members.insert(root.as_raw());
     let mut alive = 0;
-    for entry in &family {
+    // Deepest first (the walk is breadth-first): a child dies before its parent, so
+    // fewer orphans move house in the middle of a sweep.
+    for entry in family.iter().rev() {
         if kill_verified(entry.pid, &members) && !entry.zombie {
             alive += 1;
         }
@@ -1116,6 +1117,51 @@ fn kill_verified(pid: i32, members: &HashSet<i32>) -> bool {
             still_ours && nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
         }
     }
+}
+
+/// The current descendants of `root`: by following the kernel's child lists down the
+/// tree, which touches only the tree itself, or, where the kernel has no child lists
+/// (built without `CONFIG_PROC_CHILDREN`), by scanning every process.
+fn family_of(root: i32) -> Vec<ProcEntry> {
+    match walk_children(root) {
+        Some(found) => found,
+        None => descendants(&read_process_table(), root),
+    }
+}
+
+/// Breadth-first over `/proc/PID/task/TID/children` (every thread's list: an orphan
+/// is re-parented to whichever thread of the subreaper the kernel picks). `None` when
+/// the root's lists cannot be read at all.
+fn walk_children(root: i32) -> Option<Vec<ProcEntry>> {
+    let mut found = Vec::new();
+    let mut seen = HashSet::from([root]);
+    let mut queue = VecDeque::from([root]);
+    while let Some(parent) = queue.pop_front() {
+        let tasks = match std::fs::read_dir(format!("/proc/{parent}/task")) {
+            Ok(tasks) => tasks,
+            Err(_) if parent == root => return None,
+            Err(_) => continue, // exited meanwhile
+        };
+        let mut read_any = false;
+        for task in tasks.flatten() {
+            let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            read_any = true;
+            for child in list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()) {
+                if seen.insert(child) {
+                    if let Some(entry) = read_stat(child) {
+                        found.push(entry);
+                    }
+                    queue.push_back(child);
+                }
+            }
+        }
+        if !read_any && parent == root {
+            return None;
+        }
+    }
+    Some(found)
 }
 
 /// What `/proc/PID/stat` says about one process.
