@@ -24,7 +24,13 @@
 //! nothing: closing (or shutting down) its end means "kill everything now". Because the
 //! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
 //! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
-//! supervisor answers with newline-terminated [`Report`] lines.
+//! supervisor answers with newline-terminated report lines (`spawned PID`, `exit code
+//! N`, `done`, ...). If the daemon's future is dropped mid-call, a guard also sweeps
+//! the supervisor's descendants itself, so the kill does not wait for the supervisor.
+//!
+//! Outside the `toolgate` binary (integration tests, above all), the supervisor
+//! binary must be named with [`Supervisor::install`]: `/proc/self/exe` is then a test
+//! harness, which fails the handshake with [`ProcessError::Handshake`].
 //!
 //! The daemon side ([`run`]) reads stdout and stderr as they arrive, forwards every
 //! chunk (never splitting a UTF-8 character) to the live [`OutputSink`], keeps the head
