@@ -595,7 +595,13 @@ async fn a_timeout_kills_the_tree_and_keeps_the_partial_output() {
 
     assert!(outcome.timed_out);
     assert!(!outcome.canceled);
-    assert_eq!(outcome.status, Some(ExitStatus::Signal(9)));
+    // The whole tree gets SIGKILL; the shell either dies of it or, when its child
+    // went first, reports the child's death as 128 + 9 before dying itself.
+    assert!(
+        matches!(outcome.status, Some(ExitStatus::Signal(9)) | Some(ExitStatus::Code(137))),
+        "{:?}",
+        outcome.status
+    );
     assert_eq!(outcome.stdout.text, "before\n");
     assert_eq!(processes_with(&marker), vec![]);
 }

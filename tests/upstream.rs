@@ -643,7 +643,8 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
             .spawn()
             .unwrap(),
     );
-    poll_until("the daemon to listen", || socket.exists());
+    // The socket file appears at bind(), a moment before listen(): wait for a connect.
+    poll_until("the daemon to listen", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
     let mut client = SocketClient::connect(&socket);
     client.result("events/subscribe", json!({}));
 
