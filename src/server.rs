@@ -234,6 +234,35 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             }
         }));
     }
+    if let Some(addr) = config.server.tcp {
+        let tokens = match &config.server.token_file {
+            Some(path) => {
+                rpc::tcp::TokenSet::load(path).map_err(|err| ServeError::Other(err.to_string()))?
+            }
+            None => rpc::tcp::TokenSet::empty(),
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        let mut tcp_options = rpc::tcp::TcpOptions::new(tokens);
+        tcp_options.max_message_bytes = max_message;
+        tcp_options.max_connections = config.server.max_connections;
+        // Fail before READY when the address is exposed without tokens.
+        rpc::tcp::check_exposure(addr, &tcp_options.tokens)
+            .map_err(|err| ServeError::Other(err.to_string()))?;
+        let daemon = daemon.clone();
+        let stop = accept_stop.clone();
+        accept_loops.push(tokio::spawn(async move {
+            tokio::select! {
+                served = rpc::tcp::serve(daemon, listener, tcp_options) => {
+                    if let Err(err) = served {
+                        tracing::error!(%err, "the TCP transport failed");
+                    }
+                }
+                () = stop.cancelled() => {}
+            }
+        }));
+    }
     if let Some(addr) = config.server.mcp_http {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

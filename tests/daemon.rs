@@ -631,3 +631,51 @@ fn current_uid() -> u32 {
     let output = Command::new("id").arg("-u").output().unwrap();
     String::from_utf8_lossy(&output.stdout).trim().parse().unwrap()
 }
+
+/// One HTTP/1.1 request over a fresh connection; returns the status and the body.
+fn http_post(addr: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn tcp_requires_the_bearer_token() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "ci:correct-horse-battery\n").unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let daemon = TestDaemon::start(&format!(
+        "[server]\ntcp = \"{addr}\"\ntoken_file = \"{}\"\n",
+        tokens.display()
+    ));
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "the TCP listener never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(http_post(&addr, "/rpc", None, body).0, 401);
+    assert_eq!(http_post(&addr, "/rpc", Some("wrong"), body).0, 401);
+    let (status, answer) = http_post(&addr, "/rpc", Some("correct-horse-battery"), body);
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(answer.trim()).unwrap();
+    assert!(
+        answer["result"]["tools"].as_array().is_some_and(|tools| !tools.is_empty()),
+        "{answer}"
+    );
+    drop(daemon);
+}

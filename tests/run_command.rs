@@ -6,6 +6,8 @@
 //! ended, and then checks that no process carrying the marker is left. Polling loops
 //! are bounded by [`PATIENCE`], a safety net rather than a measurement.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -116,7 +118,16 @@ async fn assert_tree_gone(marker: &str) {
         if left.is_empty() {
             return;
         }
-        assert!(start.elapsed() < PATIENCE, "processes outlived the call: {left:?}");
+        if start.elapsed() > PATIENCE {
+            // Fail, but leave no stray processes behind: they carry this test's marker.
+            for (pid, _) in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("processes outlived the call: {left:?}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -126,6 +137,11 @@ fn session_of(pid: i32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
     after_comm.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+/// Awaits a call that must end promptly; a hang fails the test instead of stalling it.
+async fn within_patience<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future).await.expect("the call did not end in time")
 }
 
 /// Polls the call until both escaping sleeps of [`escaping_script`] run, failing if
@@ -169,7 +185,7 @@ async fn escaped_processes_die_when_the_shell_exits() {
 
     until_escapees_run(&mut future, fx.path(), &marker).await;
     std::fs::write(fx.path().join("go"), "").unwrap();
-    let res = future.await;
+    let res = within_patience(future).await;
 
     assert!(res.ok, "{res:?}");
     assert_eq!(res.content, "finished\n[exit code 0]");
@@ -190,7 +206,7 @@ async fn escaped_processes_die_on_timeout() {
     tokio::pin!(future);
 
     until_escapees_run(&mut future, fx.path(), &marker).await;
-    let res = future.await;
+    let res = within_patience(future).await;
 
     assert_eq!(res.error_type, Some(ErrorType::Timeout), "{res:?}");
     assert_eq!(res.metadata["timeout_ms"], 4000);
@@ -209,7 +225,7 @@ async fn escaped_processes_die_on_cancel() {
 
     until_escapees_run(&mut future, fx.path(), &marker).await;
     cancel.cancel();
-    let res = future.await;
+    let res = within_patience(future).await;
 
     assert_eq!(res.error_type, Some(ErrorType::Canceled), "{res:?}");
     assert_tree_gone(&marker).await;
@@ -234,38 +250,104 @@ async fn dropping_the_call_kills_the_tree() {
     }
 }
 
+/// Starts a supervisor by hand, as the daemon does, running [`escaping_script`] with
+/// `then`; returns it with the daemon's end of the control socket once the escaping
+/// processes run.
+async fn supervise_by_hand(
+    dir: &Path,
+    marker: &str,
+    spawn: impl FnOnce(std::process::Command) -> std::process::Child,
+) -> (std::process::Child, tokio::io::Lines<BufReader<tokio::net::UnixStream>>) {
+    let (daemon_end, supervisor_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut command = std::process::Command::new(TOOLGATE);
+    command
+        .arg(SUPERVISE_ARG)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--cwd")
+        .arg(dir)
+        .arg("--")
+        .args(["/bin/sh", "-c", &escaping_script(marker, &format!("sleep 1000.{marker}3"))])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(supervisor_end)))
+        .stdout(std::process::Stdio::null());
+    let supervisor = spawn(command);
+    daemon_end.set_nonblocking(true).unwrap();
+    let daemon_end = tokio::net::UnixStream::from_std(daemon_end).unwrap();
+    let mut reports = BufReader::new(daemon_end).lines();
+    let first = next_report(&mut reports).await.unwrap();
+    assert!(first.starts_with("spawned "), "{first}");
+    let start = Instant::now();
+    while processes_with(&format!("sleep 1000.{marker}")).len() < 3 {
+        assert!(start.elapsed() < PATIENCE, "the escaping processes never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (supervisor, reports)
+}
+
 /// What happens when the daemon dies, even by SIGKILL: the kernel closes its end of
 /// the control socket, and the supervisor kills the tree.
 #[tokio::test]
 async fn closing_the_control_socket_kills_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     let marker = unique_marker();
-    let (daemon_end, supervisor_end) = std::os::unix::net::UnixStream::pair().unwrap();
-    let mut supervisor = std::process::Command::new(TOOLGATE)
-        .arg(SUPERVISE_ARG)
-        .arg("--cwd")
-        .arg(dir.path())
-        .arg("--")
-        .args(["/bin/sh", "-c", &escaping_script(&marker, &format!("sleep 1000.{marker}3"))])
-        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(supervisor_end)))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    daemon_end.set_nonblocking(true).unwrap();
-    let daemon_end = tokio::net::UnixStream::from_std(daemon_end).unwrap();
-    let mut lines = BufReader::new(daemon_end).lines();
-    let first = lines.next_line().await.unwrap().unwrap();
-    assert!(first.starts_with("spawned "), "{first}");
+    let (mut supervisor, reports) =
+        supervise_by_hand(dir.path(), &marker, |mut command| command.spawn().unwrap()).await;
 
-    let start = Instant::now();
-    while processes_with(&format!("sleep 1000.{marker}")).len() < 3 {
-        assert!(start.elapsed() < PATIENCE, "the escaping processes never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    drop(lines);
+    drop(reports);
 
     assert_tree_gone(&marker).await;
     assert!(supervisor.wait().unwrap().success());
+}
+
+#[tokio::test]
+async fn a_terminated_supervisor_kills_the_tree_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = unique_marker();
+    let (mut supervisor, mut reports) =
+        supervise_by_hand(dir.path(), &marker, |mut command| command.spawn().unwrap()).await;
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(supervisor.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("exit signal 9"));
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("done"));
+    assert!(supervisor.wait().unwrap().success());
+    // Reported done, and reaped: nothing of the tree is left, not even the supervisor.
+    assert_eq!(processes_with(&marker), vec![]);
+}
+
+/// The death signal fires when the thread that started the supervisor ends, even
+/// though the control socket is still open.
+#[tokio::test]
+async fn the_supervisor_dies_with_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = unique_marker();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let mut parent = None;
+    let (mut supervisor, mut reports) = supervise_by_hand(dir.path(), &marker, |mut command| {
+        let (child_sender, child) = std::sync::mpsc::channel();
+        parent = Some(std::thread::spawn(move || {
+            child_sender.send(command.spawn().unwrap()).unwrap();
+            // Live on until the supervisor is surely running (its death signal armed).
+            let _ = released.recv();
+        }));
+        child.recv().unwrap()
+    })
+    .await;
+
+    drop(release);
+    parent.unwrap().join().unwrap();
+
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("exit signal 9"));
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("done"));
+    assert_tree_gone(&marker).await;
+    assert!(supervisor.wait().unwrap().success());
+}
+
+async fn next_report(
+    reports: &mut tokio::io::Lines<BufReader<tokio::net::UnixStream>>,
+) -> Option<String> {
+    tokio::time::timeout(PATIENCE, reports.next_line()).await.expect("a report in time").unwrap()
 }
 
 #[tokio::test]
@@ -402,13 +484,17 @@ async fn cwd_is_confined_to_the_roots() {
     let res = fx.run(json!({ "command": "pwd" })).await;
     assert_eq!(res.content, format!("{}\n[exit code 0]", fx.path().display()));
 
-    for cwd in [outside.path().to_str().unwrap(), "..", "sub/../.."] {
+    std::os::unix::fs::symlink(outside.path(), fx.path().join("escape")).unwrap();
+    for cwd in [outside.path().to_str().unwrap(), "..", "sub/../..", "escape", "/"] {
         let res = fx.run(json!({ "command": "touch escaped", "cwd": cwd })).await;
         assert_eq!(res.error_type, Some(ErrorType::AccessDenied), "{cwd}: {res:?}");
     }
     assert!(!outside.path().join("escaped").exists());
     let res = fx.run(json!({ "command": "pwd", "cwd": "missing" })).await;
     assert_eq!(res.error_type, Some(ErrorType::NotFound));
+    std::fs::write(fx.path().join("file"), "").unwrap();
+    let res = fx.run(json!({ "command": "pwd", "cwd": "file" })).await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments));
     drop(fx.dir);
 }
 
@@ -547,7 +633,7 @@ async fn a_broken_supervisor_is_an_error_not_a_hang() {
 #[tokio::test]
 async fn a_call_canceled_before_it_starts_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(Program::Shell("touch ran".to_owned()), dir.path());
+    let spec = spec(Program::Shell("touch ran".to_owned()), dir.path());
     spec.cancel.cancel();
     let outcome = process::run(spec).await.unwrap();
     assert!(outcome.canceled);

@@ -24,7 +24,13 @@
 //! nothing: closing (or shutting down) its end means "kill everything now". Because the
 //! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
 //! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
-//! supervisor answers with newline-terminated [`Report`] lines.
+//! supervisor answers with newline-terminated report lines (`spawned PID`, `exit code
+//! N`, `done`, ...). If the daemon's future is dropped mid-call, a guard also sweeps
+//! the supervisor's descendants itself, so the kill does not wait for the supervisor.
+//!
+//! Outside the `toolgate` binary (integration tests, above all), the supervisor
+//! binary must be named with [`Supervisor::install`]: `/proc/self/exe` is then a test
+//! harness, which fails the handshake with [`ProcessError::Handshake`].
 //!
 //! The daemon side ([`run`]) reads stdout and stderr as they arrive, forwards every
 //! chunk (never splitting a UTF-8 character) to the live [`OutputSink`], keeps the head
@@ -43,7 +49,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -545,10 +551,10 @@ async fn drive_control(
 /// Shuts down the daemon's side of the control socket: the supervisor reads
 /// end-of-file and kills the whole tree.
 async fn request_kill(writer: &mut Option<tokio::net::unix::OwnedWriteHalf>) {
-    if let Some(mut half) = writer.take() {
-        if let Err(err) = half.shutdown().await {
-            tracing::debug!(%err, "shutting down the control socket failed");
-        }
+    if let Some(mut half) = writer.take()
+        && let Err(err) = half.shutdown().await
+    {
+        tracing::debug!(%err, "shutting down the control socket failed");
     }
 }
 
@@ -917,30 +923,49 @@ enum SuperviseError {
     Io { what: &'static str, source: std::io::Error },
 }
 
-/// The signals that make the supervisor kill the tree: the daemon's death signal
-/// (SIGTERM) and whatever an operator might send it.
-fn kill_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
-        set.add(signal);
+/// Catches the signals that make the supervisor kill the tree — the daemon's death
+/// signal (SIGTERM) and whatever an operator might send — and returns the body of a
+/// thread that waits for the first of them.
+///
+/// Handlers, not a blocked signal mask with `sigwait`: a mask is inherited by the
+/// command (and by everything it starts, which would then shrug off SIGTERM), while
+/// handlers are reset by `exec`. Installed first thing, so that a signal can only
+/// kill the supervisor outright before it has started anything.
+fn catch_kill_signals() -> std::io::Result<impl FnOnce() + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let mut streams = Vec::new();
+    {
+        let _context = runtime.enter();
+        for kind in [
+            SignalKind::terminate(),
+            SignalKind::interrupt(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ] {
+            streams.push(signal(kind)?);
+        }
     }
-    set
+    Ok(move || {
+        runtime.block_on(async move {
+            let arrivals = streams.iter_mut().map(|stream| Box::pin(stream.recv()));
+            futures::future::select_all(arrivals).await;
+        });
+    })
 }
 
 fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    // Block the kill signals before anything else so that they are only ever taken
-    // by the signal thread below (threads inherit the mask; the command does not,
-    // the standard library resets it when spawning).
-    let signals = kill_signals();
-    signals.thread_block().map_err(|source| SuperviseError::Sys { what: "sigmask", source })?;
+    let wait_for_kill_signal = catch_kill_signals()
+        .map_err(|source| SuperviseError::Io { what: "signal handlers", source })?;
     // The death signal is SIGTERM, not SIGKILL: a SIGKILLed supervisor could not kill
     // the tree, and its orphans would escape to init.
     nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
-    if let Some(parent) = args.parent {
-        if nix::unistd::getppid() != Pid::from_raw(parent) {
-            return Ok(()); // the daemon is already gone: start nothing
-        }
+    if let Some(parent) = args.parent
+        && nix::unistd::getppid() != Pid::from_raw(parent)
+    {
+        return Ok(()); // the daemon is already gone: start nothing
     }
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
@@ -996,9 +1021,8 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         kill_tree(own_pid);
     });
     std::thread::spawn(move || {
-        if signals.wait().is_ok() {
-            kill_tree(own_pid);
-        }
+        wait_for_kill_signal();
+        kill_tree(own_pid);
     });
 
     let status = reap_until_alone(command_pid, own_pid);
@@ -1065,12 +1089,13 @@ fn kill_tree(root: Pid) {
 /// One sweep: sends SIGKILL to every current descendant of `root` and returns how
 /// many of them were alive (not yet zombies).
 fn signal_descendants(root: Pid) -> usize {
-    let table = read_process_table();
-    let family = descendants(&table, root.as_raw());
+    let family = family_of(root.as_raw());
     let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
     members.insert(root.as_raw());
     let mut alive = 0;
-    for entry in &family {
+    // Deepest first (the walk is breadth-first): a child dies before its parent, so
+    // fewer orphans move house in the middle of a sweep.
+    for entry in family.iter().rev() {
         if kill_verified(entry.pid, &members) && !entry.zombie {
             alive += 1;
         }
@@ -1098,6 +1123,51 @@ fn kill_verified(pid: i32, members: &HashSet<i32>) -> bool {
             still_ours && nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
         }
     }
+}
+
+/// The current descendants of `root`: by following the kernel's child lists down the
+/// tree, which touches only the tree itself, or, where the kernel has no child lists
+/// (built without `CONFIG_PROC_CHILDREN`), by scanning every process.
+fn family_of(root: i32) -> Vec<ProcEntry> {
+    match walk_children(root) {
+        Some(found) => found,
+        None => descendants(&read_process_table(), root),
+    }
+}
+
+/// Breadth-first over `/proc/PID/task/TID/children` (every thread's list: an orphan
+/// is re-parented to whichever thread of the subreaper the kernel picks). `None` when
+/// the root's lists cannot be read at all.
+fn walk_children(root: i32) -> Option<Vec<ProcEntry>> {
+    let mut found = Vec::new();
+    let mut seen = HashSet::from([root]);
+    let mut queue = VecDeque::from([root]);
+    while let Some(parent) = queue.pop_front() {
+        let tasks = match std::fs::read_dir(format!("/proc/{parent}/task")) {
+            Ok(tasks) => tasks,
+            Err(_) if parent == root => return None,
+            Err(_) => continue, // exited meanwhile
+        };
+        let mut read_any = false;
+        for task in tasks.flatten() {
+            let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            read_any = true;
+            for child in list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()) {
+                if seen.insert(child) {
+                    if let Some(entry) = read_stat(child) {
+                        found.push(entry);
+                    }
+                    queue.push_back(child);
+                }
+            }
+        }
+        if !read_any && parent == root {
+            return None;
+        }
+    }
+    Some(found)
 }
 
 /// What `/proc/PID/stat` says about one process.

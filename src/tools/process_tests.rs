@@ -223,8 +223,10 @@ fn pids_running(command: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Kills a test's process tree even when an assertion fails half-way.
-struct TreeCleanup(Option<std::process::Child>);
+/// Kills a test's process tree even when an assertion fails half-way: the tree, and
+/// anything running the test's unique command (the test process is no subreaper, so
+/// an orphan may have left the tree).
+struct TreeCleanup(Option<std::process::Child>, String);
 
 impl Drop for TreeCleanup {
     fn drop(&mut self) {
@@ -232,6 +234,9 @@ impl Drop for TreeCleanup {
             kill_tree(Pid::from_raw(i32::try_from(root.id()).unwrap()));
             let _ = root.kill();
             let _ = root.wait();
+        }
+        for pid in pids_running(&self.1) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
@@ -243,7 +248,7 @@ fn kill_tree_kills_every_descendant_but_not_the_root() {
     let script = format!("sleep {marker} & sh -c 'sleep {marker} & wait' & wait");
     let root = std::process::Command::new("/bin/sh").arg("-c").arg(&script).spawn().unwrap();
     let root_pid = Pid::from_raw(i32::try_from(root.id()).unwrap());
-    let mut cleanup = TreeCleanup(Some(root));
+    let mut cleanup = TreeCleanup(Some(root), format!("sleep {marker}"));
     let family_sleeps = || {
         let table = read_process_table();
         let family: HashSet<i32> =
@@ -259,6 +264,17 @@ fn kill_tree_kills_every_descendant_but_not_the_root() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(family_sleeps(), 2, "the sleeps never started");
+    // The kernel's child lists and a full scan agree on who is in the tree.
+    let mut walked: Vec<i32> =
+        walk_children(root_pid.as_raw()).unwrap().iter().map(|entry| entry.pid).collect();
+    let mut scanned: Vec<i32> = descendants(&read_process_table(), root_pid.as_raw())
+        .iter()
+        .map(|entry| entry.pid)
+        .collect();
+    walked.sort_unstable();
+    scanned.sort_unstable();
+    assert_eq!(walked, scanned);
+    assert_eq!(walked.len(), 3, "two sleeps and the inner shell");
 
     kill_tree(root_pid);
     assert_eq!(family_sleeps(), 0);

@@ -107,6 +107,10 @@ async def scenario(session, approver, root, label):
     if placeholder(probe):
         skip(f"{label} progress and cancel of run_command", "run_command is not built in this tree")
     else:
+        # This SDK does not tell the server when a caller gives up on a request, so
+        # the cancellation is sent as the spec says: notifications/cancelled naming
+        # the request id (the next one the session will use).
+        request_id = session._request_id
         async with anyio.create_task_group() as group:
             async def call():
                 await session.call_tool("run_command", {"command": command}, progress_callback=on_progress)
@@ -116,6 +120,8 @@ async def scenario(session, approver, root, label):
                 await anyio.sleep(0.02)
             while len(progress) < 3 and time.time() < deadline:
                 await anyio.sleep(0.02)
+            await session.send_notification(types.ClientNotification(types.CancelledNotification(
+                params=types.CancelledNotificationParams(requestId=request_id, reason="test"))))
             group.cancel_scope.cancel()
         check(f"{label} progress carries live output", "tick-1" in "".join(m or "" for m in progress), str(progress))
         pid = int(open(pid_file).read().strip()) if os.path.exists(pid_file) else None

@@ -9,7 +9,6 @@
 //!
 //! [`EnvPolicy`]: crate::tools::EnvPolicy
 
-use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +18,7 @@ use serde_json::Value;
 
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
 use crate::tools::{
-    Definition, Env, ErrorType, FsError, Safety, Tool, ToolContext, ToolResult, parse_args,
-    schema_for,
+    Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
 
 /// The longest part of a call's deadline that run_command keeps back for itself. The
@@ -40,6 +38,7 @@ struct Args {
     /// command and everything it started are killed.
     #[serde(default)]
     #[schemars(range(min = 1))]
+    #[expect(dead_code, reason = "the registry reads it through requested_timeout")]
     timeout_ms: Option<u64>,
     /// Working directory, relative to the session's working directory; must be inside
     /// the session's roots.
@@ -86,7 +85,7 @@ impl Tool for RunCommand {
             Ok(args) => args,
             Err(res) => return res,
         };
-        let cwd = match confined_dir(&ctx.env, args.cwd.as_deref()) {
+        let cwd = match fs::resolve_dir(&ctx.env, args.cwd.as_deref()) {
             Ok(cwd) => cwd,
             Err(err) => return err.into(),
         };
@@ -198,52 +197,11 @@ fn millis(duration: Duration) -> u64 {
 }
 
 fn describe_duration(duration: Duration) -> String {
-    if duration.as_millis() % 1000 == 0 {
+    if duration.as_millis().is_multiple_of(1000) {
         format!("{}s", duration.as_secs())
     } else {
         format!("{}ms", duration.as_millis())
     }
-}
-
-// TODO(fs): use fs::resolve_dir
-/// The directory a command runs in: the session cwd, or `cwd` resolved against it,
-/// which must exist, be a directory, and lie inside the roots after following
-/// symlinks. A path outside the roots is refused before its existence is revealed.
-fn confined_dir(env: &Env, cwd: Option<&str>) -> Result<PathBuf, FsError> {
-    let Some(cwd) = cwd else {
-        return Ok(env.cwd.clone());
-    };
-    let outside = || FsError::AccessDenied(format!("{cwd} is outside the workspace roots"));
-    let lexical = normalize(&env.cwd.join(cwd));
-    if !env.roots.iter().any(|root| lexical.starts_with(root)) {
-        return Err(outside());
-    }
-    let canonical = std::fs::canonicalize(&lexical).map_err(|err| match err.kind() {
-        std::io::ErrorKind::NotFound => FsError::NotFound(cwd.to_owned()),
-        _ => FsError::Io { path: cwd.to_owned(), source: err },
-    })?;
-    if !env.roots.iter().any(|root| canonical.starts_with(root)) {
-        return Err(outside());
-    }
-    if !canonical.is_dir() {
-        return Err(FsError::InvalidPath(format!("{cwd} is not a directory")));
-    }
-    Ok(canonical)
-}
-
-/// Removes `.` and resolves `..` without touching the filesystem.
-fn normalize(path: &Path) -> PathBuf {
-    let mut normalized = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                normalized.pop();
-            }
-            other => normalized.push(other),
-        }
-    }
-    normalized
 }
 
 #[cfg(test)]
@@ -318,29 +276,6 @@ mod tests {
         assert_eq!(own_deadline(Duration::from_secs(120)), Duration::from_secs(119));
         assert_eq!(own_deadline(Duration::from_secs(2)), Duration::from_millis(1800));
         assert_eq!(own_deadline(Duration::ZERO), Duration::ZERO);
-    }
-
-    #[test]
-    fn cwd_is_confined_to_the_roots() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("root/sub")).unwrap();
-        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-        std::fs::write(dir.path().join("root/file"), "x").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("outside"), dir.path().join("root/escape"))
-            .unwrap();
-        let env = Env::for_root(dir.path().join("root")).unwrap();
-
-        assert_eq!(confined_dir(&env, None).unwrap(), env.cwd);
-        assert_eq!(confined_dir(&env, Some("sub")).unwrap(), env.cwd.join("sub"));
-        assert_eq!(confined_dir(&env, Some("sub/..")).unwrap(), env.cwd);
-        let code =
-            |cwd: &str| ToolResult::from(confined_dir(&env, Some(cwd)).unwrap_err()).error_type;
-        assert_eq!(code("../outside"), Some(ErrorType::AccessDenied));
-        assert_eq!(code("/"), Some(ErrorType::AccessDenied));
-        assert_eq!(code("escape"), Some(ErrorType::AccessDenied));
-        assert_eq!(code("../does-not-exist"), Some(ErrorType::AccessDenied));
-        assert_eq!(code("missing"), Some(ErrorType::NotFound));
-        assert_eq!(code("file"), Some(ErrorType::InvalidArguments));
     }
 
     #[test]
