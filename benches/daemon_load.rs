@@ -209,14 +209,19 @@ fn main() -> anyhow::Result<()> {
     // The library daemon in a process of its own, over every transport.
     let socket = scratch.path().join("run").join("toolgate.sock");
     let started = Instant::now();
-    let (mut child, target) = spawn_library_daemon(&root, &socket)?;
+    let (mut child, target, registry) = spawn_library_daemon(&root, &socket)?;
     let startup = started.elapsed();
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(200));
     let idle_rss = rss_kib(pid)?;
     println!();
     println!("library daemon (this benchmark re-executed as a daemon, pid {pid})");
-    println!("  startup to listening sockets: {}", millis(startup));
+    println!(
+        "  startup to listening sockets: {} (building the registry: {}, {} of RSS)",
+        millis(startup),
+        millis(registry.built_in),
+        mib(registry.rss_kib)
+    );
     println!("  idle RSS: {}", memory_breakdown(pid, idle_rss)?);
     let (with_idle, per_connection) =
         client.block_on(idle_connections_rss(&target.socket, pid, plan.idle_connections))?;
@@ -651,7 +656,10 @@ async fn measure_binary(
 }
 
 /// Re-executes this benchmark as the daemon and waits for it to say where it listens.
-fn spawn_library_daemon(root: &Path, socket: &Path) -> anyhow::Result<(Child, Target)> {
+fn spawn_library_daemon(
+    root: &Path,
+    socket: &Path,
+) -> anyhow::Result<(Child, Target, RegistryCost)> {
     let mut child = Command::new(std::env::current_exe()?)
         .env(CHILD_ENV, "1")
         .env(ROOT_ENV, root)
@@ -663,13 +671,25 @@ fn spawn_library_daemon(root: &Path, socket: &Path) -> anyhow::Result<(Child, Ta
     let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
     let mut line = String::new();
     std::io::BufReader::new(stdout).read_line(&mut line)?;
-    let Some(addr) = line.trim().strip_prefix("ready ") else {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let ["ready", addr, registry_micros, registry_kib] = fields[..] else {
         stop_child(&mut child);
         bail!("the daemon did not start: {line:?}");
     };
     let tcp = Some(addr.parse()?);
     let pid = child.id();
-    Ok((child, Target { socket: socket.to_path_buf(), tcp, pid }))
+    let registry = RegistryCost {
+        built_in: Duration::from_micros(registry_micros.parse()?),
+        rss_kib: registry_kib.parse()?,
+    };
+    Ok((child, Target { socket: socket.to_path_buf(), tcp, pid }, registry))
+}
+
+/// What building the registry of built-in tools cost the daemon at startup (schema
+/// validators included): most of its startup time and idle memory.
+struct RegistryCost {
+    built_in: Duration,
+    rss_kib: u64,
 }
 
 /// The daemon side: every transport over one `Daemon`, until stdin closes (which it
@@ -683,8 +703,12 @@ fn daemon_child() -> anyhow::Result<()> {
     let socket = PathBuf::from(std::env::var_os(SOCKET_ENV).ok_or_else(|| anyhow!("no socket"))?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let daemon =
-            Daemon::new(Arc::new(Registry::with_builtins()), Settings::for_roots(vec![root]), None);
+        let rss_before = rss_kib(std::process::id())?;
+        let started = Instant::now();
+        let registry = Arc::new(Registry::with_builtins());
+        let registry_micros = started.elapsed().as_micros();
+        let registry_kib = rss_kib(std::process::id())?.saturating_sub(rss_before);
+        let daemon = Daemon::new(registry, Settings::for_roots(vec![root]), None);
         let unix = rpc::unix::bind(&socket)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -694,7 +718,7 @@ fn daemon_child() -> anyhow::Result<()> {
         let unix_serving = tokio::spawn(rpc::unix::serve(daemon.clone(), unix, 4096, max_message));
         let tcp_serving = tokio::spawn(tcp::serve(daemon.clone(), listener, options));
         let mut stdout = std::io::stdout();
-        writeln!(stdout, "ready {addr}")?;
+        writeln!(stdout, "ready {addr} {registry_micros} {registry_kib}")?;
         stdout.flush()?;
         let mut stdin = tokio::io::stdin();
         let mut scratch = [0u8; 64];
