@@ -76,19 +76,19 @@ mod tests {
 
     #[test]
     fn intersection_narrows_and_never_widens() {
-        let configured = paths(&["/work/repo"]);
+        let configured = paths(&["/srv/repo"]);
         // Narrower client root: kept.
-        assert_eq!(intersect(&configured, &paths(&["/work/repo/src"])), paths(&["/work/repo/src"]));
+        assert_eq!(intersect(&configured, &paths(&["/srv/repo/src"])), paths(&["/srv/repo/src"]));
         // Wider client root: the configured one.
-        assert_eq!(intersect(&configured, &paths(&["/work"])), paths(&["/work/repo"]));
+        assert_eq!(intersect(&configured, &paths(&["/srv"])), paths(&["/srv/repo"]));
         // Unrelated: nothing.
         assert!(intersect(&configured, &paths(&["/etc"])).is_empty());
         // Several, nested ones collapse.
         assert_eq!(
-            intersect(&configured, &paths(&["/work/repo/a", "/work/repo/a/b", "/", "/tmp"])),
-            paths(&["/work/repo"])
+            intersect(&configured, &paths(&["/srv/repo/a", "/srv/repo/a/b", "/", "/tmp"])),
+            paths(&["/srv/repo"])
         );
-        for narrowed in intersect(&configured, &paths(&["/work/repo/a", "/", "/tmp"])) {
+        for narrowed in intersect(&configured, &paths(&["/srv/repo/a", "/", "/tmp"])) {
             assert!(covered(&configured, &narrowed));
         }
     }
