@@ -28,6 +28,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -437,6 +438,31 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
     hash = mix(hash, u64::from_le_bytes(tail));
     mix(hash, bytes.len() as u64)
+}
+
+/// The write path shared by the tools that change a file: resolves the target beneath
+/// the roots, takes the file's path lock, and runs `work` on the blocking pool with the
+/// lock held until it is over (even if nobody waits for the result any more), so two
+/// read-modify-write cycles on one file never interleave.
+pub async fn with_write_lock<T, F>(
+    env: &Arc<Env>,
+    path: &str,
+    parents: ParentDirs,
+    work: F,
+) -> Result<T, FsError>
+where
+    F: FnOnce(&ResolvedParent) -> Result<T, FsError> + Send + 'static,
+    T: Send + 'static,
+{
+    let resolve_env = env.clone();
+    let path = path.to_owned();
+    let target = blocking(move || resolve_for_write(&resolve_env, &path, parents)).await?;
+    let lock = lock_path(&target.path()).await;
+    blocking(move || {
+        let _lock = lock;
+        work(&target)
+    })
+    .await
 }
 
 /// Runs blocking filesystem work off the async threads. A panic inside is re-raised

@@ -123,18 +123,10 @@ impl Tool for EditFile {
         let parents =
             if args.old_string.is_empty() { ParentDirs::Create } else { ParentDirs::MustExist };
         let env = ctx.env.clone();
-        let path = args.path.clone();
-        let target = match fs::blocking(move || fs::resolve_for_write(&env, &path, parents)).await {
-            Ok(target) => target,
-            Err(err) => return err.into(),
-        };
-        let lock = fs::lock_path(&target.path()).await;
-        let env = ctx.env.clone();
         let cancel = ctx.cancel.clone();
-        fs::blocking(move || {
-            // Held until the write is over, even if nobody waits for the result.
-            let _lock = lock;
-            edit_locked(&env, &args, &target, &cancel)
+        let path = args.path.clone();
+        fs::with_write_lock(&ctx.env, &path, parents, move |target| {
+            edit_locked(&env, &args, target, &cancel)
         })
         .await
         .unwrap_or_else(ToolResult::from)

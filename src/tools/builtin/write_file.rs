@@ -62,22 +62,10 @@ impl Tool for WriteFile {
             Err(res) => return res,
         };
         let env = ctx.env.clone();
-        let path = args.path.clone();
-        let target = match fs::blocking(move || {
-            fs::resolve_for_write(&env, &path, ParentDirs::Create)
-        })
-        .await
-        {
-            Ok(target) => target,
-            Err(err) => return err.into(),
-        };
-        let lock = fs::lock_path(&target.path()).await;
-        let env = ctx.env.clone();
         let cancel = ctx.cancel.clone();
-        fs::blocking(move || {
-            // Held until the write is over, even if nobody waits for the result.
-            let _lock = lock;
-            write_locked(&env, &args, &target, &cancel)
+        let path = args.path.clone();
+        fs::with_write_lock(&ctx.env, &path, ParentDirs::Create, move |target| {
+            write_locked(&env, &args, target, &cancel)
         })
         .await
         .unwrap_or_else(ToolResult::from)
