@@ -1093,9 +1093,10 @@ fn signal_descendants(root: Pid) -> usize {
     let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
     members.insert(root.as_raw());
     let mut alive = 0;
-    // Deepest first (the walk is breadth-first): a child dies before its parent, so
-    // fewer orphans move house in the middle of a sweep.
-    for entry in family.iter().rev() {
+    // Parents first (both walks list a parent before its children): a shell killed first
+    // can never see its children die, so it cannot add a "Killed" line of its own to the
+    // output. Orphans re-parented to the supervisor meanwhile are still members.
+    for entry in &family {
         if kill_verified(entry.pid, &members) && !entry.zombie {
             alive += 1;
         }
