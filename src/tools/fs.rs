@@ -675,16 +675,20 @@ fn resolve_at(
     strategy: Strategy,
 ) -> Result<Resolved, FsError> {
     let located = locate(env, path, shown)?;
-    let root_fd = open_root(located.root, shown)?;
-    let (fd, walked) = open_beneath(root_fd.as_fd(), &located.rel, flags, strategy)
-        .map_err(|errno| FsError::from_errno(shown, errno))?;
+    let (fd, route) = match open_direct(&located, flags, strategy) {
+        Some(opened) => opened.map(|fd| (fd, Route::Direct)),
+        None => {
+            let root_fd = open_root(located.root, shown)?;
+            open_beneath(root_fd.as_fd(), &located.rel, flags, strategy)
+        }
+    }
+    .map_err(|errno| FsError::from_errno(shown, errno))?;
     let info = file_info(&fd).map_err(|err| FsError::from_io(shown, err))?;
     let is_dir = info.kind == FileKind::Directory;
     if located.wants_dir && !is_dir {
         return Err(FsError::from_errno(shown, Errno::NOTDIR));
     }
-    let lexical = walked.unwrap_or_else(|| normalize_lexically(&located.rel));
-    let path = kernel_path(fd.as_fd(), located.root, &lexical, shown)?;
+    let path = real_path(fd.as_fd(), located.root, &located.rel, route, shown)?;
     Ok(Resolved { fd, path, root: located.root.to_path_buf(), kind: info.kind, is_dir })
 }
 
@@ -697,17 +701,22 @@ fn resolve_parent_at(
 ) -> Result<ResolvedParent, FsError> {
     let (parent, name) = split_final(path, shown)?;
     let located = locate(env, &parent, shown)?;
-    let root_fd = open_root(located.root, shown)?;
     let flags = OFlags::PATH | OFlags::DIRECTORY;
-    let opened = match open_beneath(root_fd.as_fd(), &located.rel, flags, strategy) {
-        Err(Errno::NOENT) if parents == ParentDirs::Create => {
-            create_beneath(root_fd.as_fd(), &located.rel, strategy)
+    let opened = match open_direct(&located, flags, strategy) {
+        Some(Ok(fd)) => Ok((fd, Route::Direct)),
+        Some(Err(errno)) if errno != Errno::NOENT || parents != ParentDirs::Create => Err(errno),
+        _ => {
+            let root_fd = open_root(located.root, shown)?;
+            match open_beneath(root_fd.as_fd(), &located.rel, flags, strategy) {
+                Err(Errno::NOENT) if parents == ParentDirs::Create => {
+                    create_beneath(root_fd.as_fd(), &located.rel, strategy)
+                }
+                other => other,
+            }
         }
-        other => other,
     };
-    let (dir, walked) = opened.map_err(|errno| FsError::from_errno(shown, errno))?;
-    let lexical = walked.unwrap_or_else(|| normalize_lexically(&located.rel));
-    let dir_path = kernel_path(dir.as_fd(), located.root, &lexical, shown)?;
+    let (dir, route) = opened.map_err(|errno| FsError::from_errno(shown, errno))?;
+    let dir_path = real_path(dir.as_fd(), located.root, &located.rel, route, shown)?;
     Ok(ResolvedParent { dir, dir_path, name, root: located.root.to_path_buf() })
 }
 
@@ -724,24 +733,74 @@ fn split_final(path: &Path, shown: &str) -> Result<(PathBuf, OsString), FsError>
     Ok((PathBuf::from(OsStr::from_bytes(parent)), OsString::from_vec(name.to_vec())))
 }
 
-/// Opens `rel` beneath `root`. Returns the descriptor and, when the walk did the work,
-/// the path it actually took (symlinks resolved). Errors follow `openat2`: `EXDEV`
-/// for any attempt to leave the root.
+/// How a lookup reached its descriptor, which tells how to learn its real path.
+#[derive(Debug)]
+enum Route {
+    /// `openat2` crossed no symbolic link: the path, `..` applied lexically, is the
+    /// real one, and the kernel need not be asked.
+    Direct,
+    /// `openat2` followed symbolic links: only the kernel knows where it ended.
+    Followed,
+    /// The walk did the work and took this path (symlinks resolved).
+    Walked(PathBuf),
+}
+
+/// The fast path of a lookup: a path below its root with no `..` and no symbolic
+/// link, opened by its absolute name with `RESOLVE_NO_SYMLINKS`. The root is
+/// canonical, so the walk crosses no link above it either, and without `..` and links
+/// it can only go down from the root: the result is beneath the root, and the path is
+/// the real one, with no root descriptor to open and no kernel path to read back.
+///
+/// `None` when the path does not qualify or crossed a link (`ELOOP`): then the
+/// confined lookup from a root descriptor decides. Any other error is the answer.
+fn open_direct(
+    located: &Located<'_>,
+    flags: OFlags,
+    strategy: Strategy,
+) -> Option<rustix::io::Result<OwnedFd>> {
+    if strategy != Strategy::Auto
+        || OPENAT2_MISSING.load(Ordering::Relaxed)
+        || located.rel.components().any(|part| part == Component::ParentDir)
+    {
+        return None;
+    }
+    let absolute = located.root.join(&located.rel);
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let cwd = rustix::fs::CWD;
+    match rustix::fs::openat2(cwd, &absolute, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+        Ok(fd) => Some(Ok(fd)),
+        Err(Errno::LOOP | Errno::AGAIN | Errno::XDEV | Errno::NOSYS) => None,
+        Err(errno) => Some(Err(errno)),
+    }
+}
+
+/// Opens `rel` beneath `root`. Returns the descriptor and how it was reached. Errors
+/// follow `openat2`: `EXDEV` for any attempt to leave the root.
+///
+/// The common case, a path without symbolic links, is tried first with
+/// `RESOLVE_NO_SYMLINKS`; any link on the way (`ELOOP`) repeats the lookup allowing
+/// them, so the answer is the same, and only paths through links pay for the kernel's
+/// view of where they ended ([`kernel_path`]).
 fn open_beneath(
     root: BorrowedFd<'_>,
     rel: &Path,
     flags: OFlags,
     strategy: Strategy,
-) -> rustix::io::Result<(OwnedFd, Option<PathBuf>)> {
+) -> rustix::io::Result<(OwnedFd, Route)> {
     let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
     let strategy = if OPENAT2_MISSING.load(Ordering::Relaxed) { Strategy::Walk } else { strategy };
     if strategy == Strategy::Auto {
-        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+        let mut route = Route::Direct;
         let mut retries = 0;
         loop {
             match rustix::fs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
-                Ok(fd) => return Ok((fd, None)),
+                Ok(fd) => return Ok((fd, route)),
                 Err(Errno::AGAIN) if retries < MAX_EAGAIN_RETRIES => retries += 1,
+                Err(Errno::LOOP) if matches!(route, Route::Direct) => {
+                    resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+                    route = Route::Followed;
+                }
                 Err(Errno::NOSYS) => {
                     OPENAT2_MISSING.store(true, Ordering::Relaxed);
                     break;
@@ -750,7 +809,22 @@ fn open_beneath(
             }
         }
     }
-    walk_beneath(root, rel, flags).map(|(fd, walked)| (fd, Some(walked)))
+    walk_beneath(root, rel, flags).map(|(fd, walked)| (fd, Route::Walked(walked)))
+}
+
+/// The absolute path of a descriptor opened beneath `root` by way of `route`.
+fn real_path(
+    fd: BorrowedFd<'_>,
+    root: &Path,
+    rel: &Path,
+    route: Route,
+    shown: &str,
+) -> Result<PathBuf, FsError> {
+    match route {
+        Route::Direct => Ok(root.join(normalize_lexically(rel))),
+        Route::Followed => kernel_path(fd, root, &normalize_lexically(rel), shown),
+        Route::Walked(walked) => kernel_path(fd, root, &walked, shown),
+    }
 }
 
 /// The `openat2`-less lookup: one component at a time, each opened with
@@ -871,7 +945,7 @@ fn create_beneath(
     root: BorrowedFd<'_>,
     rel: &Path,
     strategy: Strategy,
-) -> rustix::io::Result<(OwnedFd, Option<PathBuf>)> {
+) -> rustix::io::Result<(OwnedFd, Route)> {
     let flags = OFlags::PATH | OFlags::DIRECTORY;
     let components = split_components(rel.as_os_str().as_bytes());
     let mut prefix = PathBuf::new();
@@ -893,8 +967,9 @@ fn create_beneath(
     Ok(opened)
 }
 
-/// `rel` with `.` dropped and `..` applied lexically; only a fallback name for
-/// messages when neither `/proc` nor the walk can say where a descriptor points.
+/// `rel` with `.` dropped and `..` applied lexically: the real path when no symbolic
+/// link was crossed, otherwise only a fallback name for when neither `/proc` nor the
+/// walk can say where a descriptor points.
 fn normalize_lexically(rel: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in rel.components() {

@@ -13,6 +13,7 @@ pub mod builtin;
 pub mod fs;
 pub mod process;
 pub mod registry;
+pub mod schema;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};

@@ -1093,35 +1093,52 @@ fn signal_descendants(root: Pid) -> usize {
     let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
     members.insert(root.as_raw());
     let mut alive = 0;
-    // Parents first (both walks list a parent before its children): a shell killed first
-    // can never see its children die, so it cannot add a "Killed" line of its own to the
-    // output. Orphans re-parented to the supervisor meanwhile are still members.
+    // Frozen first, then killed deepest first (both walks list a parent before its
+    // children). A stopped shell runs no more code, so it cannot see a child die and
+    // print a "Killed" line of its own into the output; and a child killed before its
+    // parent is never orphaned into a part of the process tree outside the family.
     for entry in &family {
-        if kill_verified(entry.pid, &members) && !entry.zombie {
+        signal_verified(entry.pid, &members, TreeSignal::Stop);
+    }
+    for entry in family.iter().rev() {
+        if signal_verified(entry.pid, &members, TreeSignal::Kill) && !entry.zombie {
             alive += 1;
         }
     }
     alive
 }
 
-/// SIGKILLs `pid` if it is still a member of the family. A pidfd pins the process
-/// first, so that a pid reused since the scan can never hit an unrelated process.
-/// Returns whether a signal was sent.
-fn kill_verified(pid: i32, members: &HashSet<i32>) -> bool {
+/// The two signals a sweep sends.
+#[derive(Clone, Copy)]
+enum TreeSignal {
+    Stop,
+    Kill,
+}
+
+/// Sends `signal` to `pid` if it is still a member of the family. A pidfd pins the
+/// process first, so that a pid reused since the scan can never hit an unrelated
+/// process. Returns whether the signal was sent.
+fn signal_verified(pid: i32, members: &HashSet<i32>, signal: TreeSignal) -> bool {
     let Some(target) = rustix::process::Pid::from_raw(pid) else {
         return false;
     };
+    let still_ours = || read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
     match rustix::process::pidfd_open(target, rustix::process::PidfdFlags::empty()) {
         Ok(pidfd) => {
-            let still_ours = read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
-            still_ours
-                && rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL).is_ok()
+            let signal = match signal {
+                TreeSignal::Stop => rustix::process::Signal::STOP,
+                TreeSignal::Kill => rustix::process::Signal::KILL,
+            };
+            still_ours() && rustix::process::pidfd_send_signal(&pidfd, signal).is_ok()
         }
         Err(rustix::io::Errno::SRCH) => false,
         // Kernels before 5.3 have no pidfd: a plain kill, with the (tiny) reuse race.
         Err(_) => {
-            let still_ours = read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
-            still_ours && nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+            let signal = match signal {
+                TreeSignal::Stop => Signal::SIGSTOP,
+                TreeSignal::Kill => Signal::SIGKILL,
+            };
+            still_ours() && nix::sys::signal::kill(Pid::from_raw(pid), signal).is_ok()
         }
     }
 }

@@ -463,12 +463,9 @@ impl Registry {
         if definition.name.trim().is_empty() {
             return Err(RegisterError::BlankName);
         }
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&definition.input_schema)
-            .map_err(|err| RegisterError::InvalidSchema {
-                name: definition.name.clone(),
-                reason: err.to_string(),
+        let (validator, _) =
+            super::schema::compile(&definition.input_schema).map_err(|reason| {
+                RegisterError::InvalidSchema { name: definition.name.clone(), reason }
             })?;
         Ok(Entry { tool, validator: Arc::new(validator), source })
     }

@@ -144,8 +144,7 @@ fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError>
 /// Numbers and windows the text, with every cap applied and reported.
 fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) -> ToolResult {
     let crlf = text::uses_crlf(&decoded.text);
-    let lines = split_lines(&decoded.text);
-    let total = lines.len();
+    let total = count_lines(&decoded.text);
     let start = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
     let limit =
         args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
@@ -155,12 +154,12 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
     let mut cut_lines = 0usize;
     let mut hit_byte_cap = false;
     if start <= total {
-        let window_end = total.min(start.saturating_sub(1).saturating_add(limit));
-        for (idx, line) in lines.iter().enumerate().take(window_end).skip(start - 1) {
+        let window = split_lines(&decoded.text).skip(start - 1).take(limit);
+        for (idx, line) in (start..).zip(window) {
             let (line, cut) = cap_line(line);
             let note = cut.map(|extra| format!("… [line cut: {extra} more characters]"));
-            let number = line_number(idx + 1);
-            let numbered_len = number.len() + 1 + line.len() + note.as_ref().map_or(0, String::len);
+            let numbered_len =
+                number_width(idx) + 1 + line.len() + note.as_ref().map_or(0, String::len);
             if content.len() + numbered_len + 1 > MAX_TEXT_BYTES {
                 hit_byte_cap = true;
                 break;
@@ -168,7 +167,7 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
             if shown > 0 {
                 content.push('\n');
             }
-            content.push_str(&number);
+            push_line_number(&mut content, idx);
             content.push('\t');
             content.push_str(line);
             if let Some(note) = note {
@@ -238,24 +237,47 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
 
 /// Splits text into lines without their terminators (`\n` or `\r\n`); a final
 /// newline does not start an extra empty line, as with `cat -n` and `wc -l`.
-fn split_lines(text: &str) -> Vec<&str> {
-    if text.is_empty() {
-        return Vec::new();
-    }
+fn split_lines(text: &str) -> impl Iterator<Item = &str> {
     let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line)).collect()
+    let lines = (!text.is_empty()).then(|| body.split('\n')).into_iter().flatten();
+    lines.map(|line| line.strip_suffix('\r').unwrap_or(line))
 }
 
-/// A line number right-aligned in six columns, as `cat -n` prints it (wider numbers
-/// simply take more room).
-fn line_number(number: usize) -> String {
-    let digits = number.to_string();
-    if digits.len() >= 6 {
-        return digits;
+/// How many lines [`split_lines`] yields.
+fn count_lines(text: &str) -> usize {
+    if text.is_empty() {
+        return 0;
     }
-    let mut padded = " ".repeat(6 - digits.len());
-    padded.push_str(&digits);
-    padded
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    memchr::memchr_iter(b'\n', body.as_bytes()).count() + 1
+}
+
+/// Columns a line number takes: right-aligned in six, as `cat -n` prints it (wider
+/// numbers simply take more room).
+fn number_width(number: usize) -> usize {
+    let digits = number.checked_ilog10().map_or(1, |log| log as usize + 1);
+    digits.max(6)
+}
+
+/// Appends a line number right-aligned in six columns, without allocating.
+fn push_line_number(out: &mut String, number: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = number;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    for _ in digits.len()..6 {
+        out.push(' ');
+    }
+    // ASCII digits only.
+    out.push_str(std::str::from_utf8(digits).unwrap_or_default());
 }
 
 /// A line cut to [`MAX_LINE_CHARS`], with the number of characters left out.
@@ -425,11 +447,28 @@ mod tests {
 
     #[test]
     fn lines_split_like_cat() {
-        assert_eq!(split_lines(""), Vec::<&str>::new());
-        assert_eq!(split_lines("a"), vec!["a"]);
-        assert_eq!(split_lines("a\n"), vec!["a"]);
-        assert_eq!(split_lines("a\n\n"), vec!["a", ""]);
-        assert_eq!(split_lines("a\r\nb\r\n"), vec!["a", "b"]);
+        let cases: [(&str, &[&str]); 6] = [
+            ("", &[]),
+            ("a", &["a"]),
+            ("a\n", &["a"]),
+            ("a\n\n", &["a", ""]),
+            ("a\r\nb\r\n", &["a", "b"]),
+            ("\n", &[""]),
+        ];
+        for (text, lines) in cases {
+            assert_eq!(split_lines(text).collect::<Vec<_>>(), lines, "{text:?}");
+            assert_eq!(count_lines(text), lines.len(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn line_numbers_are_right_aligned_in_six_columns_like_cat() {
+        for number in [0, 1, 9, 10, 99_999, 100_000, 999_999, 1_000_000, usize::MAX] {
+            let mut out = String::new();
+            push_line_number(&mut out, number);
+            assert_eq!(out, format!("{number:>6}"));
+            assert_eq!(number_width(number), out.len(), "{number}");
+        }
     }
 
     #[test]
