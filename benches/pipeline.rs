@@ -2,7 +2,12 @@
 //! - `registry/trivial`: `Registry::execute` of a trivial read-only tool (the baseline);
 //! - `session/trivial_100_rules`: the same call through the whole agent pipeline
 //!   (events, permission with 100 rules, re-check, registry), no hooks;
-//! - `registry/read_file_4k`: `Registry::execute` of read_file on a 4 KiB file.
+//! - `registry/read_file_4k`: `Registry::execute` of read_file on a 4 KiB file;
+//! - `session/read_file_4k`: the same call through a session (events buffered, as in a
+//!   daemon whose client has not subscribed);
+//! - `connection/read_file_4k`: the same call as a `tools/call` line handed to a
+//!   daemon connection, until its response line is ready: everything the daemon does
+//!   per call except the socket reads and writes.
 //!
 //! Run with `cargo bench --bench pipeline`; compare the medians of the first two (the
 //! difference is what the agent layer adds per call).
@@ -16,6 +21,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate::agent::{NoApprover, NullSink, Session, SessionOptions};
+use toolgate::daemon::events::EventHub;
+use toolgate::daemon::{Daemon, Settings};
+use toolgate::rpc::connection::Connection;
 use toolgate::hooks::Hooks;
 use toolgate::permission::{Mode, PermissionEngine, Policy, RuleConfig};
 use toolgate::tools::{Call, Definition, Env, Registry, Safety, Tool, ToolContext, ToolResult};
@@ -103,6 +111,33 @@ fn bench(c: &mut Criterion) {
         },
     );
 
+    let read_session = Session::new(
+        registry.clone(),
+        SessionOptions {
+            id: "bench-read".to_owned(),
+            client: "bench".to_owned(),
+            env: Env::for_root(dir.path()).unwrap(),
+            engine: PermissionEngine::new(Policy::default(), Mode::Default),
+            mode: Mode::Default,
+            allowlist: Vec::new(),
+            hooks: Arc::new(Hooks::default()),
+            approval_timeout: std::time::Duration::from_secs(1),
+            max_concurrent_calls: 16,
+            events: Arc::new(EventHub::new(1024)),
+            approvals: Arc::new(NoApprover),
+            observer: None,
+            cancel: CancellationToken::new(),
+        },
+    );
+
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let daemon = runtime.block_on(async {
+        Daemon::new(registry.clone(), Settings::for_roots(vec![root]), None)
+    });
+    let (outbound, mut responses) = tokio::sync::mpsc::channel(16);
+    let connection = runtime.block_on(async { Connection::open(&daemon, "bench", outbound) }).unwrap();
+    let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"file.txt"}}}"#;
+
     let mut group = c.benchmark_group("pipeline");
     group.bench_function("registry/trivial", |b| {
         b.iter(|| runtime.block_on(registry.execute(&trivial, &env, &cancel)))
@@ -113,7 +148,20 @@ fn bench(c: &mut Criterion) {
     group.bench_function("registry/read_file_4k", |b| {
         b.iter(|| runtime.block_on(registry.execute(&read, &env, &cancel)))
     });
+    group.bench_function("session/read_file_4k", |b| {
+        b.iter(|| runtime.block_on(read_session.execute_one(&read, &cancel)))
+    });
+    group.bench_function("connection/read_file_4k", |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                connection.handle_frame(line).await;
+                let response = responses.recv().await.unwrap();
+                assert!(response.contains(r#""ok":true"#));
+            })
+        })
+    });
     group.finish();
+    connection.close();
 }
 
 criterion_group!(benches, bench);

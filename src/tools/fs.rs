@@ -196,6 +196,8 @@ pub struct Resolved {
     pub root: PathBuf,
     pub kind: FileKind,
     pub is_dir: bool,
+    /// What `fstat` said of the descriptor when it was opened.
+    pub info: FileInfo,
 }
 
 impl Resolved {
@@ -422,21 +424,28 @@ pub fn write_atomic_replacing(
 
 /// A fast non-cryptographic hash of a file's content, for stale checks: it only has
 /// to notice that a file changed between two looks by this process, not resist an
-/// adversary (whoever can write the file can just write it). Eight bytes at a time
-/// with a multiply-rotate mix, then the length; stable for the life of the process.
+/// adversary (whoever can write the file can just write it). Four independent lanes
+/// of eight bytes each with a multiply-rotate mix (independent, so the multiplies
+/// overlap), then the tail and the length; stable for the life of the process.
 pub fn content_hash(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mix = |hash: u64, word: u64| (hash.rotate_left(5) ^ word).wrapping_mul(K);
-    let mut chunks = bytes.chunks_exact(8);
-    let mut hash = 0u64;
-    for chunk in &mut chunks {
+    let word = |chunk: &[u8]| {
         let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        hash = mix(hash, u64::from_le_bytes(word));
+        word[..chunk.len()].copy_from_slice(chunk);
+        u64::from_le_bytes(word)
+    };
+    let mut lanes = [0u64, 1, 2, 3];
+    let mut blocks = bytes.chunks_exact(32);
+    for block in &mut blocks {
+        for (lane, chunk) in lanes.iter_mut().zip(block.chunks_exact(8)) {
+            *lane = mix(*lane, word(chunk));
+        }
     }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    hash = mix(hash, u64::from_le_bytes(tail));
+    let mut hash = lanes.iter().fold(0u64, |hash, &lane| mix(hash, lane));
+    for chunk in blocks.remainder().chunks(8) {
+        hash = mix(hash, word(chunk));
+    }
     mix(hash, bytes.len() as u64)
 }
 
@@ -689,7 +698,7 @@ fn resolve_at(
         return Err(FsError::from_errno(shown, Errno::NOTDIR));
     }
     let path = real_path(fd.as_fd(), located.root, &located.rel, route, shown)?;
-    Ok(Resolved { fd, path, root: located.root.to_path_buf(), kind: info.kind, is_dir })
+    Ok(Resolved { fd, path, root: located.root.to_path_buf(), kind: info.kind, is_dir, info })
 }
 
 fn resolve_parent_at(

@@ -112,7 +112,7 @@ fn open(env: &Env, args: &Args) -> Result<Opened, FsError> {
         FileKind::Directory => return Err(FsError::IsDirectory(shorten(&args.path))),
         FileKind::Other => return Err(FsError::NotRegularFile(shorten(&args.path))),
     }
-    let info = fs::file_info(&resolved.fd).map_err(|err| FsError::from_io(&args.path, err))?;
+    let info = resolved.info;
     Ok(Opened { resolved, info })
 }
 

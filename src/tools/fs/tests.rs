@@ -248,3 +248,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn content_hash_notices_any_one_byte_change_and_any_length_change() {
+    for len in [0usize, 1, 7, 8, 31, 32, 33, 100, 4096] {
+        let base: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let hash = content_hash(&base);
+        assert_eq!(hash, content_hash(&base.clone()), "stable for {len}");
+        for at in 0..len {
+            let mut changed = base.clone();
+            changed[at] ^= 0x20;
+            assert_ne!(content_hash(&changed), hash, "byte {at} of {len}");
+        }
+        let mut longer = base.clone();
+        longer.push(0);
+        assert_ne!(content_hash(&longer), hash, "a zero byte appended to {len}");
+    }
+}

@@ -42,9 +42,10 @@ impl TextEncoding {
 
 /// A file's bytes as text.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decoded {
-    /// The text without its BOM.
-    pub text: String,
+pub struct Decoded<'a> {
+    /// The text without its BOM: borrowed from the bytes when they were valid UTF-8
+    /// already (the common case costs no copy).
+    pub text: Cow<'a, str>,
     pub encoding: TextEncoding,
     /// Some bytes were not valid in the encoding and were replaced with U+FFFD; the
     /// text cannot be written back without changing them.
@@ -63,7 +64,7 @@ pub enum NotText {
 /// Decodes file bytes: a BOM decides the encoding; without one, NUL bytes in the
 /// first [`BINARY_SNIFF_BYTES`] mean binary, and anything else is UTF-8 (invalid
 /// sequences replaced and reported as `lossy`).
-pub fn decode(bytes: &[u8]) -> Result<Decoded, NotText> {
+pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, NotText> {
     if bytes.starts_with(UTF32LE_BOM) {
         return Err(NotText::Utf32);
     }
@@ -123,16 +124,14 @@ pub fn to_lf(text: &str) -> Cow<'_, str> {
     if text.contains("\r\n") { Cow::Owned(text.replace("\r\n", "\n")) } else { Cow::Borrowed(text) }
 }
 
-fn utf8(bytes: &[u8]) -> (String, bool) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => (text.to_owned(), false),
-        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), true),
-    }
+fn utf8(bytes: &[u8]) -> (Cow<'_, str>, bool) {
+    let text = String::from_utf8_lossy(bytes);
+    let lossy = matches!(text, Cow::Owned(_));
+    (text, lossy)
 }
 
-fn utf16(encoding: &'static encoding_rs::Encoding, bytes: &[u8]) -> (String, bool) {
-    let (text, had_errors) = encoding.decode_without_bom_handling(bytes);
-    (text.into_owned(), had_errors)
+fn utf16<'a>(encoding: &'static encoding_rs::Encoding, bytes: &'a [u8]) -> (Cow<'a, str>, bool) {
+    encoding.decode_without_bom_handling(bytes)
 }
 
 #[cfg(test)]
@@ -150,7 +149,7 @@ mod tests {
         ] {
             let bytes = encode(text, encoding);
             let decoded = decode(&bytes).unwrap();
-            assert_eq!(decoded, Decoded { text: text.to_owned(), encoding, lossy: false });
+            assert_eq!(decoded, Decoded { text: text.into(), encoding, lossy: false });
         }
     }
 
