@@ -1,7 +1,8 @@
 //! Load generator for the MCP face over stdio: `tools/call` read_file of one 4 KiB
 //! file, measured two ways on each server:
 //! - latency: one request in flight at a time, p50/p99 of the round trip;
-//! - throughput: 64 requests in flight, calls/s (with p50/p99 under that load).
+//! - throughput: 64 requests in flight, calls/s (with p50/p99 under that load);
+//! - and, for scale, `ping` with one in flight: the protocol round trip alone.
 //!
 //! Servers: toolgate in-process over a duplex pipe (no process boundary, for
 //! reference), `toolgate mcp` as a child process (the release binary,
@@ -153,6 +154,15 @@ struct Conn<R, W> {
     request_tail: String,
 }
 
+/// What a measurement asks.
+#[derive(Clone, Copy)]
+enum Ask<'a> {
+    /// The tools/call, whose answer must carry the file.
+    Call(&'a Expect),
+    /// `ping`: the protocol's round trip alone, no tool.
+    Ping,
+}
+
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
     async fn open(reader: R, writer: W, tool: &str, path: &str) -> Result<Self, String> {
         let mut conn = Conn {
@@ -196,12 +206,16 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
 
     /// `calls` calls with at most `in_flight` outstanding; new requests are written
     /// together whenever the window has room.
-    async fn measure(&mut self, calls: usize, in_flight: usize, expect: &Expect) -> Phase {
+    async fn measure(&mut self, calls: usize, in_flight: usize, ask: Ask<'_>) -> Phase {
+        let tail = match ask {
+            Ask::Call(_) => self.request_tail.clone(),
+            Ask::Ping => r#","method":"ping"}"#.to_owned(),
+        };
         let mut phase = Phase { asked: calls, ..Phase::default() };
         let mut started: HashMap<u64, Instant> = HashMap::with_capacity(in_flight);
         let mut latencies = Vec::with_capacity(calls);
         let mut sent = 0usize;
-        let mut batch = Vec::with_capacity(in_flight * (self.request_tail.len() + 32));
+        let mut batch = Vec::with_capacity(in_flight * (tail.len() + 32));
         let begin = Instant::now();
         while phase.answered < calls {
             batch.clear();
@@ -211,7 +225,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
                 self.next_id += 1;
                 batch.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
                 batch.extend_from_slice(id.to_string().as_bytes());
-                batch.extend_from_slice(self.request_tail.as_bytes());
+                batch.extend_from_slice(tail.as_bytes());
                 batch.push(b'\n');
                 started.insert(id, now);
                 sent += 1;
@@ -241,7 +255,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
             };
             latencies.push(at.elapsed());
             phase.answered += 1;
-            if let Some(why) = check(&answer, expect) {
+            if let Some(why) = check(&answer, ask) {
                 phase.fail(format!("{why}: {}", clip(&line)));
             }
         }
@@ -265,11 +279,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
 }
 
 /// Why an answer is not a successful read of the file, if it is not.
-fn check(answer: &Answer, expect: &Expect) -> Option<&'static str> {
+fn check(answer: &Answer, ask: Ask<'_>) -> Option<&'static str> {
     if answer.error.is_some() {
         return Some("JSON-RPC error");
     }
     let Some(result) = &answer.result else { return Some("no result") };
+    let Ask::Call(expect) = ask else { return None };
     if result.is_error {
         return Some("isError");
     }
@@ -289,11 +304,13 @@ struct Measured {
     label: &'static str,
     latency: Phase,
     throughput: Phase,
+    /// `ping` with one in flight: the protocol's floor, without any tool.
+    ping: Phase,
 }
 
 impl Measured {
     fn failures(&self) -> usize {
-        self.latency.failures + self.throughput.failures
+        self.latency.failures + self.throughput.failures + self.ping.failures
     }
 }
 
@@ -311,7 +328,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut conn = Conn::open(reader, writer, tool, path).await?;
-    let warmup = conn.measure(plan.warmup, IN_FLIGHT, expect).await;
+    let warmup = conn.measure(plan.warmup, IN_FLIGHT, Ask::Call(expect)).await;
     if warmup.failures > 0 {
         return Err(format!(
             "{} of {} warm-up calls failed; first: {}",
@@ -320,9 +337,10 @@ where
             warmup.first_failure.unwrap_or_default()
         ));
     }
-    let latency = conn.measure(plan.latency, 1, expect).await;
-    let throughput = conn.measure(plan.throughput, IN_FLIGHT, expect).await;
-    Ok(Measured { label, latency, throughput })
+    let latency = conn.measure(plan.latency, 1, Ask::Call(expect)).await;
+    let throughput = conn.measure(plan.throughput, IN_FLIGHT, Ask::Call(expect)).await;
+    let ping = conn.measure(plan.latency, 1, Ask::Ping).await;
+    Ok(Measured { label, latency, throughput, ping })
 }
 
 /// A server run as a child process, and what it is asked.
@@ -365,9 +383,11 @@ fn micros(duration: Duration) -> f64 {
 }
 
 fn report(measured: &Measured) {
-    for (what, phase) in
-        [("1 in flight", &measured.latency), ("64 in flight", &measured.throughput)]
-    {
+    for (what, phase) in [
+        ("1 in flight", &measured.latency),
+        ("64 in flight", &measured.throughput),
+        ("ping, 1 in f.", &measured.ping),
+    ] {
         println!(
             "{:<34} {what:<13} p50 {:>8.1} µs  p99 {:>8.1} µs  {:>9.0} calls/s  {} calls{}",
             measured.label,
