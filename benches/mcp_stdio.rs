@@ -556,7 +556,10 @@ fn main() -> ExitCode {
     let failures: usize = measured.iter().map(Measured::failures).sum();
     if failures > 0 || !broken.is_empty() {
         println!();
-        println!("!!! THIS RUN IS NOT VALID: {failures} calls failed");
+        println!("!!! THIS RUN IS NOT VALID");
+        if failures > 0 {
+            println!("!!! {failures} calls failed (see the rows marked FAILED)");
+        }
         for why in &broken {
             println!("!!! {why}");
         }
