@@ -379,3 +379,92 @@ async fn the_stateless_era_discovers_and_asks_with_input_required() {
     assert_eq!(replay["error"]["code"], json!(-32602), "{replay}");
     client.close().await;
 }
+
+/// The real binary on pipes (as MCP hosts start it): it drives them non-blocking
+/// while it serves, answers, and on end of input leaves their flags as it found
+/// them (the open file descriptions may be shared with other processes).
+#[test]
+fn the_binary_serves_pipes_and_leaves_their_flags_as_found() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let root = std::fs::canonicalize(root).unwrap();
+    std::fs::write(root.join("hello.txt"), "hello over a pipe\n").unwrap();
+
+    let (stdin_read, mut stdin_write) = std::io::pipe().unwrap();
+    let (stdout_read, stdout_write) = std::io::pipe().unwrap();
+    // Copies of the child's ends: they share its open file descriptions, flags included.
+    let stdin_probe = stdin_read.try_clone().unwrap();
+    let stdout_probe = stdout_write.try_clone().unwrap();
+    let blocking = |fd: &dyn std::os::fd::AsFd| {
+        !rustix::fs::fcntl_getfl(fd.as_fd()).unwrap().contains(rustix::fs::OFlags::NONBLOCK)
+    };
+    assert!(blocking(&stdin_probe) && blocking(&stdout_probe));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("mcp")
+        .arg("--root")
+        .arg(&root)
+        .current_dir(&root)
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(stdin_read)
+        .stdout(stdout_write)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // The answers are read on a thread of their own so that a silent server fails
+    // the test instead of hanging it.
+    let (answers, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout_read).lines() {
+            let Ok(line) = line else { return };
+            if answers.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut ask = |message: Value| {
+        stdin_write.write_all(format!("{message}\n").as_bytes()).unwrap();
+    };
+    ask(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LATEST_LEGACY, "capabilities": {},
+        "clientInfo": {"name": "pipes", "version": "1"}}}));
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    ask(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+    let answer = loop {
+        let line = answered.recv_timeout(PATIENCE).expect("no answer from toolgate mcp");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == json!(2) {
+            break message;
+        }
+    };
+    assert_eq!(answer["result"]["structuredContent"]["ok"], json!(true), "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello over a pipe")),
+        "{answer}"
+    );
+    // While it serves, the pipes are non-blocking.
+    assert!(!blocking(&stdin_probe) && !blocking(&stdout_probe));
+
+    drop(stdin_write);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "toolgate mcp did not exit at end of input");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    assert!(blocking(&stdin_probe), "stdin was left non-blocking");
+    assert!(blocking(&stdout_probe), "stdout was left non-blocking");
+}

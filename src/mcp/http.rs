@@ -9,6 +9,9 @@
 //!    commands;
 //! 2. the bearer token, when one is configured, else 401.
 //!
+//! Behind it, one answer is adjusted: rmcp's 202 for a DELETE that ended a session
+//! becomes the 200 that the reference servers send and the Python SDK expects.
+//!
 //! Session ids are 128 bits from the OS CSPRNG (see [`RandomIdSessions`]).
 
 use std::sync::Arc;
@@ -73,7 +76,15 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     if let Err(response) = guard.admit(request.headers()) {
         return response;
     }
-    next.run(request).await
+    let is_delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    // A session ended by DELETE is answered 200, as the reference servers (TypeScript
+    // and Python SDKs) do; rmcp says 202, which the Python SDK's client (1.x and 2.x)
+    // reports as "Session termination failed: 202".
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 impl Guard {

@@ -5,7 +5,7 @@
 //! tests: MCP hosts cache tool lists and models see them verbatim, so the shape must
 //! not drift by accident.
 
-use rmcp::model::{CallToolResult, Tool};
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Map, Value, json};
 
 use crate::tools::{Attachment, Definition, ToolResult};
@@ -117,9 +117,17 @@ pub fn call_result_json(result: &ToolResult) -> Value {
     })
 }
 
-/// A result as rmcp's `CallToolResult`.
+/// A result as rmcp's `CallToolResult`: the same wire form as [`call_result_json`].
+/// A result without attachments (nearly all) is built directly, without going
+/// through a JSON tree and back.
 pub fn call_result(result: &ToolResult) -> Result<CallToolResult, serde_json::Error> {
-    serde_json::from_value(call_result_json(result))
+    if !result.attachments.is_empty() {
+        return serde_json::from_value(call_result_json(result));
+    }
+    let mut wire = CallToolResult::success(vec![ContentBlock::text(result_text(result))]);
+    wire.structured_content = Some(serde_json::to_value(result).unwrap_or(Value::Null));
+    wire.is_error = Some(!result.ok);
+    Ok(wire)
 }
 
 #[cfg(test)]
@@ -256,6 +264,20 @@ mod tests {
         assert_eq!(wire["content"], json!([{"type": "text", "text": "permission_denied: no"}]));
         assert_eq!(wire["structuredContent"]["error_type"], json!("permission_denied"));
         assert!(call_result(&res).is_ok());
+    }
+
+    #[test]
+    fn direct_result_has_the_json_wire_form() {
+        let results = [
+            ToolResult::success("hello\tworld\n").stamp("read_file", "7").with_meta("lines", 1),
+            ToolResult::success("").stamp("write_file", "8"),
+            ToolResult::failure(ErrorType::PermissionDenied, "no").stamp("run_command", "1"),
+            ToolResult::failure(ErrorType::NotFound, "gone").stamp("read_file", "x"),
+        ];
+        for res in &results {
+            let direct = serde_json::to_value(call_result(res).unwrap()).unwrap();
+            assert_eq!(direct, call_result_json(res), "{res:?}");
+        }
     }
 
     #[test]

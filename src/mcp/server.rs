@@ -464,14 +464,14 @@ impl ServerHandler for McpHandler {
 
     async fn call_tool(
         &self,
-        params: CallToolRequestParams,
+        mut params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if !self.face.daemon.registry().contains(&params.name) {
             return Err(unknown_tool(&params.name));
         }
         let session = self.session(&ctx).await?;
-        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        let arguments = Value::Object(params.arguments.take().unwrap_or_default());
         let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
 
         let asker = if is_modern(&ctx) {

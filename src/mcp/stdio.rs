@@ -6,14 +6,23 @@
 //! `-32700` parse error, JSON that is not a message gets `-32600` (with its id when
 //! it has one; never for something shaped like a notification), and a line over the
 //! size limit is skipped with a `-32600`, without ever being held in memory whole.
+//!
+//! When stdin and stdout are pipes (as MCP hosts start servers), they are driven by
+//! the runtime's event loop in non-blocking mode rather than through blocking reads
+//! and writes on helper threads, which would add two thread hand-offs to every
+//! call; their flags are put back when the conversation ends. Anything else (a
+//! terminal, a file) is read and written the blocking way.
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::ServiceExt;
 use rmcp::transport::Transport;
+use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
@@ -28,6 +37,8 @@ use crate::rpc::{Frame, LineReader};
 const INBOUND_CAPACITY: usize = 256;
 /// Lines waiting for stdout.
 const OUTBOUND_CAPACITY: usize = 4096;
+/// Bytes gathered before a write to stdout (a pipe holds 64 KiB).
+const WRITE_BUFFER: usize = 64 * 1024;
 /// How long calls still running at end of input get to wind down after being
 /// canceled (their process trees are killed at once; this covers the reaping).
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -35,7 +46,66 @@ const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Serves one MCP conversation on the process's stdin and stdout until stdin ends
 /// or the daemon shuts down (`toolgate mcp`).
 pub async fn run_stdio(daemon: Arc<Daemon>, options: McpOptions) -> Result<(), McpServeError> {
-    serve_stream(daemon, options, tokio::io::stdin(), tokio::io::stdout()).await
+    let _restore = RestoreFlags::save();
+    serve_stream(daemon, options, stdin_stream(), stdout_stream()).await
+}
+
+/// stdin as a non-blocking pipe when it is one, else tokio's blocking reader.
+fn stdin_stream() -> Box<dyn AsyncRead + Unpin + Send> {
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd);
+    match pipe {
+        Ok(pipe) => Box::new(pipe),
+        Err(err) => {
+            tracing::debug!(%err, "stdin is not a pipe; reading it the blocking way");
+            Box::new(tokio::io::stdin())
+        }
+    }
+}
+
+/// stdout as a non-blocking pipe when it is one, else tokio's blocking writer.
+fn stdout_stream() -> Box<dyn AsyncWrite + Unpin + Send> {
+    let pipe = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(tokio::net::unix::pipe::Sender::from_owned_fd);
+    match pipe {
+        Ok(pipe) => Box::new(pipe),
+        Err(err) => {
+            tracing::debug!(%err, "stdout is not a pipe; writing it the blocking way");
+            Box::new(tokio::io::stdout())
+        }
+    }
+}
+
+/// The file status flags of stdin and stdout as they were, put back on drop: the
+/// pipes' open file descriptions may be shared with other processes, which must not
+/// find them left non-blocking.
+struct RestoreFlags {
+    stdin: Option<OFlags>,
+    stdout: Option<OFlags>,
+}
+
+impl RestoreFlags {
+    fn save() -> RestoreFlags {
+        RestoreFlags {
+            stdin: fcntl_getfl(std::io::stdin()).ok(),
+            stdout: fcntl_getfl(std::io::stdout()).ok(),
+        }
+    }
+}
+
+impl Drop for RestoreFlags {
+    fn drop(&mut self) {
+        if let Some(flags) = self.stdin {
+            let _ = fcntl_setfl(std::io::stdin(), flags);
+        }
+        if let Some(flags) = self.stdout {
+            let _ = fcntl_setfl(std::io::stdout(), flags);
+        }
+    }
 }
 
 /// Serves one MCP conversation over any byte stream pair (tests use an in-memory
@@ -55,12 +125,13 @@ where
     let face = Face::new(daemon.clone(), options);
     let handler = McpHandler::new(face);
 
-    let (outbound, outbound_rx) = mpsc::channel::<String>(OUTBOUND_CAPACITY);
+    let (outbound, outbound_rx) = mpsc::channel::<Vec<u8>>(OUTBOUND_CAPACITY);
     let (inbound, inbound_rx) = mpsc::channel::<ClientJsonRpcMessage>(INBOUND_CAPACITY);
     let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
     let reader_task =
         tokio::spawn(read_messages(reader, max_message_bytes, inbound, outbound.clone()));
-    let transport = LineTransport { inbound: inbound_rx, outbound };
+    let transport =
+        LineTransport { inbound: inbound_rx, outbound, size_hint: Arc::new(AtomicUsize::new(0)) };
 
     let shutdown = daemon.shutdown_token().child_token();
     let outcome = match handler.clone().serve_with_ct(transport, shutdown).await {
@@ -83,7 +154,10 @@ where
 /// The transport handed to rmcp: parsed messages in, serialized lines out.
 struct LineTransport {
     inbound: mpsc::Receiver<ClientJsonRpcMessage>,
-    outbound: mpsc::Sender<String>,
+    outbound: mpsc::Sender<Vec<u8>>,
+    /// The size of the last line sent: the next one is serialized into a buffer of
+    /// that capacity, so that a stream of similar answers is not regrown each time.
+    size_hint: Arc<AtomicUsize>,
 }
 
 impl Transport<RoleServer> for LineTransport {
@@ -94,8 +168,12 @@ impl Transport<RoleServer> for LineTransport {
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let outbound = self.outbound.clone();
+        let size_hint = self.size_hint.clone();
         async move {
-            let line = serde_json::to_string(&item).map_err(std::io::Error::other)?;
+            let mut line = Vec::with_capacity(size_hint.load(Ordering::Relaxed).max(256));
+            serde_json::to_writer(&mut line, &item).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+            size_hint.store(line.len(), Ordering::Relaxed);
             outbound.send(line).await.map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
             })
@@ -117,7 +195,7 @@ async fn read_messages<R: AsyncRead + Unpin>(
     reader: R,
     max_message_bytes: usize,
     inbound: mpsc::Sender<ClientJsonRpcMessage>,
-    outbound: mpsc::Sender<String>,
+    outbound: mpsc::Sender<Vec<u8>>,
 ) {
     let mut lines = LineReader::new(reader, max_message_bytes);
     loop {
@@ -153,10 +231,12 @@ async fn read_messages<R: AsyncRead + Unpin>(
                 Parsed::Reply(reply) => reply,
             },
         };
-        if let Some(reply) = reply
-            && outbound.send(reply).await.is_err()
-        {
-            return;
+        if let Some(reply) = reply {
+            let mut line = reply.into_bytes();
+            line.push(b'\n');
+            if outbound.send(line).await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -170,6 +250,11 @@ enum Parsed {
 }
 
 fn parse(line: &[u8]) -> Parsed {
+    // A well-formed message (nearly every line) goes straight to its type; only what
+    // fails is looked at as JSON to find the right error.
+    if let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) {
+        return Parsed::Message(Box::new(message));
+    }
     if line.iter().all(u8::is_ascii_whitespace) {
         return Parsed::Blank;
     }
@@ -205,15 +290,16 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
-/// Drains the outbound queue into the writer, flushing whenever it runs dry.
-async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver<String>) {
-    let mut writer = BufWriter::new(writer);
+/// Drains the outbound queue into the writer, flushing whenever it runs dry (lines
+/// that queued up meanwhile go out together).
+async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver<Vec<u8>>) {
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
     while let Some(line) = lines.recv().await {
-        if write_line(&mut writer, &line).await.is_err() {
+        if writer.write_all(&line).await.is_err() {
             return;
         }
         while let Ok(line) = lines.try_recv() {
-            if write_line(&mut writer, &line).await.is_err() {
+            if writer.write_all(&line).await.is_err() {
                 return;
             }
         }
@@ -222,11 +308,6 @@ async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver
         }
     }
     let _ = writer.flush().await;
-}
-
-async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &str) -> std::io::Result<()> {
-    writer.write_all(line.as_bytes()).await?;
-    writer.write_all(b"\n").await
 }
 
 #[cfg(test)]

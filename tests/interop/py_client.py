@@ -1,11 +1,12 @@
-"""Interop check with the official Python MCP SDK: drives toolgate's MCP face over
+"""Interop check with the official Python MCP SDK, 1.x: drives toolgate's MCP face over
 stdio or Streamable HTTP and prints one PASS/FAIL/SKIP line per check, then
-'N passed, N failed'. Exit status 1 when anything failed.
+'N passed, N failed'. Exit status 1 when anything failed. (py_client_v2.py drives 2.x.)
 
-usage: py_client.py stdio SERVER_CMD... | py_client.py http URL ROOT
+usage: py_client.py stdio ROOT SERVER_CMD... | py_client.py http URL ROOT
 """
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -14,8 +15,24 @@ import anyio
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
 
 RESULTS = {"passed": 0, "failed": 0}
+
+
+class Warnings(logging.Handler):
+    """Keeps what the SDK logs at WARNING and above (e.g. a failed session termination)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+WARNINGS = Warnings()
+logging.getLogger().addHandler(WARNINGS)
 BUILTINS = ["edit_file", "find_files", "read_file", "run_command", "search_code", "write_file"]
 
 
@@ -79,6 +96,15 @@ async def scenario(session, approver, root, label):
         else:
             check(f"{label} call {name}", data.get("ok") is True and result.isError is False, str(data)[:300])
 
+    # A tool that does not exist is a protocol error, not a tool result.
+    try:
+        await session.call_tool("no_such_tool", {})
+        check(f"{label} unknown tool -> -32602", False, "the call succeeded")
+    except McpError as err:
+        data = err.error.data if isinstance(err.error.data, dict) else {}
+        check(f"{label} unknown tool -> -32602 unknown_tool", err.error.code == -32602
+              and data.get("error_type") == "unknown_tool", str(err.error))
+
     # Approvals: a side-effect call asks through elicitation.
     approver.answer = "decline"
     before = approver.asked
@@ -118,7 +144,8 @@ async def scenario(session, approver, root, label):
             deadline = time.time() + 30
             while not os.path.exists(pid_file) and time.time() < deadline:
                 await anyio.sleep(0.02)
-            while len(progress) < 3 and time.time() < deadline:
+            # Output chunks may be coalesced: wait for the last line, not a count.
+            while "tick-3" not in "".join(m or "" for m in progress) and time.time() < deadline:
                 await anyio.sleep(0.02)
             await session.send_notification(types.ClientNotification(types.CancelledNotification(
                 params=types.CancelledNotificationParams(requestId=request_id, reason="test"))))
@@ -160,6 +187,9 @@ async def main():
         async with streamablehttp_client(url) as (read, write, _):
             async with ClientSession(read, write, elicitation_callback=approver) as session:
                 await scenario(session, approver, root, "http")
+        # Leaving the client ended the session with a DELETE, which must have succeeded.
+        failed = [m for m in WARNINGS.messages if "termination" in m]
+        check("http session terminated cleanly", not failed, str(failed))
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
     sys.exit(1 if RESULTS["failed"] else 0)
 

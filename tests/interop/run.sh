@@ -2,7 +2,9 @@
 # Interop checks of the MCP face against official clients:
 #   1. the MCP conformance suite (npm @modelcontextprotocol/conformance) against the
 #      Streamable HTTP endpoint, for the initialize era and for 2026-07-28;
-#   2. the official Python SDK (PyPI `mcp`, 1.x) over stdio and Streamable HTTP.
+#   2. the official Python SDK (PyPI `mcp`), 1.x (py_client.py) and 2.x
+#      (py_client_v2.py, which negotiates both 2026-07-28 and the initialize
+#      handshake), each over stdio and Streamable HTTP.
 # Installs go to target/interop-cache (reruns are fast). Loopback only.
 # The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here).
 set -euo pipefail
@@ -12,6 +14,7 @@ cache="$repo/target/interop-cache"
 mkdir -p "$cache"
 conformance_version="0.2.0-alpha.12"
 python_sdk_version="1.30.0"
+python_sdk2_version="2.3.0"
 
 log() { echo "interop: $*" >&2; }
 
@@ -40,13 +43,17 @@ if [[ ! -x "$conf_dir/node_modules/.bin/conformance" ]]; then
     "@modelcontextprotocol/conformance@$conformance_version" >/dev/null
 fi
 
-# --- the Python SDK -------------------------------------------------------------
-venv="$cache/venv-mcp-$python_sdk_version"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import mcp' 2>/dev/null; then
-  log "installing mcp==$python_sdk_version"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet "mcp==$python_sdk_version"
-fi
+# --- the Python SDKs (one venv per pinned version) ------------------------------------
+python_venv() {
+  local version="$1" venv="$cache/venv-mcp-$1"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import mcp' 2>/dev/null; then
+    log "installing mcp==$version"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet "mcp==$version"
+  fi
+}
+python_venv "$python_sdk_version"
+python_venv "$python_sdk2_version"
 
 # --- helpers --------------------------------------------------------------------
 work="$(mktemp -d)"
@@ -99,21 +106,27 @@ conformance --requirements 2026-07-28 | tee "$work/conformance-2026.txt" | grep 
 set -e
 record "$rc"
 
-# --- 2. the Python SDK over stdio and HTTP ---------------------------------------------
-mkdir -p "$work/py-stdio" "$work/py-http"
-log "python SDK $python_sdk_version over stdio"
-set +e
-"$venv/bin/python" "$repo/tests/interop/py_client.py" stdio "$work/py-stdio" \
-  "$TOOLGATE_BIN" mcp --root "$work/py-stdio" --conformance-fixtures; rc=$?
-set -e
-record "$rc"
-log "python SDK $python_sdk_version over Streamable HTTP"
-start_http "$work/py-http"
-http_url="$url"
-set +e
-"$venv/bin/python" "$repo/tests/interop/py_client.py" http "$http_url" "$work/py-http"; rc=$?
-set -e
-record "$rc"
+# --- 2. the Python SDKs over stdio and HTTP --------------------------------------------
+# python_client VERSION SCRIPT: one stdio run and one Streamable HTTP run.
+python_client() {
+  local version="$1" script="$repo/tests/interop/$2" python="$cache/venv-mcp-$1/bin/python" rc
+  local dir="$work/py-$version"
+  mkdir -p "$dir/stdio" "$dir/http"
+  log "python SDK $version over stdio"
+  set +e
+  "$python" "$script" stdio "$dir/stdio" \
+    "$TOOLGATE_BIN" mcp --root "$dir/stdio" --conformance-fixtures; rc=$?
+  set -e
+  record "$rc"
+  log "python SDK $version over Streamable HTTP"
+  start_http "$dir/http"
+  set +e
+  "$python" "$script" http "$url" "$dir/http"; rc=$?
+  set -e
+  record "$rc"
+}
+python_client "$python_sdk_version" py_client.py
+python_client "$python_sdk2_version" py_client_v2.py
 
 echo "interop: $passed passed, $failed failed"
 exit "$status"
