@@ -125,9 +125,11 @@ pub fn to_lf(text: &str) -> Cow<'_, str> {
 }
 
 fn utf8(bytes: &[u8]) -> (Cow<'_, str>, bool) {
-    let text = String::from_utf8_lossy(bytes);
-    let lossy = matches!(text, Cow::Owned(_));
-    (text, lossy)
+    // The strict check is the fast one; the lossy walk only runs on invalid bytes.
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (Cow::Borrowed(text), false),
+        Err(_) => (Cow::Owned(String::from_utf8_lossy(bytes).into_owned()), true),
+    }
 }
 
 fn utf16<'a>(encoding: &'static encoding_rs::Encoding, bytes: &'a [u8]) -> (Cow<'a, str>, bool) {
