@@ -23,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 use toolgate::agent::{NoApprover, NullSink, Session, SessionOptions};
 use toolgate::daemon::events::EventHub;
 use toolgate::daemon::{Daemon, Settings};
-use toolgate::rpc::connection::Connection;
 use toolgate::hooks::Hooks;
 use toolgate::permission::{Mode, PermissionEngine, Policy, RuleConfig};
+use toolgate::rpc::connection::Connection;
 use toolgate::tools::{Call, Definition, Env, Registry, Safety, Tool, ToolContext, ToolResult};
 
 struct Trivial(Definition);
@@ -131,11 +131,11 @@ fn bench(c: &mut Criterion) {
     );
 
     let root = std::fs::canonicalize(dir.path()).unwrap();
-    let daemon = runtime.block_on(async {
-        Daemon::new(registry.clone(), Settings::for_roots(vec![root]), None)
-    });
+    let daemon = runtime
+        .block_on(async { Daemon::new(registry.clone(), Settings::for_roots(vec![root]), None) });
     let (outbound, mut responses) = tokio::sync::mpsc::channel(16);
-    let connection = runtime.block_on(async { Connection::open(&daemon, "bench", outbound) }).unwrap();
+    let connection =
+        runtime.block_on(async { Connection::open(&daemon, "bench", outbound) }).unwrap();
     let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"file.txt"}}}"#;
 
     let mut group = c.benchmark_group("pipeline");
