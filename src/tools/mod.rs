@@ -11,6 +11,7 @@
 
 pub mod builtin;
 pub mod fs;
+pub mod json_text;
 pub mod process;
 pub mod registry;
 pub mod schema;
@@ -194,7 +195,7 @@ pub struct ToolResult {
     /// The tool that was called (filled in by the registry for every result).
     pub tool: String,
     /// The text rendering of the outcome; what a text-only model reads.
-    #[serde(default)]
+    #[serde(default, serialize_with = "json_text::serialize")]
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<ErrorType>,
