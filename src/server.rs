@@ -174,16 +174,32 @@ impl CallObserver for AuditObserver {
     }
 }
 
+/// What both `serve` and `mcp` run on: the audit log, the daemon over the default
+/// registry with every call audited, and the configured skills and upstream servers
+/// registered into it (upstreams not yet started).
+struct Core {
+    audit: AuditLog,
+    daemon: Arc<Daemon>,
+    dynamic: DynamicTools,
+}
+
+impl Core {
+    fn start(config: &Config, settings: Settings) -> Result<Core, ServeError> {
+        let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
+        let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
+        let registry = default_registry();
+        let daemon = Daemon::new(registry.clone(), settings, Some(observer));
+        let dynamic = DynamicTools::load(&registry, config);
+        daemon.attach_upstreams(dynamic.upstreams.clone());
+        Ok(Core { audit, daemon, dynamic })
+    }
+}
+
 /// Runs the daemon until SIGTERM/SIGINT (or EOF in `--stdio` mode).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
     let settings = settings_from_config(&config, load_options.home.as_deref())?;
-    let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
-    let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
-    let registry = default_registry();
-    let daemon = Daemon::new(registry.clone(), settings, Some(observer));
-    let dynamic = DynamicTools::load(&registry, &config);
-    daemon.attach_upstreams(dynamic.upstreams.clone());
+    let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     let max_message = config.server.max_message_bytes;
 
     if options.stdio {
@@ -384,13 +400,8 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
     }
-    let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
-    let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
-    let registry = default_registry();
-    let daemon = Daemon::new(registry.clone(), settings, Some(observer));
     // Skills and upstream servers reach MCP hosts through the same guards.
-    let dynamic = DynamicTools::load(&registry, &config);
-    daemon.attach_upstreams(dynamic.upstreams.clone());
+    let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     dynamic.start_upstreams(&config);
     let mut mcp_options = mcp_options(&config)?;
     mcp_options.conformance_fixtures = options.conformance_fixtures;

@@ -745,10 +745,11 @@ fn split_final(path: &Path, shown: &str) -> Result<(PathBuf, OsString), FsError>
 /// How a lookup reached its descriptor, which tells how to learn its real path.
 #[derive(Debug)]
 enum Route {
-    /// `openat2` crossed no symbolic link: the path, `..` applied lexically, is the
-    /// real one, and the kernel need not be asked.
+    /// [`open_direct`] crossed no symbolic link and no `..`: the path is the real one,
+    /// and the kernel need not be asked.
     Direct,
-    /// `openat2` followed symbolic links: only the kernel knows where it ended.
+    /// `openat2` beneath the root (which may have followed symbolic links): only the
+    /// kernel knows where it ended.
     Followed,
     /// The walk did the work and took this path (symlinks resolved).
     Walked(PathBuf),
@@ -784,12 +785,8 @@ fn open_direct(
 }
 
 /// Opens `rel` beneath `root`. Returns the descriptor and how it was reached. Errors
-/// follow `openat2`: `EXDEV` for any attempt to leave the root.
-///
-/// The common case, a path without symbolic links, is tried first with
-/// `RESOLVE_NO_SYMLINKS`; any link on the way (`ELOOP`) repeats the lookup allowing
-/// them, so the answer is the same, and only paths through links pay for the kernel's
-/// view of where they ended ([`kernel_path`]).
+/// follow `openat2`: `EXDEV` for any attempt to leave the root. (Paths without links
+/// or `..` never get here: [`open_direct`] takes them.)
 fn open_beneath(
     root: BorrowedFd<'_>,
     rel: &Path,
@@ -799,17 +796,12 @@ fn open_beneath(
     let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
     let strategy = if OPENAT2_MISSING.load(Ordering::Relaxed) { Strategy::Walk } else { strategy };
     if strategy == Strategy::Auto {
-        let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
-        let mut route = Route::Direct;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
         let mut retries = 0;
         loop {
             match rustix::fs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
-                Ok(fd) => return Ok((fd, route)),
+                Ok(fd) => return Ok((fd, Route::Followed)),
                 Err(Errno::AGAIN) if retries < MAX_EAGAIN_RETRIES => retries += 1,
-                Err(Errno::LOOP) if matches!(route, Route::Direct) => {
-                    resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-                    route = Route::Followed;
-                }
                 Err(Errno::NOSYS) => {
                     OPENAT2_MISSING.store(true, Ordering::Relaxed);
                     break;

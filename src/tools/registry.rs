@@ -537,7 +537,8 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn describe_duration(duration: Duration) -> String {
+/// A deadline as people write it: `3s`, or `1500ms` when not whole seconds.
+pub(crate) fn describe_duration(duration: Duration) -> String {
     if duration.as_millis().is_multiple_of(1000) {
         format!("{}s", duration.as_secs())
     } else {

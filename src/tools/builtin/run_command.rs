@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
+use crate::tools::registry::describe_duration;
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
@@ -194,14 +195,6 @@ fn signal_name(signal: i32) -> &'static str {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn describe_duration(duration: Duration) -> String {
-    if duration.as_millis().is_multiple_of(1000) {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
-    }
 }
 
 #[cfg(test)]
