@@ -429,8 +429,8 @@ impl Session {
         // Permission (unknown tools go straight to the registry, which names them).
         let mut verdicts = verdict("allow", None);
         if let Some(tool) = self.registry.get(&call.name) {
-            let definition = tool.definition().clone();
-            if let Some(res) = self.not_allowed(&definition) {
+            let definition = tool.definition();
+            if let Some(res) = self.not_allowed(definition) {
                 return self
                     .finish(
                         &call,
@@ -442,11 +442,11 @@ impl Session {
                     )
                     .await;
             }
-            let decision = self.decide(&definition, &arguments_value);
+            let decision = self.decide(definition, &arguments_value);
             let explanation = decision.explanation.clone();
             let outcome = match decision.verdict {
                 Verdict::Allow if hook_verdict == HookVerdict::Ask => {
-                    self.ask(&call, &definition, &arguments_value, decision, cancel).await
+                    self.ask(&call, definition, &arguments_value, decision, cancel).await
                 }
                 Verdict::Allow => Ok(verdict("allow", Some(explanation))),
                 Verdict::Deny => Err((
@@ -468,7 +468,7 @@ impl Session {
                     }),
                 )),
                 Verdict::Ask => {
-                    self.ask(&call, &definition, &arguments_value, decision, cancel).await
+                    self.ask(&call, definition, &arguments_value, decision, cancel).await
                 }
             };
             match outcome {
@@ -480,7 +480,7 @@ impl Session {
 
             // Re-check right before execution: the mode may have changed while a
             // person was deciding, and a forged call must never slip through.
-            if let Some(res) = self.not_allowed(&definition) {
+            if let Some(res) = self.not_allowed(definition) {
                 return self
                     .finish(
                         &call,

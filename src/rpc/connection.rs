@@ -3,8 +3,10 @@
 //! HTTP bodies). Every transport feeds frames in and drains `outbound`; the methods
 //! behave the same everywhere.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -93,32 +95,60 @@ impl Connection {
     /// Handles one incoming frame. Returns once the frame is parsed and its requests are
     /// under way (long calls continue in their own tasks); answers go to `outbound`.
     pub async fn handle_frame(self: &Arc<Self>, text: &str) {
+        if let Some(answer) = self.handle_line(text).await {
+            self.send(answer).await;
+        }
+    }
+
+    /// Handles one incoming frame and returns the answer when it is ready at once.
+    ///
+    /// A request is run right here, on the caller's task, up to its first wait: most
+    /// calls (a small read, a listing, a denial) complete without one, and their
+    /// response comes back from this method, with no task, queue or thread hand-off
+    /// in between. A request that must wait (for a process, an approval, the
+    /// blocking pool) continues in a task of its own and answers through `outbound`,
+    /// as do batches. Events always go through `outbound`.
+    pub async fn handle_line(self: &Arc<Self>, text: &str) -> Option<String> {
         let trimmed = text.trim_start();
         if trimmed.is_empty() {
-            return;
+            return None;
         }
         if trimmed.starts_with('[') {
             self.handle_batch(trimmed).await;
-            return;
+            return None;
         }
         match jsonrpc::parse(trimmed) {
-            Err(malformed) => {
-                self.send(jsonrpc::error_response(&malformed.id, &malformed.error)).await;
+            Err(malformed) => Some(jsonrpc::error_response(&malformed.id, &malformed.error)),
+            Ok(Incoming::Response) => None,
+            Ok(Incoming::Notification { method, params }) => {
+                self.notification(&method, params);
+                None
             }
-            Ok(Incoming::Response) => {}
-            Ok(Incoming::Notification { method, params }) => self.notification(&method, params),
             Ok(Incoming::Request { id, method, params }) => {
-                let permit = match self.limiter.clone().acquire_owned().await {
-                    Ok(permit) => permit,
-                    Err(_) => return,
-                };
+                // At the limit, the connection waits here (and stops reading).
+                let permit = self.limiter.clone().acquire_owned().await.ok()?;
                 let this = self.clone();
-                self.daemon.tasks().spawn(async move {
-                    if let Some(line) = this.run_request(id, &method, params).await {
-                        this.send(line).await;
-                    }
+                let mut request = Box::pin(async move {
+                    let answer = this.run_request(id, &method, params).await;
                     drop(permit);
+                    answer
                 });
+                // The first poll needs no waker of its own: a request that is not done
+                // is handed to a task, whose first poll registers that task's waker
+                // with whatever the request waits on.
+                let mut context = Context::from_waker(Waker::noop());
+                match request.as_mut().poll(&mut context) {
+                    Poll::Ready(answer) => answer,
+                    Poll::Pending => {
+                        let this = self.clone();
+                        self.daemon.tasks().spawn(async move {
+                            if let Some(answer) = request.await {
+                                this.send(answer).await;
+                            }
+                        });
+                        None
+                    }
+                }
             }
         }
     }
@@ -133,7 +163,7 @@ impl Connection {
         let reply = self.request(method, params, &id, &cancel).await;
         self.requests.remove_if(&key, |_, (registered, _)| *registered == number);
         match reply {
-            Ok(Reply::Value(result)) => Some(jsonrpc::response(&id, &result)),
+            Ok(Reply::Line(line)) => Some(line),
             Ok(Reply::Sent) => None,
             Err(error) => Some(jsonrpc::error_response(&id, &error)),
         }
@@ -214,7 +244,9 @@ impl Connection {
                     other => Call::from_value(call_id, params.name, other),
                 };
                 let result = entry.session.execute_one(&call, cancel).await;
-                to_value(&result)
+                // Room for the content, its escapes, and the fields around it.
+                let size = result.content.len() + result.content.len() / 8 + 512;
+                Ok(Reply::Line(jsonrpc::response_sized(id, &result, size)))
             }
             method::TOOLS_CALL_BATCH => {
                 let params: ToolsCallBatchParams = jsonrpc::params(params)?;
@@ -234,7 +266,7 @@ impl Connection {
                     })
                     .collect();
                 let results = entry.session.execute_calls(&calls, cancel).await;
-                to_value(&ToolsCallBatchResult { results })
+                reply(id, &ToolsCallBatchResult { results })
             }
             method::TOOLS_LIST => {
                 let params: ToolsListParams = jsonrpc::params(params)?;
@@ -248,14 +280,15 @@ impl Connection {
                         Some((tool.name.clone(), source.to_string()))
                     })
                     .collect();
-                to_value(&ToolsListResult { tools, sources })
+                reply(id, &ToolsListResult { tools, sources })
             }
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
                 let entry = self.session(params.session_id.as_deref())?;
-                to_value(&ToolsCancelResult {
-                    canceled: entry.session.cancel_call(&params.call_id),
-                })
+                reply(
+                    id,
+                    &ToolsCancelResult { canceled: entry.session.cancel_call(&params.call_id) },
+                )
             }
             method::TOOLS_EXPLAIN => {
                 let params: ToolsExplainParams = jsonrpc::params(params)?;
@@ -265,7 +298,7 @@ impl Connection {
                     other => Call::from_value("explain", params.name, other),
                 };
                 let (decision, explanation) = entry.session.explain(&call);
-                to_value(&ToolsExplainResult { decision, explanation })
+                reply(id, &ToolsExplainResult { decision, explanation })
             }
             method::EVENTS_SUBSCRIBE => {
                 let params: EventsSubscribeParams = jsonrpc::params(params)?;
@@ -290,7 +323,7 @@ impl Connection {
                         removed |= entry.events.unsubscribe(&params.subscription);
                     }
                 }
-                to_value(&removed)
+                reply(id, &removed)
             }
             method::PERMISSION_RESPOND => {
                 let params: PermissionRespondParams = jsonrpc::params(params)?;
@@ -306,9 +339,9 @@ impl Connection {
                         daemon.session_for(owner, session_id).is_ok()
                     });
                 match outcome {
-                    Ok(()) => to_value(&PermissionRespondResult { resolved: true }),
+                    Ok(()) => reply(id, &PermissionRespondResult { resolved: true }),
                     Err(RespondError::NotPending) => {
-                        to_value(&PermissionRespondResult { resolved: false })
+                        reply(id, &PermissionRespondResult { resolved: false })
                     }
                     Err(RespondError::NotYours) => Err(RpcError::invalid_params(
                         "that request belongs to a session of another connection",
@@ -321,7 +354,7 @@ impl Connection {
                     .daemon
                     .open_session(self.guard.id, &self.identity, &params)
                     .map_err(session_error)?;
-                to_value(&self.daemon.info(&entry.session))
+                reply(id, &self.daemon.info(&entry.session))
             }
             method::SESSION_UPDATE => {
                 let params: SessionUpdateParams = jsonrpc::params(params)?;
@@ -344,7 +377,7 @@ impl Connection {
                     }
                     entry.session.set_allowlist(allowlist);
                 }
-                to_value(&self.daemon.info(&entry.session))
+                reply(id, &self.daemon.info(&entry.session))
             }
             method::SESSION_CLOSE => {
                 let params: SessionCloseParams = jsonrpc::params(params)?;
@@ -354,18 +387,21 @@ impl Connection {
                     ));
                 }
                 let closed = self.daemon.close_session(self.guard.id, &params.session_id).is_ok();
-                to_value(&SessionCloseResult { closed })
+                reply(id, &SessionCloseResult { closed })
             }
-            method::DAEMON_STATUS => to_value(&DaemonStatusResult {
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                pid: std::process::id(),
-                uptime_ms: u64::try_from(self.daemon.uptime().as_millis()).unwrap_or(u64::MAX),
-                connections: self.daemon.connection_count(),
-                sessions: self.daemon.session_count(),
-                calls_in_flight: self.daemon.calls_in_flight(),
-                tools: self.daemon.registry().names().len(),
-                upstreams: self.daemon.upstreams(),
-            }),
+            method::DAEMON_STATUS => reply(
+                id,
+                &DaemonStatusResult {
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    pid: std::process::id(),
+                    uptime_ms: u64::try_from(self.daemon.uptime().as_millis()).unwrap_or(u64::MAX),
+                    connections: self.daemon.connection_count(),
+                    sessions: self.daemon.session_count(),
+                    calls_in_flight: self.daemon.calls_in_flight(),
+                    tools: self.daemon.registry().names().len(),
+                    upstreams: self.daemon.upstreams(),
+                },
+            ),
             other => {
                 Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}")))
             }
@@ -404,10 +440,10 @@ impl Connection {
 
 /// What a method produced.
 enum Reply {
-    /// The result, already rendered: a result is serialized once, straight from its
-    /// type, rather than through a `Value` tree (which would copy every string and
-    /// reorder the fields by name).
-    Value(Box<serde_json::value::RawValue>),
+    /// The whole response line: a result is serialized once, straight from its type
+    /// into the line, rather than through a `Value` tree (which would copy every
+    /// string and reorder the fields by name).
+    Line(String),
     /// The method wrote its response itself (to order it before what follows).
     Sent,
 }
@@ -416,10 +452,8 @@ fn session_error(err: SessionError) -> RpcError {
     RpcError::invalid_params(err.to_string())
 }
 
-fn to_value<T: serde::Serialize>(value: &T) -> Result<Reply, RpcError> {
-    serde_json::value::to_raw_value(value)
-        .map(Reply::Value)
-        .map_err(|err| RpcError::new(jsonrpc::INTERNAL_ERROR, err.to_string()))
+fn reply<T: serde::Serialize>(id: &Value, result: &T) -> Result<Reply, RpcError> {
+    Ok(Reply::Line(jsonrpc::response(id, result)))
 }
 
 fn id_text(id: &Value) -> String {

@@ -126,14 +126,24 @@ pub fn parse(text: &str) -> Result<Incoming, Malformed> {
 
 /// A success response line.
 pub fn response<T: Serialize>(id: &Value, result: &T) -> String {
+    response_sized(id, result, 128)
+}
+
+/// A success response line rendered into a buffer of `capacity` bytes to start with
+/// (a close guess spares the copies of a growing buffer).
+pub fn response_sized<T: Serialize>(id: &Value, result: &T, capacity: usize) -> String {
     #[derive(Serialize)]
     struct Response<'a, T> {
         jsonrpc: &'static str,
         id: &'a Value,
         result: &'a T,
     }
-    serde_json::to_string(&Response { jsonrpc: "2.0", id, result })
-        .unwrap_or_else(|err| error_response(id, &RpcError::new(INTERNAL_ERROR, err.to_string())))
+    let mut line = Vec::with_capacity(capacity);
+    match serde_json::to_writer(&mut line, &Response { jsonrpc: "2.0", id, result }) {
+        // serde_json writes UTF-8 only.
+        Ok(()) => String::from_utf8(line).unwrap_or_default(),
+        Err(err) => error_response(id, &RpcError::new(INTERNAL_ERROR, err.to_string())),
+    }
 }
 
 /// An error response line.

@@ -25,17 +25,24 @@ use crate::daemon::Daemon;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Serves one NDJSON connection until the peer closes it or the daemon shuts down.
+///
+/// One task does all of a connection's work: it reads requests, answers those that
+/// complete without waiting (most calls) on the spot, and writes every line the client
+/// must receive. Requests already read are answered before the next read, and their
+/// answers leave in one write. Calls that wait (for a process, an approval, the
+/// blocking pool) continue in tasks of their own and answer through the connection's
+/// queue, as events do; reading goes on while they run.
 pub async fn serve_lines<R, W>(
     daemon: &Arc<Daemon>,
     identity: String,
     reader: R,
-    writer: W,
+    mut writer: W,
     max_message_bytes: usize,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (outbound, outbound_rx) = mpsc::channel(connection::OUTBOUND_CAPACITY);
+    let (outbound, mut queued) = mpsc::channel(connection::OUTBOUND_CAPACITY);
     let connection = match Connection::open(daemon, identity, outbound) {
         Ok(connection) => connection,
         Err(err) => {
@@ -43,76 +50,169 @@ pub async fn serve_lines<R, W>(
             return;
         }
     };
-    let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
     let mut lines = LineReader::new(reader, max_message_bytes);
+    let mut out = Outgoing::default();
     let shutdown = daemon.shutdown_token().clone();
     loop {
-        let frame = tokio::select! {
-            frame = lines.next_line() => frame,
+        // Every complete line already read, answered in order, without I/O.
+        while out.has_room() {
+            let answer = match lines.buffered() {
+                None => break,
+                Some(Line::Text(bytes)) => match std::str::from_utf8(bytes) {
+                    Ok(text) => connection.handle_line(text).await,
+                    Err(_) => Some(not_utf8()),
+                },
+                Some(Line::TooLong) => Some(too_long(max_message_bytes)),
+            };
+            if let Some(answer) = answer {
+                // What the call emitted meanwhile (its events) goes first, as it
+                // would for a call answered from its own task.
+                out.take_queued(&mut queued);
+                out.push(answer);
+            }
+        }
+        out.take_queued(&mut queued);
+        tokio::select! {
+            biased;
             () = shutdown.cancelled() => break,
-        };
-        match frame {
-            Ok(Frame::Line(line)) => match std::str::from_utf8(&line) {
-                Ok(text) => connection.handle_frame(text).await,
-                Err(_) => {
-                    let error =
-                        jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
-                    connection
-                        .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
-                        .await;
+            written = writer.write(out.unwritten()), if !out.is_empty() => match written {
+                Ok(n) if n > 0 => {
+                    if out.advance(n) && writer.flush().await.is_err() {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+            line = queued.recv(), if out.has_room() => match line {
+                Some(line) => out.push(line),
+                None => break,
+            },
+            more = lines.fill(), if out.has_room() => match more {
+                Ok(true) => {}
+                Ok(false) => {
+                    // End of input: a last line without its newline still counts.
+                    let answer = match lines.rest() {
+                        None => None,
+                        Some(Line::Text(bytes)) => match std::str::from_utf8(bytes) {
+                            Ok(text) => connection.handle_line(text).await,
+                            Err(_) => Some(not_utf8()),
+                        },
+                        Some(Line::TooLong) => Some(too_long(max_message_bytes)),
+                    };
+                    if let Some(answer) = answer {
+                        out.take_queued(&mut queued);
+                        out.push(answer);
+                    }
+                    break;
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "connection read failed");
+                    break;
                 }
             },
-            Ok(Frame::TooLong) => {
-                // The rest of the line is skipped; the connection stays usable.
-                let error = jsonrpc::RpcError::new(
-                    jsonrpc::INVALID_REQUEST,
-                    format!("message larger than {max_message_bytes} bytes refused"),
-                );
-                connection
-                    .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
-                    .await;
-            }
-            Ok(Frame::Eof) => break,
-            Err(err) => {
-                tracing::debug!(%err, "connection read failed");
-                break;
-            }
         }
     }
-    // The peer is gone (or we are stopping): cancel its calls and close its sessions.
+    // The peer is gone (or we are stopping): cancel its calls and close its sessions,
+    // then deliver what they still answer, until the last of them lets go of the queue.
     connection.close();
     drop(connection);
-    let _ = writer_task.await;
-}
-
-/// Drains a connection's outbound queue into the writer, one line per message. A lone
-/// line goes out in one write; lines that queued up meanwhile are gathered (up to
-/// [`WRITE_BATCH`] bytes) into one. Nothing is kept between writes, so an idle
-/// connection holds no write buffer.
-async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: mpsc::Receiver<String>) {
-    while let Some(mut line) = lines.recv().await {
-        line.push('\n');
-        let written = if lines.is_empty() {
-            writer.write_all(line.as_bytes()).await
-        } else {
-            let mut batch = line.into_bytes();
-            while batch.len() < WRITE_BATCH {
-                let Ok(next) = lines.try_recv() else { break };
-                batch.extend_from_slice(next.as_bytes());
-                batch.push(b'\n');
+    loop {
+        out.take_queued(&mut queued);
+        if !out.is_empty() {
+            match writer.write(out.unwritten()).await {
+                Ok(n) if n > 0 => {
+                    out.advance(n);
+                    continue;
+                }
+                _ => return,
             }
-            writer.write_all(&batch).await
-        };
-        // A no-op on sockets; stdout needs it to hand the bytes on.
-        if written.is_err() || (lines.is_empty() && writer.flush().await.is_err()) {
-            return;
+        }
+        let _ = writer.flush().await;
+        match queued.recv().await {
+            Some(line) => out.push(line),
+            None => return,
         }
     }
-    let _ = writer.flush().await;
 }
 
-/// How many bytes of queued lines are gathered into one write: enough to carry a burst
-/// of events in one system call, small enough not to hold a large copy.
+fn not_utf8() -> String {
+    let error = jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
+    jsonrpc::error_response(&serde_json::Value::Null, &error)
+}
+
+fn too_long(max_message_bytes: usize) -> String {
+    // The rest of the line was skipped; the connection stays usable.
+    let error = jsonrpc::RpcError::new(
+        jsonrpc::INVALID_REQUEST,
+        format!("message larger than {max_message_bytes} bytes refused"),
+    );
+    jsonrpc::error_response(&serde_json::Value::Null, &error)
+}
+
+/// Lines waiting to be written to one connection, newline-terminated, in order.
+#[derive(Default)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    /// How much of `bytes` the peer already has.
+    written: usize,
+}
+
+impl Outgoing {
+    fn is_empty(&self) -> bool {
+        self.written == self.bytes.len()
+    }
+
+    /// Whether more may be read and queued: past [`WRITE_BATCH`] bytes waiting, the
+    /// connection stops reading until the client takes them (backpressure).
+    fn has_room(&self) -> bool {
+        self.bytes.len() - self.written < WRITE_BATCH
+    }
+
+    fn push(&mut self, line: String) {
+        if self.bytes.is_empty() {
+            // The common case (one answer at a time) moves the line, without a copy.
+            self.bytes = line.into_bytes();
+        } else {
+            self.bytes.extend_from_slice(line.as_bytes());
+        }
+        self.bytes.push(b'\n');
+    }
+
+    /// Moves lines waiting in the queue here, while there is room.
+    fn take_queued(&mut self, queued: &mut mpsc::Receiver<String>) {
+        while self.has_room() {
+            match queued.try_recv() {
+                Ok(line) => self.push(line),
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn unwritten(&self) -> &[u8] {
+        &self.bytes[self.written..]
+    }
+
+    /// Records `n` more bytes written; true once everything is. The buffer is then
+    /// emptied, and given back if a large answer made it grow, so that an idle
+    /// connection holds no write buffer.
+    fn advance(&mut self, n: usize) -> bool {
+        self.written += n;
+        if self.written < self.bytes.len() {
+            return false;
+        }
+        self.written = 0;
+        if self.bytes.capacity() > WRITE_BATCH {
+            self.bytes = Vec::new();
+        } else {
+            self.bytes.clear();
+        }
+        true
+    }
+}
+
+/// How many bytes of answers may wait for the client before the connection stops
+/// reading: enough to carry a burst of answers and events in one system call, small
+/// enough not to hold a large copy.
 const WRITE_BATCH: usize = 64 * 1024;
 
 /// One result of reading a line.
@@ -151,6 +251,23 @@ const SHRINK_ABOVE: usize = 64 * 1024;
 /// always has space for a useful amount.
 const MIN_READ: usize = 1024;
 
+/// A line found in a [`LineReader`]'s buffer, borrowed until the next call.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line<'a> {
+    Text(&'a [u8]),
+    /// A line longer than the limit; its bytes were discarded up to its newline.
+    TooLong,
+}
+
+impl Line<'_> {
+    fn to_frame(&self) -> Frame {
+        match self {
+            Line::Text(text) => Frame::Line(text.to_vec()),
+            Line::TooLong => Frame::TooLong,
+        }
+    }
+}
+
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub(crate) fn new(reader: R, max: usize) -> LineReader<R> {
         LineReader {
@@ -163,26 +280,28 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
+    /// The next line, reading as needed.
     pub(crate) async fn next_line(&mut self) -> std::io::Result<Frame> {
         loop {
-            let unscanned = &self.buffer[self.start + self.scanned..];
-            if let Some(offset) = memchr::memchr(b'\n', unscanned) {
-                let end = self.start + self.scanned + offset;
-                let line_start = std::mem::replace(&mut self.start, end + 1);
-                self.scanned = 0;
-                let discarded = std::mem::take(&mut self.discarding);
-                let mut line = &self.buffer[line_start..end];
-                if line.last() == Some(&b'\r') {
-                    line = &line[..line.len() - 1];
-                }
-                let frame = if discarded || line.len() > self.max {
-                    Frame::TooLong
-                } else {
-                    Frame::Line(line.to_vec())
-                };
+            if let Some(line) = self.buffered() {
+                let frame = line.to_frame();
                 self.reclaim();
                 return Ok(frame);
             }
+            if !self.fill().await? {
+                let frame = self.rest().map_or(Frame::Eof, |line| line.to_frame());
+                self.reclaim();
+                return Ok(frame);
+            }
+        }
+    }
+
+    /// The next complete line already in the buffer, without reading. An oversized
+    /// line being discarded is forgotten as it arrives.
+    pub(crate) fn buffered(&mut self) -> Option<Line<'_>> {
+        self.reclaim();
+        let unscanned = &self.buffer[self.start + self.scanned..];
+        let Some(offset) = memchr::memchr(b'\n', unscanned) else {
             self.scanned = self.buffer.len() - self.start;
             if self.scanned > self.max {
                 // Forget what we have; remember to report the line when it ends.
@@ -191,23 +310,44 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 self.scanned = 0;
                 self.discarding = true;
             }
-            self.make_room();
-            let n = self.reader.read_buf(&mut self.buffer).await?;
-            if n == 0 {
-                let rest = &self.buffer[self.start..];
-                let frame = if std::mem::take(&mut self.discarding) || rest.len() > self.max {
-                    Frame::TooLong
-                } else if rest.is_empty() {
-                    Frame::Eof
-                } else {
-                    Frame::Line(rest.to_vec())
-                };
-                self.buffer.clear();
-                self.start = 0;
-                self.scanned = 0;
-                return Ok(frame);
-            }
+            return None;
+        };
+        let end = self.start + self.scanned + offset;
+        let line_start = std::mem::replace(&mut self.start, end + 1);
+        self.scanned = 0;
+        let discarded = std::mem::take(&mut self.discarding);
+        let mut line = &self.buffer[line_start..end];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
         }
+        if discarded || line.len() > self.max {
+            return Some(Line::TooLong);
+        }
+        Some(Line::Text(line))
+    }
+
+    /// Reads once into the buffer; false at the end of the input. Cancel-safe: what
+    /// a read delivered is kept.
+    pub(crate) async fn fill(&mut self) -> std::io::Result<bool> {
+        self.make_room();
+        Ok(self.reader.read_buf(&mut self.buffer).await? > 0)
+    }
+
+    /// At the end of the input: the last line when it had no newline.
+    pub(crate) fn rest(&mut self) -> Option<Line<'_>> {
+        let start = std::mem::take(&mut self.start);
+        self.scanned = 0;
+        let discarded = std::mem::take(&mut self.discarding);
+        let rest_len = self.buffer.len() - start;
+        // Mark everything returned: the next call finds an empty buffer.
+        self.start = self.buffer.len();
+        if discarded || rest_len > self.max {
+            return Some(Line::TooLong);
+        }
+        if rest_len == 0 {
+            return None;
+        }
+        Some(Line::Text(&self.buffer[start..]))
     }
 
     /// Moves the unreturned bytes to the front and ensures spare room for a read.
@@ -254,19 +394,67 @@ mod tests {
         assert_eq!(reader.next_line().await.unwrap(), Frame::Eof);
     }
 
+    #[test]
+    fn outgoing_keeps_lines_in_order_across_partial_writes() {
+        let mut out = Outgoing::default();
+        assert!(out.is_empty() && out.has_room());
+        out.push("{\"n\":1}".to_owned());
+        out.push("{\"n\":2}".to_owned());
+        assert_eq!(out.unwritten(), b"{\"n\":1}\n{\"n\":2}\n");
+        assert!(!out.advance(3));
+        assert_eq!(out.unwritten(), b"\":1}\n{\"n\":2}\n");
+        out.push("{\"n\":3}".to_owned());
+        assert!(out.advance(out.unwritten().len()));
+        assert!(out.is_empty());
+        // A large answer stops reading until it is written, then its buffer goes.
+        out.push("x".repeat(WRITE_BATCH));
+        assert!(!out.has_room());
+        assert!(out.advance(WRITE_BATCH + 1));
+        assert!(out.has_room() && out.bytes.capacity() == 0);
+    }
+
     #[tokio::test]
-    async fn write_lines_writes_every_line_in_order_then_flushes() {
-        let (client, mut server) = tokio::io::duplex(1 << 20);
-        let (outbound, queue) = mpsc::channel(16);
-        for index in 0..10 {
-            outbound.send(format!("{{\"n\":{index}}}")).await.unwrap();
+    async fn pipelined_requests_are_all_answered_and_a_last_unterminated_line_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let registry = Arc::new(crate::tools::registry::Registry::with_builtins());
+        let settings = crate::daemon::Settings::for_roots(vec![root]);
+        let daemon = Daemon::new(registry, settings, None);
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let (server_read, server_write) = tokio::io::split(server);
+        let serving = tokio::spawn({
+            let daemon = daemon.clone();
+            async move {
+                serve_lines(&daemon, "test".to_owned(), server_read, server_write, 1 << 20).await
+            }
+        });
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        let mut input = String::new();
+        for id in 1..=200 {
+            input.push_str(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/cancel","params":{{"call_id":"x"}}}}"#
+            ));
+            input.push('\n');
         }
-        drop(outbound);
-        write_lines(client, queue).await;
-        let mut written = String::new();
-        server.read_to_string(&mut written).await.unwrap();
-        let expected: String = (0..10).map(|index| format!("{{\"n\":{index}}}\n")).collect();
-        assert_eq!(written, expected);
+        input.push_str("not json\n");
+        input.push_str(r#"{"jsonrpc":"2.0","id":"last","method":"daemon/status"}"#);
+        client_write.write_all(input.as_bytes()).await.unwrap();
+        client_write.shutdown().await.unwrap();
+        let mut output = String::new();
+        client_read.read_to_string(&mut output).await.unwrap();
+        serving.await.unwrap();
+        let answers: Vec<serde_json::Value> =
+            output.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        assert_eq!(answers.len(), 202, "{output}");
+        let mut ids: Vec<u64> = answers.iter().filter_map(|answer| answer["id"].as_u64()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=200).collect::<Vec<_>>());
+        assert!(answers.iter().all(|answer| answer["result"]["canceled"] == 0
+            || answer["error"]["code"] == jsonrpc::PARSE_ERROR
+            || answer["id"] == "last"));
+        assert!(answers.iter().any(|answer| answer["error"]["code"] == jsonrpc::PARSE_ERROR));
+        let last = answers.iter().find(|answer| answer["id"] == "last").unwrap();
+        assert!(last["result"]["version"].is_string(), "{last}");
     }
 
     #[tokio::test]

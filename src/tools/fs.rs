@@ -350,8 +350,33 @@ pub fn open_existing(
 /// Reads a whole file, refusing (with `too_large`) anything longer than `max_bytes`.
 /// The size is checked again while reading: a file can grow after its `fstat`.
 pub fn read_capped(
+    file: impl Read,
+    info: &FileInfo,
+    max_bytes: u64,
+    shown: &str,
+) -> Result<Vec<u8>, FsError> {
+    read_up_to(file, info, max_bytes.saturating_add(1), max_bytes, shown)
+}
+
+/// Reads a file as it was at its `fstat`: a regular file of known size is read up to
+/// that size, which spares the last read that would only find its end (what was
+/// appended since is not part of the snapshot). Files that report no size (procfs
+/// and the like) are read to their end. For reading only: a read-modify-write must
+/// use [`read_capped`], which keeps what was appended.
+pub fn read_snapshot(
+    file: impl Read,
+    info: &FileInfo,
+    max_bytes: u64,
+    shown: &str,
+) -> Result<Vec<u8>, FsError> {
+    let limit = if info.len > 0 { info.len } else { max_bytes.saturating_add(1) };
+    read_up_to(file, info, limit, max_bytes, shown)
+}
+
+fn read_up_to(
     mut file: impl Read,
     info: &FileInfo,
+    limit: u64,
     max_bytes: u64,
     shown: &str,
 ) -> Result<Vec<u8>, FsError> {
@@ -366,7 +391,6 @@ pub fn read_capped(
         return Err(too_large());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(info.len).unwrap_or(0));
-    let limit = max_bytes.saturating_add(1);
     (&mut file).take(limit).read_to_end(&mut bytes).map_err(|err| FsError::from_io(shown, err))?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max_bytes {
         return Err(too_large());

@@ -120,7 +120,7 @@ fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError>
     let Opened { resolved, info } = opened;
     let shown_path = resolved.path.display().to_string();
     let file = std::fs::File::from(resolved.fd);
-    let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
+    let bytes = fs::read_snapshot(file, &info, env.max_read_bytes, &args.path)?;
     // Recorded for every outcome below, binary included: the session has seen what
     // the file is, which is what a later overwrite needs to know.
     env.files.record(resolved.path, FileStamp::of(&info, &bytes));
@@ -239,8 +239,22 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
 /// newline does not start an extra empty line, as with `cat -n` and `wc -l`.
 fn split_lines(text: &str) -> impl Iterator<Item = &str> {
     let body = text.strip_suffix('\n').unwrap_or(text);
-    let lines = (!text.is_empty()).then(|| body.split('\n')).into_iter().flatten();
-    lines.map(|line| line.strip_suffix('\r').unwrap_or(line))
+    let mut newlines = memchr::memchr_iter(b'\n', body.as_bytes());
+    let mut start = (!text.is_empty()).then_some(0);
+    std::iter::from_fn(move || {
+        let from = start?;
+        let line = match newlines.next() {
+            Some(end) => {
+                start = Some(end + 1);
+                &body[from..end]
+            }
+            None => {
+                start = None;
+                &body[from..]
+            }
+        };
+        Some(line.strip_suffix('\r').unwrap_or(line))
+    })
 }
 
 /// How many lines [`split_lines`] yields.

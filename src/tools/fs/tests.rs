@@ -265,3 +265,25 @@ fn content_hash_notices_any_one_byte_change_and_any_length_change() {
         assert_ne!(content_hash(&longer), hash, "a zero byte appended to {len}");
     }
 }
+
+#[test]
+fn snapshot_reads_stop_at_the_stat_size_and_capped_reads_go_to_the_end() {
+    let info = |len| FileInfo {
+        kind: FileKind::File,
+        len,
+        modified: None,
+        mode: 0o100644,
+        uid: 0,
+        gid: 0,
+    };
+    let grown = b"0123456789 and what was appended later";
+    // Known size: the snapshot is what fstat saw; a read-modify-write sees it all.
+    assert_eq!(read_snapshot(&grown[..], &info(10), 100, "f").unwrap(), b"0123456789");
+    assert_eq!(read_capped(&grown[..], &info(10), 100, "f").unwrap(), grown);
+    // No size reported (procfs): read to the end, within the limit.
+    assert_eq!(read_snapshot(&grown[..], &info(0), 100, "f").unwrap(), grown);
+    assert!(matches!(read_snapshot(&grown[..], &info(0), 20, "f"), Err(FsError::TooLarge(_))));
+    assert!(matches!(read_capped(&grown[..], &info(10), 20, "f"), Err(FsError::TooLarge(_))));
+    // A file shorter than it said ends where it ends.
+    assert_eq!(read_snapshot(&b"abc"[..], &info(10), 100, "f").unwrap(), b"abc");
+}
