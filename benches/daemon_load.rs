@@ -238,6 +238,11 @@ fn main() -> anyhow::Result<()> {
         let row = client.block_on(measure(*transport, &target, &plan))?;
         row.print();
         results.push(row);
+        if *transport == Transport::UnixNdjson {
+            let row = client.block_on(measure_pipelined(&target, &plan))?;
+            row.print();
+            results.push(row);
+        }
     }
     println!();
     println!(
@@ -268,18 +273,18 @@ fn main() -> anyhow::Result<()> {
 
 fn print_header() {
     println!(
-        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>7}",
+        "  {:<16} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>7}",
         "transport", "p50", "p99", "max", "calls/s", "daemon cpu", "client cpu", "errors"
     );
     println!(
-        "  {:<12} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}",
+        "  {:<16} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}",
         "", "", "", "", "", "/call", "/call"
     );
 }
 
 /// One transport's numbers.
 struct Row {
-    transport: Transport,
+    name: String,
     p50: Duration,
     p99: Duration,
     max: Duration,
@@ -296,8 +301,8 @@ struct Row {
 impl Row {
     fn print(&self) {
         println!(
-            "  {:<12} {:>10} {:>10} {:>10} {:>10.0} {:>11} {:>11} {:>7}",
-            self.transport.name(),
+            "  {:<16} {:>10} {:>10} {:>10} {:>10.0} {:>11} {:>11} {:>7}",
+            self.name,
             micros(self.p50),
             micros(self.p99),
             micros(self.max),
@@ -391,7 +396,7 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
     }
     errors += failed.load(Ordering::Relaxed);
     Ok(Row {
-        transport,
+        name: transport.name().to_owned(),
         p50,
         p99,
         max,
@@ -401,6 +406,121 @@ async fn measure(transport: Transport, target: &Target, plan: &Plan) -> anyhow::
         errors,
         first_error,
     })
+}
+
+/// Throughput with all `in_flight` calls pipelined on one Unix NDJSON connection, as
+/// an agent sends the calls of one turn: a new request goes out for every answer, and
+/// the requests for answers that arrived together leave in one write. p50/p99 are the
+/// round trips of calls under that load.
+async fn measure_pipelined(target: &Target, plan: &Plan) -> anyhow::Result<Row> {
+    let workload = plan.workload;
+    let (reader, mut writer) = UnixStream::connect(&target.socket).await?.into_split();
+    let mut reader = BufReader::with_capacity(256 * 1024, reader);
+    let mut pending: std::collections::HashMap<u64, Instant> = Default::default();
+    let mut batch = String::new();
+    let mut next_id = 0u64;
+    let mut queue = |batch: &mut String, pending: &mut std::collections::HashMap<u64, Instant>| {
+        next_id += 1;
+        batch.push_str(&workload.request(next_id));
+        batch.push('\n');
+        pending.insert(next_id, Instant::now());
+    };
+    for _ in 0..plan.in_flight.max(1) {
+        queue(&mut batch, &mut pending);
+    }
+    writer.write_all(batch.as_bytes()).await?;
+    batch.clear();
+
+    let (mut errors, mut first_error) = (0u64, None);
+    let mut samples = Vec::new();
+    let mut line = String::new();
+    let load_started = Instant::now();
+    let mut measuring: Option<(Instant, Duration, Duration)> = None;
+    let mut completed = 0u64;
+    let outcome = loop {
+        line.clear();
+        let read = tokio::time::timeout(STEP_TIMEOUT, reader.read_line(&mut line)).await;
+        match read {
+            Ok(Ok(0)) => bail!("connection closed"),
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => return Err(err.into()),
+            Err(_) => bail!("no answer within {STEP_TIMEOUT:?}"),
+        }
+        let id = answer_id(&line);
+        let sent = id.and_then(|id| pending.remove(&id));
+        match (id, sent) {
+            (Some(id), Some(sent)) if workload.succeeded(id, &line) => {
+                if measuring.is_some() {
+                    samples.push(sent.elapsed());
+                    completed += 1;
+                }
+            }
+            _ => {
+                errors += 1;
+                first_error.get_or_insert_with(|| line.chars().take(300).collect::<String>());
+            }
+        }
+        let now = Instant::now();
+        match measuring {
+            None if now - load_started >= WARMUP_LOAD => {
+                measuring = Some((now, cpu_time(target.pid)?, cpu_time(std::process::id())?));
+            }
+            Some((started, daemon_before, client_before))
+                if now - started >= Duration::from_secs_f64(plan.seconds) =>
+            {
+                let daemon = cpu_time(target.pid)?.saturating_sub(daemon_before);
+                let client = cpu_time(std::process::id())?.saturating_sub(client_before);
+                break (now - started, daemon, client);
+            }
+            _ => {}
+        }
+        queue(&mut batch, &mut pending);
+        // Answers already here get their follow-ups in the same write.
+        if !reader.buffer().contains(&b'\n') {
+            writer.write_all(batch.as_bytes()).await?;
+            batch.clear();
+        }
+    };
+    // Let the calls still in flight finish, so that the next run starts clean.
+    if !batch.is_empty() {
+        writer.write_all(batch.as_bytes()).await?;
+    }
+    while !pending.is_empty() {
+        line.clear();
+        match tokio::time::timeout(STEP_TIMEOUT, reader.read_line(&mut line)).await {
+            Ok(Ok(n)) if n > 0 => {
+                if let Some(id) = answer_id(&line) {
+                    pending.remove(&id);
+                }
+            }
+            _ => bail!("the calls still in flight were not answered"),
+        }
+    }
+    let (elapsed, daemon_cpu, client_cpu) = outcome;
+    samples.sort_unstable();
+    let percentile = |fraction: f64| {
+        let index = ((samples.len() as f64 * fraction).ceil() as usize).saturating_sub(1);
+        samples.get(index).copied().unwrap_or_default()
+    };
+    let calls = u32::try_from(completed.max(1)).unwrap_or(u32::MAX);
+    Ok(Row {
+        name: format!("unix-ndjson 1×{}", plan.in_flight),
+        p50: percentile(0.50),
+        p99: percentile(0.99),
+        max: samples.last().copied().unwrap_or_default(),
+        calls_per_second: completed as f64 / elapsed.as_secs_f64(),
+        daemon_cpu: daemon_cpu / calls,
+        client_cpu: client_cpu / calls,
+        errors,
+        first_error,
+    })
+}
+
+/// The numeric id of a response line (`{"jsonrpc":"2.0","id":N,...`).
+fn answer_id(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?;
+    let end = rest.find(|c: char| !c.is_ascii_digit())?;
+    rest[..end].parse().ok()
 }
 
 /// A client of one transport, making one call at a time.
@@ -577,6 +697,7 @@ struct Binary {
     with_idle: u64,
     per_connection: f64,
     unix: Row,
+    pipelined: Row,
 }
 
 impl Binary {
@@ -592,6 +713,7 @@ impl Binary {
         );
         print_header();
         self.unix.print();
+        self.pipelined.print();
     }
 }
 
@@ -644,6 +766,7 @@ async fn measure_binary(
         idle_connections_rss(&socket, pid, plan.idle_connections).await?;
     let target = Target { socket, tcp: None, pid };
     let unix = measure(Transport::UnixNdjson, &target, plan).await?;
+    let pipelined = measure_pipelined(&target, plan).await?;
     terminate(&mut child);
     Ok(Some(Binary {
         startup,
@@ -652,6 +775,7 @@ async fn measure_binary(
         with_idle,
         per_connection,
         unix,
+        pipelined,
     }))
 }
 

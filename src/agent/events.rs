@@ -4,6 +4,8 @@
 //! a `type` tag. The agent layer only emits; the daemon decides where events go
 //! (buffered until a client subscribes, bounded).
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -58,7 +60,8 @@ pub enum Event {
         call_id: String,
         /// Milliseconds since `tool_call_start`, hooks and approval waiting included.
         elapsed_ms: f64,
-        result: ToolResult,
+        // Shared with the caller's answer: buffering the event copies no content.
+        result: Arc<ToolResult>,
     },
     /// The last event of a call.
     ToolCallDone {

@@ -301,6 +301,12 @@ impl Session {
 
     /// Runs one call through the whole pipeline and returns its result.
     pub async fn execute_one(&self, call: &Call, cancel: &CancellationToken) -> ToolResult {
+        Arc::unwrap_or_clone(self.execute_shared(call, cancel).await)
+    }
+
+    /// [`Session::execute_one`], with the result shared with the `tool_result` event
+    /// rather than copied for it (for callers that only serialize it).
+    pub async fn execute_shared(&self, call: &Call, cancel: &CancellationToken) -> Arc<ToolResult> {
         let started = Instant::now();
         let call_cancel = cancel.child_token();
         // A call also dies with its session.
@@ -335,6 +341,7 @@ impl Session {
 
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        let result = Arc::new(result);
         self.events.emit(Event::ToolResult {
             session_id: self.id.clone(),
             call_id: call.id.clone(),

@@ -204,7 +204,7 @@ mod tests {
             session_id: "s1".to_owned(),
             call_id: call_id.to_owned(),
             elapsed_ms: 0.1,
-            result: ToolResult::success("x".repeat(content_bytes)),
+            result: std::sync::Arc::new(ToolResult::success("x".repeat(content_bytes))),
         }
     }
 

@@ -243,7 +243,7 @@ impl Connection {
                     Value::String(raw) => Call::new(call_id, params.name, raw.clone()),
                     other => Call::from_value(call_id, params.name, other),
                 };
-                let result = entry.session.execute_one(&call, cancel).await;
+                let result = entry.session.execute_shared(&call, cancel).await;
                 // Room for the content, its escapes, and the fields around it.
                 let size = result.content.len() + result.content.len() / 8 + 512;
                 Ok(Reply::Line(jsonrpc::response_sized(id, &result, size)))

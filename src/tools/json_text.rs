@@ -7,6 +7,7 @@
 //! for the same string, so readers see no difference.
 
 use serde::Serializer;
+use serde::ser::SerializeStruct;
 use serde_json::value::RawValue;
 
 /// Below this many bytes the plain path is as fast and allocates nothing.
@@ -20,10 +21,31 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
     if text.len() < FAST_PATH_BYTES {
         return serializer.serialize_str(text);
     }
-    match RawValue::from_string(escape(text)) {
-        Ok(raw) => serde::Serialize::serialize(&raw, serializer),
-        Err(_) => serializer.serialize_str(text),
+    if !is_serde_json::<S>() {
+        return match RawValue::from_string(escape(text)) {
+            Ok(raw) => serde::Serialize::serialize(&raw, serializer),
+            Err(_) => serializer.serialize_str(text),
+        };
     }
+    // serde_json's own serializers (to a writer, and to a `Value`) take the escaped
+    // literal as it is, the way they take a `RawValue`, without parsing it again to
+    // check it: `escape` writes a valid string literal by construction (the tests
+    // compare it with serde_json's output, byte for byte).
+    let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+    raw.serialize_field(RAW_VALUE_TOKEN, &escape(text))?;
+    raw.end()
+}
+
+/// The name under which serde_json's serializers recognize raw JSON text (what
+/// `RawValue` serializes as).
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Whether `S` is one of serde_json's serializers, which understand
+/// [`RAW_VALUE_TOKEN`]; any other serializer gets a checked `RawValue`.
+fn is_serde_json<S>() -> bool {
+    let name = std::any::type_name::<S>();
+    name.starts_with("&mut serde_json::ser::Serializer<")
+        || name == "serde_json::value::ser::Serializer"
 }
 
 /// `text` as a JSON string literal, quotes included.
@@ -132,7 +154,18 @@ mod tests {
             assert_eq!(ours, plain);
             let value = serde_json::to_value(Holder { text }).unwrap();
             assert_eq!(value["text"], text);
+            let pretty = serde_json::to_string_pretty(&Holder { text }).unwrap();
+            let plain = serde_json::to_string_pretty(&serde_json::json!({ "text": text })).unwrap();
+            assert_eq!(pretty, plain);
         }
+        // The unchecked path is the one taken for serde_json's serializers.
+        assert!(is_serde_json::<&mut serde_json::Serializer<Vec<u8>>>());
+        assert!(is_serde_json::<&mut serde_json::Serializer<&mut Vec<u8>>>());
+        assert!(is_serde_json::<
+            &mut serde_json::Serializer<Vec<u8>, serde_json::ser::PrettyFormatter<'static>>,
+        >());
+        assert!(is_serde_json::<serde_json::value::Serializer>());
+        assert!(!is_serde_json::<String>());
     }
 
     proptest! {
