@@ -21,16 +21,21 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
     if text.len() < FAST_PATH_BYTES {
         return serializer.serialize_str(text);
     }
-    if !is_serde_json::<S>() {
-        return match RawValue::from_string(escape(text)) {
-            Ok(raw) => serde::Serialize::serialize(&raw, serializer),
-            Err(_) => serializer.serialize_str(text),
-        };
+    match serializer_kind::<S>() {
+        // A `Value` holds the text itself: escaping it would only be undone.
+        Kind::Value => return serializer.serialize_str(text),
+        Kind::Other => {
+            return match RawValue::from_string(escape(text)) {
+                Ok(raw) => serde::Serialize::serialize(&raw, serializer),
+                Err(_) => serializer.serialize_str(text),
+            };
+        }
+        Kind::Text => {}
     }
-    // serde_json's own serializers (to a writer, and to a `Value`) take the escaped
-    // literal as it is, the way they take a `RawValue`, without parsing it again to
-    // check it: `escape` writes a valid string literal by construction (the tests
-    // compare it with serde_json's output, byte for byte).
+    // serde_json's text serializer takes the escaped literal as it is, the way it
+    // takes a `RawValue`, without parsing it again to check it: `escape` writes a
+    // valid string literal by construction (the tests compare it with serde_json's
+    // output, byte for byte).
     let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
     raw.serialize_field(RAW_VALUE_TOKEN, &escape(text))?;
     raw.end()
@@ -40,12 +45,24 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
 /// `RawValue` serializes as).
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
-/// Whether `S` is one of serde_json's serializers, which understand
-/// [`RAW_VALUE_TOKEN`]; any other serializer gets a checked `RawValue`.
-fn is_serde_json<S>() -> bool {
+enum Kind {
+    /// serde_json writing JSON text, which understands [`RAW_VALUE_TOKEN`].
+    Text,
+    /// serde_json building a `Value`.
+    Value,
+    /// Any other serializer.
+    Other,
+}
+
+fn serializer_kind<S>() -> Kind {
     let name = std::any::type_name::<S>();
-    name.starts_with("&mut serde_json::ser::Serializer<")
-        || name == "serde_json::value::ser::Serializer"
+    if name.starts_with("&mut serde_json::ser::Serializer<") {
+        Kind::Text
+    } else if name == "serde_json::value::ser::Serializer" {
+        Kind::Value
+    } else {
+        Kind::Other
+    }
 }
 
 /// `text` as a JSON string literal, quotes included.
@@ -158,14 +175,15 @@ mod tests {
             let plain = serde_json::to_string_pretty(&serde_json::json!({ "text": text })).unwrap();
             assert_eq!(pretty, plain);
         }
-        // The unchecked path is the one taken for serde_json's serializers.
-        assert!(is_serde_json::<&mut serde_json::Serializer<Vec<u8>>>());
-        assert!(is_serde_json::<&mut serde_json::Serializer<&mut Vec<u8>>>());
-        assert!(is_serde_json::<
+        // The unchecked path is the one taken for serde_json's text serializers.
+        let text = |kind| matches!(kind, Kind::Text);
+        assert!(text(serializer_kind::<&mut serde_json::Serializer<Vec<u8>>>()));
+        assert!(text(serializer_kind::<&mut serde_json::Serializer<&mut Vec<u8>>>()));
+        assert!(text(serializer_kind::<
             &mut serde_json::Serializer<Vec<u8>, serde_json::ser::PrettyFormatter<'static>>,
-        >());
-        assert!(is_serde_json::<serde_json::value::Serializer>());
-        assert!(!is_serde_json::<String>());
+        >()));
+        assert!(matches!(serializer_kind::<serde_json::value::Serializer>(), Kind::Value));
+        assert!(matches!(serializer_kind::<String>(), Kind::Other));
     }
 
     proptest! {
