@@ -439,6 +439,39 @@ fn dont_ask_denies_without_an_approver() {
 }
 
 #[test]
+fn more_waiting_calls_than_a_connection_runs_at_once_are_all_answered() {
+    // 356 pipelined calls that each wait (a short sleep, 64 at a time per session): past
+    // the 256 requests a connection runs at once, it stops reading and goes on
+    // writing answers until calls end; every call is answered.
+    let daemon = TestDaemon::start(
+        "[server]\nmax_calls_per_session = 64\n[permissions]\nmode = \"bypass\"\n",
+    );
+    let mut client = daemon.connect();
+    let count = 356u64;
+    let mut lines = String::new();
+    for id in 1..=count {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "run_command", "arguments": {"command": "sleep 0.2"}}});
+        lines.push_str(&request.to_string());
+        lines.push('\n');
+    }
+    let mut writer = client.writer.try_clone().unwrap();
+    let writing = std::thread::spawn(move || writer.write_all(lines.as_bytes()).unwrap());
+    let mut answered = Vec::new();
+    while answered.len() < count as usize {
+        let message = client.read();
+        let Some(id) = message.get("id").and_then(Value::as_u64) else { continue };
+        assert_eq!(message["result"]["ok"], true, "{message}");
+        answered.push(id);
+    }
+    writing.join().unwrap();
+    answered.sort_unstable();
+    assert_eq!(answered, (1..=count).collect::<Vec<_>>());
+    let status = client.result("daemon/status", json!({}));
+    assert_eq!(status["calls_in_flight"], 0, "{status}");
+}
+
+#[test]
 fn malformed_lines_and_unknown_methods_keep_the_connection() {
     let daemon = TestDaemon::start("");
     let mut client = daemon.connect();

@@ -92,6 +92,16 @@ impl Connection {
         self.daemon.disconnect(self.guard.id);
     }
 
+    /// Whether a request could start now without waiting for one in flight to end.
+    pub fn has_capacity(&self) -> bool {
+        self.limiter.available_permits() > 0
+    }
+
+    /// Returns once a request could start (see [`Connection::has_capacity`]).
+    pub async fn capacity(&self) {
+        let _ = self.limiter.acquire().await;
+    }
+
     /// Handles one incoming frame. Returns once the frame is parsed and its requests are
     /// under way (long calls continue in their own tasks); answers go to `outbound`.
     pub async fn handle_frame(self: &Arc<Self>, text: &str) {

@@ -54,8 +54,10 @@ pub async fn serve_lines<R, W>(
     let mut out = Outgoing::default();
     let shutdown = daemon.shutdown_token().clone();
     loop {
-        // Every complete line already read, answered in order, without I/O.
-        while out.has_room() {
+        // Every complete line already read, answered in order, without I/O. At the
+        // limit of requests in flight, reading waits, but writing goes on: the
+        // requests in flight may need room in the queue to finish.
+        while out.has_room() && connection.has_capacity() {
             let answer = match lines.buffered() {
                 None => break,
                 Some(Line::Text(bytes)) => match std::str::from_utf8(bytes) {
@@ -87,7 +89,8 @@ pub async fn serve_lines<R, W>(
                 Some(line) => out.push(line),
                 None => break,
             },
-            more = lines.fill(), if out.has_room() => match more {
+            () = connection.capacity(), if !connection.has_capacity() => {}
+            more = lines.fill(), if out.has_room() && connection.has_capacity() => match more {
                 Ok(true) => {}
                 Ok(false) => {
                     // End of input: a last line without its newline still counts.
@@ -413,22 +416,32 @@ mod tests {
         assert!(out.has_room() && out.bytes.capacity() == 0);
     }
 
-    #[tokio::test]
-    async fn pipelined_requests_are_all_answered_and_a_last_unterminated_line_counts() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        let registry = Arc::new(crate::tools::registry::Registry::with_builtins());
+    /// Serves one NDJSON connection over an in-memory pipe to a daemon rooted in `root`;
+    /// the client's ends and the serving task.
+    fn serve_in_memory(
+        root: &std::path::Path,
+    ) -> (
+        tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let root = std::fs::canonicalize(root).unwrap();
         let settings = crate::daemon::Settings::for_roots(vec![root]);
+        let registry = Arc::new(crate::tools::registry::Registry::with_builtins());
         let daemon = Daemon::new(registry, settings, None);
         let (client, server) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server);
-        let serving = tokio::spawn({
-            let daemon = daemon.clone();
-            async move {
-                serve_lines(&daemon, "test".to_owned(), server_read, server_write, 1 << 20).await
-            }
+        let serving = tokio::spawn(async move {
+            serve_lines(&daemon, "test".to_owned(), server_read, server_write, 1 << 20).await
         });
-        let (mut client_read, mut client_write) = tokio::io::split(client);
+        let (client_read, client_write) = tokio::io::split(client);
+        (client_read, client_write, serving)
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_are_all_answered_and_a_last_unterminated_line_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut client_read, mut client_write, serving) = serve_in_memory(dir.path());
         let mut input = String::new();
         for id in 1..=200 {
             input.push_str(&format!(
