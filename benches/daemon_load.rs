@@ -1,8 +1,9 @@
 //! A load generator for the daemon: `tools/call read_file` of a 4 KiB file over each
 //! transport (Unix socket NDJSON, Unix socket WebSocket, TCP WebSocket, TCP POST),
 //! reporting the latency with one call in flight (p50/p99) and the throughput with
-//! many in flight, plus the daemon's startup time and memory (idle, and with 1,000
-//! idle Unix-socket connections).
+//! many in flight (one call on each of 64 connections; for Unix NDJSON also 64 calls
+//! pipelined on one connection), plus the daemon's startup time and memory (idle, and
+//! with 1,000 idle Unix-socket connections).
 //!
 //! The daemon runs in a process of its own, so that its memory can be read from
 //! `/proc/PID/status` and client and server do not share a runtime: this benchmark
