@@ -58,15 +58,8 @@ pub async fn serve_lines<R, W>(
         // limit of requests in flight, reading waits, but writing goes on: the
         // requests in flight may need room in the queue to finish.
         while out.has_room() && connection.has_capacity() {
-            let answer = match lines.buffered() {
-                None => break,
-                Some(Line::Text(bytes)) => match std::str::from_utf8(bytes) {
-                    Ok(text) => connection.handle_line(text).await,
-                    Err(_) => Some(not_utf8()),
-                },
-                Some(Line::TooLong) => Some(too_long(max_message_bytes)),
-            };
-            if let Some(answer) = answer {
+            let Some(line) = lines.buffered() else { break };
+            if let Some(answer) = answer_line(&connection, line, max_message_bytes).await {
                 // What the call emitted meanwhile (its events) goes first, as it
                 // would for a call answered from its own task.
                 out.take_queued(&mut queued);
@@ -95,12 +88,8 @@ pub async fn serve_lines<R, W>(
                 Ok(false) => {
                     // End of input: a last line without its newline still counts.
                     let answer = match lines.rest() {
+                        Some(line) => answer_line(&connection, line, max_message_bytes).await,
                         None => None,
-                        Some(Line::Text(bytes)) => match std::str::from_utf8(bytes) {
-                            Ok(text) => connection.handle_line(text).await,
-                            Err(_) => Some(not_utf8()),
-                        },
-                        Some(Line::TooLong) => Some(too_long(max_message_bytes)),
                     };
                     if let Some(answer) = answer {
                         out.take_queued(&mut queued);
@@ -138,18 +127,24 @@ pub async fn serve_lines<R, W>(
     }
 }
 
-fn not_utf8() -> String {
-    let error = jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
-    jsonrpc::error_response(&serde_json::Value::Null, &error)
-}
-
-fn too_long(max_message_bytes: usize) -> String {
-    // The rest of the line was skipped; the connection stays usable.
-    let error = jsonrpc::RpcError::new(
-        jsonrpc::INVALID_REQUEST,
-        format!("message larger than {max_message_bytes} bytes refused"),
-    );
-    jsonrpc::error_response(&serde_json::Value::Null, &error)
+/// Handles one line read from the client; the answer when it is ready at once.
+async fn answer_line(
+    connection: &Arc<Connection>,
+    line: Line<'_>,
+    max_message_bytes: usize,
+) -> Option<String> {
+    let error = match line {
+        Line::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => return connection.handle_line(text).await,
+            Err(_) => jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8"),
+        },
+        // The rest of the line was skipped; the connection stays usable.
+        Line::TooLong => jsonrpc::RpcError::new(
+            jsonrpc::INVALID_REQUEST,
+            format!("message larger than {max_message_bytes} bytes refused"),
+        ),
+    };
+    Some(jsonrpc::error_response(&serde_json::Value::Null, &error))
 }
 
 /// Lines waiting to be written to one connection, newline-terminated, in order.
