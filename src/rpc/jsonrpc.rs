@@ -55,6 +55,17 @@ impl RpcError {
     }
 }
 
+/// The answer to a frame that is not UTF-8.
+pub fn not_utf8() -> RpcError {
+    RpcError::new(PARSE_ERROR, "parse error: not UTF-8")
+}
+
+/// The answer to a frame over the size limit (it is skipped; the connection stays
+/// usable).
+pub fn too_large(max_message_bytes: usize) -> RpcError {
+    RpcError::new(INVALID_REQUEST, format!("message larger than {max_message_bytes} bytes refused"))
+}
+
 /// What a malformed message deserves: the error, and the id to answer with (null when
 /// it could not be read).
 pub struct Malformed {

@@ -136,13 +136,9 @@ async fn answer_line(
     let error = match line {
         Line::Text(bytes) => match std::str::from_utf8(bytes) {
             Ok(text) => return connection.handle_line(text).await,
-            Err(_) => jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8"),
+            Err(_) => jsonrpc::not_utf8(),
         },
-        // The rest of the line was skipped; the connection stays usable.
-        Line::TooLong => jsonrpc::RpcError::new(
-            jsonrpc::INVALID_REQUEST,
-            format!("message larger than {max_message_bytes} bytes refused"),
-        ),
+        Line::TooLong => jsonrpc::too_large(max_message_bytes),
     };
     Some(jsonrpc::error_response(&serde_json::Value::Null, &error))
 }

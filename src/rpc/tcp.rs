@@ -415,10 +415,7 @@ async fn rpc_post(State(shared): State<Arc<Shared>>, request: Request) -> Respon
         Ok(text) if !text.trim().is_empty() => text,
         Ok(_) => return (StatusCode::BAD_REQUEST, "empty body\n").into_response(),
         Err(_) => {
-            let error = super::jsonrpc::RpcError::new(
-                super::jsonrpc::PARSE_ERROR,
-                "parse error: not UTF-8",
-            );
+            let error = super::jsonrpc::not_utf8();
             let line = super::jsonrpc::error_response(&serde_json::Value::Null, &error);
             return json_response(line);
         }

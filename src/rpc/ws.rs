@@ -96,10 +96,7 @@ pub async fn serve_frames<S, E>(
             }
             Some(Ok(WsIn::Text(text))) => {
                 if text.len() > max_message_bytes {
-                    let error = jsonrpc::RpcError::new(
-                        jsonrpc::INVALID_REQUEST,
-                        format!("message larger than {max_message_bytes} bytes refused"),
-                    );
+                    let error = jsonrpc::too_large(max_message_bytes);
                     connection
                         .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
                         .await;
@@ -110,8 +107,7 @@ pub async fn serve_frames<S, E>(
             Some(Ok(WsIn::Binary(bytes))) => match String::from_utf8(bytes) {
                 Ok(text) => connection.handle_frame(&text).await,
                 Err(_) => {
-                    let error =
-                        jsonrpc::RpcError::new(jsonrpc::PARSE_ERROR, "parse error: not UTF-8");
+                    let error = jsonrpc::not_utf8();
                     connection
                         .send_line(jsonrpc::error_response(&serde_json::Value::Null, &error))
                         .await;

@@ -6,7 +6,6 @@ usage: py_client.py stdio ROOT SERVER_CMD... | py_client.py http URL ROOT
 """
 
 import asyncio
-import logging
 import os
 import sys
 import time
@@ -17,32 +16,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
-RESULTS = {"passed": 0, "failed": 0}
-
-
-class Warnings(logging.Handler):
-    """Keeps what the SDK logs at WARNING and above (e.g. a failed session termination)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-WARNINGS = Warnings()
-logging.getLogger().addHandler(WARNINGS)
-BUILTINS = ["edit_file", "find_files", "read_file", "run_command", "search_code", "write_file"]
-
-
-def check(name, ok, detail=""):
-    RESULTS["passed" if ok else "failed"] += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}", flush=True)
-
-
-def skip(name, why):
-    print(f"SKIP {name}: {why}", flush=True)
+from checks import BUILTINS, check, finish, skip, terminated_cleanly
 
 
 def structured(result):
@@ -187,11 +161,8 @@ async def main():
         async with streamablehttp_client(url) as (read, write, _):
             async with ClientSession(read, write, elicitation_callback=approver) as session:
                 await scenario(session, approver, root, "http")
-        # Leaving the client ended the session with a DELETE, which must have succeeded.
-        failed = [m for m in WARNINGS.messages if "termination" in m]
-        check("http session terminated cleanly", not failed, str(failed))
-    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
-    sys.exit(1 if RESULTS["failed"] else 0)
+        terminated_cleanly("http")
+    finish()
 
 
 if __name__ == "__main__":

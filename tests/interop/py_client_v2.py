@@ -16,7 +16,6 @@ is canceled, so each has its own script.
 usage: py_client_v2.py stdio ROOT SERVER_CMD... | py_client_v2.py http URL ROOT
 """
 
-import logging
 import os
 import sys
 import time
@@ -24,33 +23,9 @@ import time
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, types
 
-RESULTS = {"passed": 0, "failed": 0}
+from checks import BUILTINS, WARNINGS, check, finish, skip, terminated_cleanly
 
-
-class Warnings(logging.Handler):
-    """Keeps what the SDK logs at WARNING and above (e.g. a failed session termination)."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-WARNINGS = Warnings()
-logging.getLogger().addHandler(WARNINGS)
-BUILTINS = ["edit_file", "find_files", "read_file", "run_command", "search_code", "write_file"]
 MODERN = "2026-07-28"
-
-
-def check(name, ok, detail=""):
-    RESULTS["passed" if ok else "failed"] += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}", flush=True)
-
-
-def skip(name, why):
-    print(f"SKIP {name}: {why}", flush=True)
 
 
 def structured(result):
@@ -224,11 +199,8 @@ async def main():
         except Exception as err:  # noqa: BLE001 - any failure to talk is a failed check
             check(f"{label} conversation", False, f"{type(err).__name__}: {err}")
         if transport == "http" and mode == "legacy":
-            # Leaving the client ended the session with a DELETE, which must have succeeded.
-            failed = [m for m in WARNINGS.messages if "termination" in m]
-            check(f"{label} session terminated cleanly", not failed, str(failed))
-    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed", flush=True)
-    sys.exit(1 if RESULTS["failed"] else 0)
+            terminated_cleanly(label)
+    finish()
 
 
 if __name__ == "__main__":
