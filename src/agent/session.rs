@@ -173,6 +173,11 @@ impl Session {
         self.lock().todos.clone()
     }
 
+    /// Sends an event to the session's sink (the daemon's broadcasts).
+    pub fn emit(&self, event: Event) {
+        self.events.emit(event);
+    }
+
     /// The session's cancellation token (a parent of every call's token).
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.cancel

@@ -1,5 +1,9 @@
 //! Per-session event delivery: a bounded buffer until someone subscribes, then fan-out
-//! to each subscriber's bounded outbound queue.
+//! to each subscriber.
+//!
+//! Events stay typed here: a subscriber is whatever a face hands in (the native face
+//! renders a JSON-RPC notification into its connection's bounded outbound queue), so
+//! the daemon knows no wire format.
 //!
 //! The buffer is bounded twice: by a number of events (configured) and by their
 //! approximate size, since one `tool_result` can carry a whole file and a session
@@ -9,17 +13,25 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
 use crate::agent::{Event, EventSink};
-use crate::protocol::method;
-use crate::rpc::jsonrpc;
 
-/// One subscriber: a connection's outbound queue and the subscription id it asked for.
-struct Subscriber {
+/// Where a face delivers the events of one subscription. Called with the hub's lock
+/// held, on the hot path of every call: it must not block (a full queue loses the
+/// event, and says so).
+pub trait Subscriber: Send + Sync {
+    /// Hands one event over; false when it was lost (the subscriber's queue is full).
+    fn deliver(&self, subscription: &str, event: &Event) -> bool;
+    /// Whether the subscriber is gone (its connection closed).
+    fn is_closed(&self) -> bool;
+}
+
+/// One subscription: its id, the connection that asked for it, and where its events go.
+struct Subscription {
     subscription: String,
     connection: u64,
-    outbound: mpsc::Sender<String>,
+    outbound: Arc<dyn Subscriber>,
 }
 
 struct Inner {
@@ -28,7 +40,7 @@ struct Inner {
     buffer: VecDeque<(Event, usize)>,
     /// The sum of the sizes in `buffer`.
     buffered_bytes: usize,
-    subscribers: Vec<Subscriber>,
+    subscribers: Vec<Subscription>,
 }
 
 /// The approximate bytes of buffered events one session may hold while nobody
@@ -64,17 +76,16 @@ impl EventHub {
 
     /// Adds a subscriber and hands it every buffered event first, so that nothing
     /// emitted before the subscription (the subscribe race) is lost.
-    pub fn subscribe(&self, subscription: String, connection: u64, outbound: mpsc::Sender<String>) {
+    pub fn subscribe(&self, subscription: String, connection: u64, outbound: Arc<dyn Subscriber>) {
         let mut inner = self.lock();
         let backlog: Vec<(Event, usize)> = inner.buffer.drain(..).collect();
         inner.buffered_bytes = 0;
         for (event, _) in &backlog {
-            let line = render(&subscription, event);
-            if outbound.try_send(line).is_err() {
+            if !outbound.deliver(&subscription, event) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
-        inner.subscribers.push(Subscriber { subscription, connection, outbound });
+        inner.subscribers.push(Subscription { subscription, connection, outbound });
     }
 
     pub fn unsubscribe(&self, subscription: &str) -> bool {
@@ -129,7 +140,7 @@ impl EventSink for EventHub {
         for sub in &inner.subscribers {
             // Never block the call that emits: a subscriber that does not read loses
             // events (counted) rather than stalling the session.
-            if sub.outbound.try_send(render(&sub.subscription, &event)).is_err() {
+            if !sub.outbound.deliver(&sub.subscription, &event) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -184,20 +195,43 @@ fn attachment_size(attachment: &crate::tools::Attachment) -> usize {
     }
 }
 
-/// The `events` notification line (the borrowed twin of `EventsNotification`).
-fn render(subscription: &str, event: &Event) -> String {
-    #[derive(serde::Serialize)]
-    struct Borrowed<'a> {
-        subscription: &'a str,
-        result: &'a Event,
-    }
-    jsonrpc::notification(method::EVENTS, &Borrowed { subscription, result: event })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
     use crate::tools::ToolResult;
+
+    /// Keeps what it is handed, up to a capacity.
+    struct Collect {
+        events: Mutex<Vec<(String, Event)>>,
+        capacity: usize,
+    }
+
+    impl Collect {
+        fn new(capacity: usize) -> Arc<Collect> {
+            Arc::new(Collect { events: Mutex::new(Vec::new()), capacity })
+        }
+
+        fn take(&self) -> Vec<(String, Event)> {
+            std::mem::take(&mut *self.events.lock().unwrap())
+        }
+    }
+
+    impl Subscriber for Collect {
+        fn deliver(&self, subscription: &str, event: &Event) -> bool {
+            let mut events = self.events.lock().unwrap();
+            if events.len() >= self.capacity {
+                return false;
+            }
+            events.push((subscription.to_owned(), event.clone()));
+            true
+        }
+
+        fn is_closed(&self) -> bool {
+            false
+        }
+    }
 
     fn result_event(call_id: &str, content_bytes: usize) -> Event {
         Event::ToolResult {
@@ -218,14 +252,9 @@ mod tests {
 
     /// Subscribes and returns the call ids of the backlog, in order.
     fn backlog(hub: &EventHub) -> Vec<String> {
-        let (outbound, mut lines) = mpsc::channel(4096);
-        hub.subscribe("sub-1".to_owned(), 1, outbound);
-        let mut ids = Vec::new();
-        while let Ok(line) = lines.try_recv() {
-            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-            ids.push(value["params"]["result"]["call_id"].as_str().unwrap().to_owned());
-        }
-        ids
+        let collect = Collect::new(4096);
+        hub.subscribe("sub-1".to_owned(), 1, collect.clone());
+        collect.take().iter().map(|(_, event)| event.call_id().unwrap().to_owned()).collect()
     }
 
     #[test]
@@ -259,21 +288,27 @@ mod tests {
     fn a_subscriber_gets_events_as_they_come_and_the_buffer_starts_over() {
         let hub = EventHub::new(1024);
         hub.emit(done_event("before"));
-        let (outbound, mut lines) = mpsc::channel(16);
-        hub.subscribe("sub-9".to_owned(), 7, outbound);
+        let collect = Collect::new(16);
+        hub.subscribe("sub-9".to_owned(), 7, collect.clone());
         hub.emit(done_event("after"));
-        let first: serde_json::Value = serde_json::from_str(&lines.try_recv().unwrap()).unwrap();
-        let second: serde_json::Value = serde_json::from_str(&lines.try_recv().unwrap()).unwrap();
-        assert_eq!(first["params"]["subscription"], "sub-9");
+        let got = collect.take();
         assert_eq!(
-            (
-                first["params"]["result"]["call_id"].as_str(),
-                second["params"]["result"]["call_id"].as_str()
-            ),
-            (Some("before"), Some("after"))
+            got.iter().map(|(sub, event)| (sub.as_str(), event.call_id())).collect::<Vec<_>>(),
+            [("sub-9", Some("before")), ("sub-9", Some("after"))]
         );
         hub.unsubscribe_connection(7);
         hub.emit(done_event("later"));
         assert_eq!(backlog(&hub), ["later"]);
+    }
+
+    #[test]
+    fn a_full_subscriber_loses_events_and_they_are_counted() {
+        let hub = EventHub::new(1024);
+        let collect = Collect::new(1);
+        hub.subscribe("sub-1".to_owned(), 1, collect.clone());
+        hub.emit(done_event("kept"));
+        hub.emit(done_event("lost"));
+        assert_eq!(collect.take().len(), 1);
+        assert_eq!(hub.dropped(), 1);
     }
 }

@@ -84,7 +84,9 @@ pub enum SessionError {
 /// A session with its delivery parts and its owner.
 pub struct SessionEntry {
     pub session: Arc<Session>,
-    pub events: Arc<EventHub>,
+    /// Where clients subscribe to the session's events; `None` when the face that
+    /// opened the session delivers them itself (MCP).
+    pub events: Option<Arc<EventHub>>,
     /// The connection that opened it; only it may use the session.
     pub owner: u64,
 }
@@ -214,19 +216,30 @@ impl Daemon {
         let events = Arc::new(EventHub::new(self.settings().event_buffer));
         let broker =
             Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
-        self.open_session_with(owner, client, params, events.clone(), events, broker)
+        self.open_session_inner(owner, client, params, Some(events.clone()), events, broker)
     }
 
     /// Opens a session whose events and permission questions go where the caller
     /// says (the MCP face turns output into progress notifications and questions into
     /// elicitations). The intersection with the configuration is the same as for
-    /// [`Daemon::open_session`]; `hub` is what `broadcast` reaches.
+    /// [`Daemon::open_session`]; `events` also receives what `broadcast` sends.
     pub fn open_session_with(
         &self,
         owner: u64,
         client: &str,
         params: &SessionOpenParams,
-        hub: Arc<EventHub>,
+        events: Arc<dyn EventSink>,
+        approvals: Arc<dyn crate::agent::ApprovalBroker>,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
+        self.open_session_inner(owner, client, params, None, events, approvals)
+    }
+
+    fn open_session_inner(
+        &self,
+        owner: u64,
+        client: &str,
+        params: &SessionOpenParams,
+        hub: Option<Arc<EventHub>>,
         events: Arc<dyn EventSink>,
         approvals: Arc<dyn crate::agent::ApprovalBroker>,
     ) -> Result<Arc<SessionEntry>, SessionError> {
@@ -353,7 +366,9 @@ impl Daemon {
             entry.session.close();
         }
         for entry in &self.sessions {
-            entry.events.unsubscribe_connection(owner);
+            if let Some(hub) = &entry.events {
+                hub.unsubscribe_connection(owner);
+            }
         }
     }
 
@@ -362,7 +377,7 @@ impl Daemon {
         let entries: Vec<Arc<SessionEntry>> =
             self.sessions.iter().map(|entry| entry.value().clone()).collect();
         for entry in entries {
-            entry.events.emit(event.clone());
+            entry.session.emit(event.clone());
         }
     }
 

@@ -34,7 +34,6 @@ use tokio_util::sync::CancellationToken;
 use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, elicitation_json};
 use super::{Face, fixtures, mapping};
 use crate::agent::{Event, EventSink, PermissionRequest, Session};
-use crate::daemon::events::EventHub;
 use crate::daemon::{ConnectionGuard, SessionEntry};
 use crate::permission::Mode;
 use crate::protocol::SessionOpenParams;
@@ -47,9 +46,6 @@ const PROGRESS_QUEUE: usize = 256;
 /// How long the client gets to answer `roots/list` before the configured roots are
 /// used as they are.
 const ROOTS_TIMEOUT: Duration = Duration::from_secs(10);
-/// Events kept for the daemon's broadcast hub of an MCP session. Nothing reads it
-/// (MCP clients get tool-list changes from the registry watcher), so it stays tiny.
-const UNUSED_HUB_CAPACITY: usize = 16;
 
 /// The handler of one MCP conversation.
 #[derive(Clone)]
@@ -168,7 +164,6 @@ impl McpHandler {
                 self.state.connection.id,
                 "mcp",
                 &params,
-                Arc::new(EventHub::new(UNUSED_HUB_CAPACITY)),
                 self.state.events.clone(),
                 self.state.broker.clone(),
             )

@@ -14,8 +14,9 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::jsonrpc::{self, Incoming, RpcError};
-use crate::agent::ApprovalAnswer;
+use crate::agent::{ApprovalAnswer, Event};
 use crate::daemon::approvals::RespondError;
+use crate::daemon::events::Subscriber;
 use crate::daemon::{ConnectionGuard, Daemon, SessionEntry, SessionError};
 use crate::protocol::*;
 use crate::tools::Call;
@@ -322,7 +323,16 @@ impl Connection {
                 // then subscribe, and tell the caller not to answer again.
                 let line = jsonrpc::response(id, &subscription);
                 self.send(line).await;
-                entry.events.subscribe(subscription, self.guard.id, self.outbound.clone());
+                let Some(hub) = &entry.events else {
+                    return Err(RpcError::invalid_params(
+                        "this session's events are not subscribable",
+                    ));
+                };
+                hub.subscribe(
+                    subscription,
+                    self.guard.id,
+                    Arc::new(Notifications(self.outbound.clone())),
+                );
                 Ok(Reply::Sent)
             }
             method::EVENTS_UNSUBSCRIBE => {
@@ -330,7 +340,10 @@ impl Connection {
                 let mut removed = false;
                 for session_id in self.owned_session_ids() {
                     if let Ok(entry) = self.daemon.session_for(self.guard.id, &session_id) {
-                        removed |= entry.events.unsubscribe(&params.subscription);
+                        removed |= entry
+                            .events
+                            .as_ref()
+                            .is_some_and(|hub| hub.unsubscribe(&params.subscription));
                     }
                 }
                 reply(id, &removed)
@@ -456,6 +469,30 @@ enum Reply {
     Line(String),
     /// The method wrote its response itself (to order it before what follows).
     Sent,
+}
+
+/// Delivers a subscription's events as `events` notifications through the
+/// connection's bounded queue.
+struct Notifications(mpsc::Sender<String>);
+
+impl Subscriber for Notifications {
+    fn deliver(&self, subscription: &str, event: &Event) -> bool {
+        self.0.try_send(render_event(subscription, event)).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// The `events` notification line (the borrowed twin of `EventsNotification`).
+fn render_event(subscription: &str, event: &Event) -> String {
+    #[derive(serde::Serialize)]
+    struct Borrowed<'a> {
+        subscription: &'a str,
+        result: &'a Event,
+    }
+    jsonrpc::notification(method::EVENTS, &Borrowed { subscription, result: event })
 }
 
 fn session_error(err: SessionError) -> RpcError {

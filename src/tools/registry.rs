@@ -15,13 +15,13 @@ use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::duration::describe_duration;
 use super::{Call, Definition, Env, ErrorType, OutputSink, Safety, Tool, ToolContext, ToolResult};
 
 /// Why a tool could not be registered.
@@ -534,15 +534,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         text.clone()
     } else {
         "non-string panic payload".to_owned()
-    }
-}
-
-/// A deadline as people write it: `3s`, or `1500ms` when not whole seconds.
-pub(crate) fn describe_duration(duration: Duration) -> String {
-    if duration.as_millis().is_multiple_of(1000) {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
     }
 }
 

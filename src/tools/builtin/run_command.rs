@@ -16,8 +16,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tools::duration::describe_duration;
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
-use crate::tools::registry::describe_duration;
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };

@@ -1,0 +1,338 @@
+//! The layer map of ARCHITECTURE.md, kept true: a module only reaches downwards, and
+//! the modules of the tool layer form no import cycle.
+//!
+//! The check reads the sources: every `crate::<module>` path outside test code names
+//! a dependency. Test code (from a file's first `#[cfg(test)]` on, and `*tests.rs`
+//! files) may reach anywhere.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom first. A module may use modules of lower layers only (and
+/// itself). Keep in step with the layer map in ARCHITECTURE.md.
+const LAYERS: &[(&str, usize)] = &[
+    // The tool contract, the registry and the tools.
+    ("tools", 0),
+    // Pure policy and leaf services.
+    ("permission", 1),
+    ("hooks", 1),
+    ("audit", 1),
+    ("systemd", 1),
+    ("config", 2),
+    // Tools that come and go.
+    ("upstream", 3),
+    ("skills", 4),
+    // One model turn.
+    ("agent", 4),
+    // Sessions, the client API every face calls, typed events.
+    // The native protocol's wire types.
+    ("protocol", 5),
+    ("daemon", 6),
+    // The faces: framing plus calls to the daemon's client API. The MCP face reuses
+    // the native face's line framing.
+    ("rpc", 7),
+    ("mcp", 8),
+    // Start-up and the human's client.
+    ("server", 9),
+    ("cli", 10),
+];
+
+fn src() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The file's code without test code and without comments.
+fn code_of(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    if name.ends_with("tests.rs") {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = match text.find("#[cfg(test)]") {
+        Some(at) => &text[..at],
+        None => &text[..],
+    };
+    let code: Vec<&str> = text
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect();
+    Some(code.join("\n"))
+}
+
+/// The module path of a source file (`tools/fs/text.rs` → `["tools", "fs", "text"]`).
+fn module_of(path: &Path) -> Vec<String> {
+    let relative = path.strip_prefix(src()).unwrap();
+    let mut parts: Vec<String> =
+        relative.iter().map(|part| part.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// Every `crate::<name>` the code mentions.
+fn crate_modules(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String =
+            rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() {
+            found.insert(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_imports_a_layer_above_it() {
+    let layers: BTreeMap<&str, usize> = LAYERS.iter().copied().collect();
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut violations = Vec::new();
+    for file in files {
+        let module = module_of(&file);
+        let Some(top) = module.first() else { continue };
+        if top == "main" || top.ends_with("tests") {
+            continue;
+        }
+        let Some(&rank) = layers.get(top.as_str()) else {
+            violations.push(format!("{top} is missing from the layer map"));
+            continue;
+        };
+        let Some(code) = code_of(&file) else { continue };
+        for used in crate_modules(&code) {
+            if used == *top {
+                continue;
+            }
+            match layers.get(used.as_str()) {
+                Some(&used_rank) if used_rank < rank => {}
+                Some(&used_rank) => violations.push(format!(
+                    "{} (layer {rank}) uses crate::{used} (layer {used_rank})",
+                    file.display()
+                )),
+                None => violations.push(format!(
+                    "{} uses crate::{used}, which the layer map does not know",
+                    file.display()
+                )),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "upward imports:\n{}", violations.join("\n"));
+}
+
+/// Flattens the `use` trees and paths of some code into `::`-separated paths that
+/// start with `crate::`, `super::` or `self::`.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    // `use` statements, possibly over several lines, with brace groups.
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + 4..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(end) = rest.find(';') else { break };
+        let tree = rest[..end].replace(" as ", " ").replace(" as\n", " ");
+        let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+        let is_tree = tree.chars().all(|c| c.is_ascii_alphanumeric() || "_:{},*".contains(c));
+        if is_tree {
+            expand(&tree, &mut Vec::new(), &mut out);
+        }
+    }
+    // Paths written inline (`super::builtin::all()`).
+    for prefix in ["crate::", "super::"] {
+        let mut rest = code;
+        while let Some(at) = rest.find(prefix) {
+            let before = rest[..at].chars().last();
+            let path: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            rest = &rest[at + prefix.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            out.push(path.split("::").filter(|s| !s.is_empty()).map(str::to_owned).collect());
+        }
+    }
+    out
+}
+
+/// Expands one use tree (`a::{b, c::{d, e}}`) into its paths.
+fn expand(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    if let Some(open) = tree.find('{') {
+        let head: Vec<String> =
+            tree[..open].split("::").filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        let close = tree.rfind('}').filter(|close| *close > open).unwrap_or(tree.len());
+        let inner = &tree[open + 1..close];
+        let depth = prefix.len();
+        prefix.extend(head);
+        // Split the inner list at top-level commas.
+        let mut level = 0;
+        let mut start = 0;
+        for (index, c) in inner.char_indices() {
+            match c {
+                '{' => level += 1,
+                '}' => level -= 1,
+                ',' if level == 0 => {
+                    expand(&inner[start..index], prefix, out);
+                    start = index + 1;
+                }
+                _ => {}
+            }
+        }
+        expand(&inner[start..], prefix, out);
+        prefix.truncate(depth);
+        return;
+    }
+    let mut path = prefix.clone();
+    path.extend(tree.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
+    if !path.is_empty() {
+        out.push(path);
+    }
+}
+
+#[test]
+fn the_tool_layer_has_no_import_cycles() {
+    let mut files = Vec::new();
+    rust_files(&src().join("tools"), &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|file| module_of(file)).collect();
+    let root = vec!["tools".to_owned()];
+    // What the tools root re-exports, by name: `pub use registry::{Registry, ..}`.
+    let mut reexports: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let root_code = code_of(&src().join("tools/mod.rs")).unwrap();
+    for statement in root_code.split(';') {
+        let statement = statement.trim();
+        if let Some(tree) = statement.strip_prefix("pub use ") {
+            let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+            let mut paths = Vec::new();
+            expand(&tree, &mut Vec::new(), &mut paths);
+            for path in paths {
+                if let (Some(first), Some(name)) = (path.first(), path.last()) {
+                    let mut module = root.clone();
+                    module.push(first.clone());
+                    reexports.insert(name.clone(), module);
+                }
+            }
+        }
+    }
+    // The module a path leads to: the longest known module on the way, through the
+    // root's re-exports. The root itself is the contract every module shares; it is
+    // not a node of the graph.
+    let resolve = |from: &[String], path: &[String]| -> Option<Vec<String>> {
+        let mut at: Vec<String> = from.to_vec();
+        let mut segments = path.iter().peekable();
+        match segments.peek().map(|s| s.as_str()) {
+            Some("crate") => {
+                segments.next();
+                at.clear();
+            }
+            Some("super") => {
+                while segments.peek().map(|s| s.as_str()) == Some("super") {
+                    segments.next();
+                    at.pop();
+                }
+            }
+            Some("self") => {
+                segments.next();
+            }
+            _ => return None,
+        }
+        for segment in segments {
+            let mut next = at.clone();
+            next.push(segment.clone());
+            if modules.contains(&next) {
+                at = next;
+            } else if at == root {
+                return reexports.get(segment).cloned();
+            } else {
+                break;
+            }
+        }
+        (at.starts_with(&root) && at != root).then_some(at)
+    };
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &files {
+        let module = module_of(file);
+        if module == root {
+            continue;
+        }
+        let Some(code) = code_of(file) else { continue };
+        let targets = edges.entry(module.clone()).or_default();
+        for path in paths(&code) {
+            if let Some(target) = resolve(&module, &path)
+                && target != module
+                && !module.starts_with(&target)
+            {
+                targets.insert(target);
+            }
+        }
+        // A module's own children, named bare (`run_command::tool()`).
+        for child in modules.iter().filter(|m| m.len() == module.len() + 1) {
+            if child.starts_with(&module) && code.contains(&format!("{}::", child[child.len() - 1]))
+            {
+                targets.insert(child.clone());
+            }
+        }
+    }
+    // Depth-first search for a cycle.
+    fn visit(
+        node: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        stack: &mut Vec<Vec<String>>,
+        done: &mut BTreeSet<Vec<String>>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle: Vec<String> = stack[at..].iter().map(|n| n.join("::")).collect();
+            cycle.push(node.join("::"));
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.clone());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        if let Some(cycle) = visit(node, &edges, &mut Vec::new(), &mut done) {
+            panic!("import cycle in src/tools: {}", cycle.join(" -> "));
+        }
+    }
+    // The checker sees the edges it must: the registry lists the built-ins.
+    let registry = vec!["tools".to_owned(), "registry".to_owned()];
+    let builtin = vec!["tools".to_owned(), "builtin".to_owned()];
+    assert!(edges.get(&registry).is_some_and(|targets| targets.contains(&builtin)), "{edges:?}");
+}
