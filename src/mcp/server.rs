@@ -166,7 +166,7 @@ impl McpHandler {
             .daemon
             .open_session_with(
                 self.state.connection.id,
-                "mcp",
+                &super::http::client_identity(ctx),
                 &params,
                 Arc::new(EventHub::new(UNUSED_HUB_CAPACITY)),
                 self.state.events.clone(),
