@@ -837,8 +837,9 @@ fn daemon_child() -> anyhow::Result<()> {
         let unix = rpc::unix::bind(&socket)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let mut options = tcp::TcpOptions::new(tcp::TokenSet::from_pairs([("load", TOKEN)])?);
-        options.max_connections = 4096;
+        let tokens = toolgate::auth::TokenSet::from_pairs([("load", TOKEN)])?;
+        let mut options = tcp::TcpOptions::new(tokens);
+        options.limits = toolgate::admission::Limits::new(4096);
         let max_message = rpc::DEFAULT_MAX_MESSAGE_BYTES;
         let unix_serving = tokio::spawn(rpc::unix::serve(daemon.clone(), unix, 4096, max_message));
         let tcp_serving = tokio::spawn(tcp::serve(daemon.clone(), listener, options));

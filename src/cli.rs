@@ -206,7 +206,7 @@ fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), Client
 /// Loads every configuration layer, checks it, and prints the effective result.
 pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     match crate::server::load_config(explicit).and_then(|(config, options)| {
-        crate::server::settings_from_config(&config, options.home.as_deref()).map(|_| config)
+        crate::server::check_config(&config, options.home.as_deref()).map(|_| config)
     }) {
         Ok(config) => {
             let sources: Vec<String> =

@@ -24,6 +24,9 @@ pub mod protocol;
 
 pub mod daemon;
 
+pub mod admission;
+pub mod auth;
+
 pub mod rpc;
 
 pub mod systemd;

@@ -37,6 +37,13 @@ pub enum ServeError {
     Mode(String),
     #[error(transparent)]
     Socket(#[from] rpc::unix::SocketError),
+    #[error(transparent)]
+    Tokens(#[from] crate::auth::TokenError),
+    #[error(
+        "refusing to serve MCP over HTTP on {0} without a token file: set [server] token_file \
+         (a file of `name:secret` lines, mode 0600), or listen on a loopback address"
+    )]
+    TokenFileRequired(std::net::SocketAddr),
     #[error("cannot open the audit log: {0}")]
     Audit(#[from] crate::audit::AuditError),
     #[error("cannot listen on {addr}: {source}")]
@@ -87,6 +94,65 @@ pub fn settings_from_config(
         max_calls_per_session: config.server.max_calls_per_session,
         event_buffer: config.server.event_buffer,
     })
+}
+
+/// Everything `serve` checks before it listens, short of binding: the settings
+/// (rules, hooks, mode) and the token file the network faces would load. What
+/// `check-config` runs.
+pub fn check_config(
+    config: &Config,
+    home: Option<&std::path::Path>,
+) -> Result<Settings, ServeError> {
+    let settings = settings_from_config(config, home)?;
+    configured_tokens(config)?;
+    Ok(settings)
+}
+
+/// The tokens of `[server] token_file`, if one is set, with every check of
+/// [`crate::auth::TokenSet::load`].
+fn configured_tokens(config: &Config) -> Result<Option<crate::auth::TokenSet>, ServeError> {
+    match &config.server.token_file {
+        Some(path) => Ok(Some(crate::auth::TokenSet::load(path)?)),
+        None => Ok(None),
+    }
+}
+
+/// The tokens an MCP HTTP listener bound at `local` accepts: the configured token
+/// file's, else (on loopback only) a token generated into the runtime directory,
+/// announced on stderr.
+fn mcp_http_tokens(
+    config: &Config,
+    load_options: &LoadOptions,
+    local: std::net::SocketAddr,
+) -> Result<crate::auth::TokenSet, ServeError> {
+    if let Some(tokens) = configured_tokens(config)? {
+        return Ok(tokens);
+    }
+    if !local.ip().is_loopback() {
+        return Err(ServeError::TokenFileRequired(local));
+    }
+    let dir = match &load_options.runtime_dir {
+        Some(runtime) => runtime.join("toolgate"),
+        None => {
+            let socket = rpc::unix::default_socket_path();
+            socket.parent().map(std::path::Path::to_path_buf).unwrap_or_default()
+        }
+    };
+    let file_name = format!("mcp-http-{}.tokens", local.port());
+    let generated = crate::auth::generated_token_file(&dir, &file_name, "mcp")?;
+    let path = generated.path.display();
+    let name = &generated.name;
+    let (verb, url) = (
+        if generated.created { "wrote a new token to" } else { "uses the token in" },
+        format!("http://{local}/mcp"),
+    );
+    eprintln!(
+        "toolgate: MCP over HTTP at {url} needs a bearer token and {verb} {path} \
+         (no [server] token_file is set). Clients send the header `Authorization: Bearer \
+         <token>`, <token> being the text after `{name}:` in that file \
+         (`sed -n 's/^{name}://p' {path}`)."
+    );
+    Ok(generated.tokens)
 }
 
 /// Loads the configuration the way the process was asked to.
@@ -235,8 +301,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     if unix_listener.is_none() {
         let path = options.socket.clone().unwrap_or_else(|| config.server.socket.clone());
-        unix_listener = Some(rpc::unix::bind(&path)?);
-        bound_socket = Some(path);
+        // The socket file is removed however this function returns from here on,
+        // a failed start included.
+        let (listener, file) = rpc::unix::bind_file(&path)?;
+        unix_listener = Some(listener);
+        bound_socket = Some(file);
     }
     let mut accept_loops = Vec::new();
     if let Some(listener) = unix_listener {
@@ -251,18 +320,13 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         }));
     }
     if let Some(addr) = config.server.tcp {
-        let tokens = match &config.server.token_file {
-            Some(path) => {
-                rpc::tcp::TokenSet::load(path).map_err(|err| ServeError::Other(err.to_string()))?
-            }
-            None => rpc::tcp::TokenSet::empty(),
-        };
+        let tokens = configured_tokens(&config)?.unwrap_or_default();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
         let mut tcp_options = rpc::tcp::TcpOptions::new(tokens);
         tcp_options.max_message_bytes = max_message;
-        tcp_options.max_connections = config.server.max_connections;
+        tcp_options.limits = crate::admission::Limits::new(config.server.max_connections);
         // Fail before READY when the address is exposed without tokens.
         rpc::tcp::check_exposure(addr, &tcp_options.tokens)
             .map_err(|err| ServeError::Other(err.to_string()))?;
@@ -283,19 +347,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        let tokens = mcp_http_tokens(&config, &load_options, local)?;
         tracing::info!(%addr, "MCP Streamable HTTP endpoint at /mcp");
-        let router = crate::mcp::http_router(daemon.clone(), mcp_options(&config)?);
-        let stop = accept_stop.clone();
-        accept_loops.push(tokio::spawn(async move {
-            let serving =
-                axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned());
-            if let Err(err) = serving.await {
-                tracing::error!(%err, "the MCP HTTP endpoint failed");
-            }
-        }));
+        let options = mcp_options(&config, tokens);
+        let limits = crate::admission::Limits::new(config.server.max_connections);
+        let serving =
+            crate::mcp::serve_http(daemon.clone(), listener, options, limits, accept_stop.clone());
+        accept_loops.push(tokio::spawn(serving));
     }
-    if let Some(path) = &bound_socket {
-        tracing::info!(socket = %path.display(), roots = ?config.workspace.roots, "toolgate is listening");
+    if let Some(file) = &bound_socket {
+        tracing::info!(socket = %file.path().display(), roots = ?config.workspace.roots, "toolgate is listening");
     }
 
     let notifier = Notifier::from_env();
@@ -364,9 +428,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     if let Err(err) = audit.flush().await {
         tracing::error!(%err, "flushing the audit log failed");
     }
-    if let Some(path) = bound_socket {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(bound_socket);
     Ok(())
 }
 
@@ -403,30 +465,17 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     // Skills and upstream servers reach MCP hosts through the same guards.
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     dynamic.start_upstreams(&config);
-    let mut mcp_options = mcp_options(&config)?;
-    mcp_options.conformance_fixtures = options.conformance_fixtures;
     let outcome = match &options.http {
-        None => crate::mcp::run_stdio(daemon.clone(), mcp_options)
-            .await
-            .map_err(|err| ServeError::Other(err.to_string())),
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
+        None => {
+            let mut mcp_options = mcp_options(&config, crate::auth::TokenSet::empty());
+            mcp_options.conformance_fixtures = options.conformance_fixtures;
+            crate::mcp::run_stdio(daemon.clone(), mcp_options)
                 .await
-                .map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
-            if let Ok(local) = listener.local_addr() {
-                tracing::info!(%local, "MCP Streamable HTTP endpoint at /mcp");
-            }
-            let stop = CancellationToken::new();
-            let router = crate::mcp::http_router(daemon.clone(), mcp_options);
-            let serving = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.clone().cancelled_owned());
-            tokio::select! {
-                served = serving => served.map_err(|err| ServeError::Other(err.to_string())),
-                () = termination() => {
-                    stop.cancel();
-                    Ok(())
-                }
-            }
+                .map_err(|err| ServeError::Other(err.to_string()))
+        }
+        Some(addr) => {
+            serve_mcp_http(&daemon, &config, &load_options, addr, options.conformance_fixtures)
+                .await
         }
     };
     daemon.begin_shutdown();
@@ -435,6 +484,32 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     dynamic.shutdown().await;
     let _ = audit.flush().await;
     outcome
+}
+
+/// `toolgate mcp --http ADDR`: never without tokens (see [`mcp_http_tokens`]).
+async fn serve_mcp_http(
+    daemon: &Arc<Daemon>,
+    config: &Config,
+    load_options: &LoadOptions,
+    addr: &str,
+    conformance_fixtures: bool,
+) -> Result<(), ServeError> {
+    let listen_error = |source| ServeError::Listen { addr: addr.to_owned(), source };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
+    let tokens = mcp_http_tokens(config, load_options, local)?;
+    let mut mcp_options = mcp_options(config, tokens);
+    mcp_options.conformance_fixtures = conformance_fixtures;
+    tracing::info!(%local, "MCP Streamable HTTP endpoint at /mcp");
+    let stop = CancellationToken::new();
+    let limits = crate::admission::Limits::new(config.server.max_connections);
+    let serving =
+        crate::mcp::serve_http(daemon.clone(), listener, mcp_options, limits, stop.clone());
+    tokio::select! {
+        () = serving => {}
+        () = termination() => stop.cancel(),
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -450,28 +525,12 @@ async fn termination() {
     }
 }
 
-/// The MCP face's options from the configuration: the bearer token (the first one
-/// of `token_file`) and the message limit.
-fn mcp_options(config: &Config) -> Result<crate::mcp::McpOptions, ServeError> {
-    let bearer_token = match &config.server.token_file {
-        Some(path) => Some(first_token(path)?),
-        None => None,
-    };
-    Ok(crate::mcp::McpOptions {
-        bearer_token,
+/// The MCP face's options from the configuration, with the tokens HTTP requests
+/// must present.
+fn mcp_options(config: &Config, tokens: crate::auth::TokenSet) -> crate::mcp::McpOptions {
+    crate::mcp::McpOptions {
+        tokens,
         max_message_bytes: config.server.max_message_bytes,
         ..crate::mcp::McpOptions::default()
-    })
-}
-
-/// The secret of the first token in a token file (`name:secret` or `secret` per line,
-/// `#` comments).
-fn first_token(path: &std::path::Path) -> Result<String, ServeError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| ServeError::Other(format!("cannot read {}: {err}", path.display())))?;
-    text.lines()
-        .map(str::trim)
-        .find(|line| !line.is_empty() && !line.starts_with('#'))
-        .map(|line| line.split_once(':').map_or(line, |(_, secret)| secret).to_owned())
-        .ok_or_else(|| ServeError::Other(format!("{} holds no token", path.display())))
+    }
 }

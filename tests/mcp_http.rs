@@ -13,7 +13,9 @@ use std::net::SocketAddr;
 use mcp_support::TestDaemon;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use toolgate::mcp::{McpOptions, http_router};
+use toolgate::admission::Limits;
+use toolgate::auth::TokenSet;
+use toolgate::mcp::{McpOptions, serve_http};
 
 struct Reply {
     status: u16,
@@ -36,17 +38,21 @@ impl Reply {
     }
 }
 
+/// The token every request of these tests presents (see `http`).
+const TOKEN: &str = "mcp-test-7Hq2xLp9Vw4Zr8Nb3Kd6";
+
+fn options() -> McpOptions {
+    let tokens = TokenSet::from_pairs([("test", TOKEN)]).expect("a valid token");
+    McpOptions { tokens, ..McpOptions::default() }
+}
+
 async fn serve(options: McpOptions) -> (TestDaemon, SocketAddr) {
     let test = TestDaemon::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let router = http_router(test.daemon.clone(), options);
     let shutdown = test.daemon.shutdown_token().clone();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-    });
+    let limits = Limits::new(64);
+    tokio::spawn(serve_http(test.daemon.clone(), listener, options, limits, shutdown));
     (test, addr)
 }
 
@@ -75,7 +81,12 @@ async fn http(
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("Host: {addr}\r\n"));
     }
-    for (name, value) in headers {
+    // Every request presents the test token unless it says otherwise (an empty value
+    // sends no Authorization header at all).
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("authorization")) {
+        request.push_str(&format!("Authorization: Bearer {TOKEN}\r\n"));
+    }
+    for (name, value) in headers.iter().filter(|(_, value)| !value.is_empty()) {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     if method == "POST" {
@@ -141,7 +152,7 @@ async fn open_session(addr: SocketAddr, extra: &[(&str, &str)]) -> String {
 
 #[tokio::test]
 async fn sessions_live_until_deleted() {
-    let (_test, addr) = serve(McpOptions::default()).await;
+    let (_test, addr) = serve(options()).await;
     let session = open_session(addr, &[]).await;
     let with_session =
         [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
@@ -177,7 +188,7 @@ async fn sessions_live_until_deleted() {
 
 #[tokio::test]
 async fn progress_arrives_on_the_call_stream() {
-    let (test, addr) = serve(McpOptions::default()).await;
+    let (test, addr) = serve(options()).await;
     let session = open_session(addr, &[]).await;
     let headers = [("Mcp-Session-Id", session.as_str()), ("MCP-Protocol-Version", "2025-11-25")];
     // The call prints three lines and then waits; the test ends it by deleting the
@@ -222,7 +233,7 @@ async fn progress_arrives_on_the_call_stream() {
 
 #[tokio::test]
 async fn foreign_hosts_and_origins_are_refused() {
-    let (_test, addr) = serve(McpOptions::default()).await;
+    let (_test, addr) = serve(options()).await;
     let body = initialize_body();
     assert_eq!(http(addr, "POST", &[("Host", "evil.example.com")], Some(&body)).await.status, 403);
     assert_eq!(
@@ -237,23 +248,28 @@ async fn foreign_hosts_and_origins_are_refused() {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required() {
-    let options = McpOptions { bearer_token: Some("tok3n".into()), ..McpOptions::default() };
-    let (_test, addr) = serve(options).await;
+async fn a_token_is_always_required() {
+    let (_test, addr) = serve(options()).await;
     let body = initialize_body();
-    let refused = http(addr, "POST", &[], Some(&body)).await;
+    let refused = http(addr, "POST", &[("Authorization", "")], Some(&body)).await;
     assert_eq!(refused.status, 401);
-    assert_eq!(refused.headers.get("www-authenticate").map(String::as_str), Some("Bearer"));
     assert_eq!(
-        http(addr, "POST", &[("Authorization", "Bearer nope")], Some(&body)).await.status,
-        401
+        refused.headers.get("www-authenticate").map(String::as_str),
+        Some("Bearer realm=\"toolgate\"")
     );
-    open_session(addr, &[("Authorization", "Bearer tok3n")]).await;
+    assert!(refused.body.contains("Authorization: Bearer <token>"), "{}", refused.body);
+    let wrong = http(addr, "POST", &[("Authorization", "Bearer nope")], Some(&body)).await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.headers.get("www-authenticate").is_some_and(|c| c.contains("invalid_token")));
+    open_session(addr, &[("Authorization", &format!("bearer {TOKEN}"))]).await;
+    // Without tokens at all, nothing gets in.
+    let (_test, addr) = serve(McpOptions::default()).await;
+    assert_eq!(http(addr, "POST", &[], Some(&body)).await.status, 401);
 }
 
 #[tokio::test]
 async fn stateless_requests_need_no_session() {
-    let (_test, addr) = serve(McpOptions::default()).await;
+    let (_test, addr) = serve(options()).await;
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},

@@ -7,7 +7,19 @@
 //! 1. `Host` and `Origin` must name this machine (localhost, 127.0.0.1, [::1]) or a
 //!    configured name, else 403 — DNS-rebinding protection for a server that can run
 //!    commands;
-//! 2. the bearer token, when one is configured, else 401.
+//! 2. the bearer token ([`crate::auth`], the same check as the native TCP transport),
+//!    else 401 with a body that says how to pass it. There is no unauthenticated MCP
+//!    over HTTP: with no tokens every request is refused, and `toolgate mcp --http`
+//!    without a token file generates one. The challenge points at no OAuth metadata
+//!    and none is served (`/.well-known/...` answers 404), so MCP clients report that a
+//!    bearer token is needed instead of starting an OAuth flow toolgate cannot finish.
+//!
+//! The authenticated token's name is the client identity of the sessions its requests
+//! open (`token:<name>`), read from the request by the handler.
+//!
+//! Connections are admitted by [`crate::admission`] ([`serve_http`]): header and
+//! authentication deadlines, unauthenticated connections counted apart from the
+//! authenticated ones, idle keep-alive connections cut.
 //!
 //! Behind it, one answer is adjusted: rmcp's 202 for a DELETE that ended a session
 //! becomes the 200 that the reference servers send and the Python SDK expects.
@@ -21,7 +33,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::RequestContext;
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker, create_local_session,
@@ -33,7 +47,13 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::server::McpHandler;
 use super::{Face, McpOptions};
+use crate::admission::Limits;
+use crate::auth::{Gate, Identity};
 use crate::daemon::Daemon;
+
+/// What MCP clients need to hear besides the common advice of a 401.
+const HINT: &str = "toolgate runs no OAuth authorization server: give the header to the MCP \
+client in its server entry (e.g. \"headers\": {\"Authorization\": \"Bearer <token>\"}).";
 
 /// Host names that always mean this machine.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -55,19 +75,44 @@ pub fn http_router(daemon: Arc<Daemon>, options: McpOptions) -> axum::Router {
         Arc::new(RandomIdSessions::default()),
         config,
     );
+    let gate = Arc::new(Gate { tokens: options.tokens.clone(), hint: HINT });
     let guard = Arc::new(Guard {
-        bearer_token: options.bearer_token.clone(),
         allowed_hosts: options.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()).collect(),
         allowed_origins: options.allowed_origins.clone(),
     });
+    // Layers run last-added first: Host and Origin, then the token. Only `/mcp` is
+    // routed; anything else (OAuth metadata included) is 404.
     axum::Router::new()
         .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(gate, crate::auth::require_bearer))
         .layer(middleware::from_fn_with_state(guard, check))
+}
+
+/// Serves the `/mcp` endpoint on `listener` until `shutdown`, with the connection
+/// limits of [`crate::admission`].
+pub async fn serve_http(
+    daemon: Arc<Daemon>,
+    listener: tokio::net::TcpListener,
+    options: McpOptions,
+    limits: Limits,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let tasks = daemon.tasks().clone();
+    let router = http_router(daemon, options);
+    crate::admission::serve_http(listener, router, limits, shutdown, tasks).await;
+}
+
+/// The client identity of an MCP request: `token:<name>` when it came over HTTP with
+/// a bearer token, else `mcp` (stdio).
+pub(crate) fn client_identity(ctx: &RequestContext<RoleServer>) -> String {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Identity>())
+        .map_or_else(|| "mcp".to_owned(), Identity::to_string)
 }
 
 /// What a request must satisfy before it reaches the protocol.
 struct Guard {
-    bearer_token: Option<String>,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
 }
@@ -99,21 +144,6 @@ impl Guard {
             let allowed = origin.to_str().is_ok_and(|origin| self.origin_allowed(origin));
             if !allowed {
                 return Err(forbidden("Origin not allowed"));
-            }
-        }
-        if let Some(token) = &self.bearer_token {
-            let presented = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.strip_prefix("Bearer "));
-            let valid = presented.is_some_and(|presented| constant_time_eq(presented, token));
-            if !valid {
-                return Err((
-                    StatusCode::UNAUTHORIZED,
-                    [(header::WWW_AUTHENTICATE, "Bearer")],
-                    "a valid bearer token is required",
-                )
-                    .into_response());
             }
         }
         Ok(())
@@ -159,15 +189,6 @@ fn host_name(authority: &str) -> &str {
 
 fn forbidden(why: &'static str) -> Response {
     (StatusCode::FORBIDDEN, why).into_response()
-}
-
-/// Compares secrets without stopping at the first difference.
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// rmcp's in-memory sessions under ids of 128 random bits from the OS CSPRNG
@@ -261,9 +282,8 @@ impl SessionManager for RandomIdSessions {
 mod tests {
     use super::*;
 
-    fn guard(token: Option<&str>) -> Guard {
+    fn guard() -> Guard {
         Guard {
-            bearer_token: token.map(str::to_owned),
             allowed_hosts: vec!["toolgate.internal".to_owned()],
             allowed_origins: vec!["https://app.example.com".to_owned()],
         }
@@ -288,7 +308,7 @@ mod tests {
 
     #[test]
     fn hosts_and_origins() {
-        let g = guard(None);
+        let g = guard();
         for host in [
             "localhost",
             "localhost:8080",
@@ -330,24 +350,5 @@ mod tests {
                 "{origin}"
             );
         }
-    }
-
-    #[test]
-    fn bearer_token_when_configured() {
-        let g = guard(Some("s3cret"));
-        assert_eq!(status(&g, &[(header::HOST, "localhost")]), StatusCode::UNAUTHORIZED);
-        assert_eq!(
-            status(&g, &[(header::HOST, "localhost"), (header::AUTHORIZATION, "Bearer wrong!")]),
-            StatusCode::UNAUTHORIZED
-        );
-        assert_eq!(
-            status(&g, &[(header::HOST, "localhost"), (header::AUTHORIZATION, "Bearer s3cret")]),
-            StatusCode::OK
-        );
-        // A foreign host is refused before the token is even looked at.
-        assert_eq!(
-            status(&g, &[(header::HOST, "evil.com"), (header::AUTHORIZATION, "Bearer s3cret")]),
-            StatusCode::FORBIDDEN
-        );
     }
 }

@@ -11,7 +11,8 @@
 //! - [`run_stdio`] / [`serve_stream`]: one conversation over newline-delimited JSON
 //!   (stdout carries nothing but protocol lines);
 //! - [`http_router`]: the Streamable HTTP endpoint `/mcp`, with Host/Origin
-//!   validation, an optional bearer token and 128-bit random session ids.
+//!   validation, bearer tokens ([`crate::auth`]) and 128-bit random session ids;
+//!   [`serve_http`] serves it with the connection limits of [`crate::admission`].
 //!
 //! Layout: [`mapping`] (Definition → Tool, Result → CallToolResult), `server` (the
 //! handler), [`approval`] (permission questions as elicitations), `stdio`, `http`,
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use serde_json::Value;
 
-pub use http::http_router;
+pub use http::{http_router, serve_http};
 pub use server::McpHandler;
 pub use stdio::{run_stdio, serve_stream};
 
@@ -54,8 +55,9 @@ pub struct McpOptions {
     /// Register the conformance suite's fixture tools, resources and prompts
     /// (`toolgate mcp --conformance-fixtures`); never for real use.
     pub conformance_fixtures: bool,
-    /// HTTP only: requests must carry `Authorization: Bearer <token>`.
-    pub bearer_token: Option<String>,
+    /// HTTP only: requests must carry `Authorization: Bearer <token>` with one of
+    /// these; with none, every HTTP request is refused.
+    pub tokens: crate::auth::TokenSet,
     /// HTTP only: `Host` names accepted besides localhost, 127.0.0.1 and [::1]
     /// (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
@@ -69,7 +71,7 @@ impl Default for McpOptions {
     fn default() -> McpOptions {
         McpOptions {
             conformance_fixtures: false,
-            bearer_token: None,
+            tokens: crate::auth::TokenSet::empty(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,

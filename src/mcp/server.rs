@@ -162,7 +162,7 @@ impl McpHandler {
             .daemon
             .open_session_with(
                 self.state.connection.id,
-                "mcp",
+                &super::http::client_identity(ctx),
                 &params,
                 self.state.events.clone(),
                 self.state.broker.clone(),

@@ -14,46 +14,42 @@
 //! - `GET /healthz`: `200 ok` without authentication, for load balancers; it reveals
 //!   nothing about the daemon.
 //!
-//! Every request to `/rpc` and `/ws` needs `Authorization: Bearer <token>`, compared in
-//! constant time with each configured token; the token's name becomes the connection's
-//! identity (`token:<name>`) for the audit log. A missing or wrong token is answered
-//! `401` with `WWW-Authenticate: Bearer`. Unlike the Unix socket, a TCP peer's user
-//! cannot be checked, so there is no unauthenticated access even on loopback; [`serve`]
-//! refuses to listen beyond loopback without tokens at all.
+//! Every request to `/rpc` and `/ws` needs `Authorization: Bearer <token>`, checked by
+//! [`crate::auth`] (the same check as MCP over HTTP); the token's name becomes the
+//! connection's identity (`token:<name>`) for sessions and the audit log. A missing or
+//! wrong token is answered `401`. Unlike the Unix socket, a TCP peer's user cannot be
+//! checked, so there is no unauthenticated access even on loopback; [`serve`] refuses
+//! to listen beyond loopback without tokens at all.
 //!
 //! Limits: request bodies over `max_message_bytes` get `413`, and WebSocket messages
-//! over it a JSON-RPC error; open TCP connections are capped at `max_connections`
-//! (a connection holds its slot while it lives, a WebSocket for its whole session),
-//! and a client past the cap gets `429 Too Many Requests` rather than a place in an
-//! unbounded queue. Idle keep-alive connections and slow headers are cut after
-//! [`HEADER_READ_TIMEOUT`], slow bodies after [`BODY_READ_TIMEOUT`].
+//! over it a JSON-RPC error. Connections are admitted by [`crate::admission`]:
+//! connections that have not authenticated are counted apart, get no keep-alive and
+//! a deadline, so they cannot take the `max_connections` slots of authenticated
+//! clients (a connection holds its slot while it lives, a WebSocket for its whole
+//! session; past the cap a client gets `429 Too Many Requests`). Idle keep-alive
+//! connections and slow headers are cut after the header timeout, slow bodies after
+//! [`BODY_READ_TIMEOUT`].
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::{SinkExt, StreamExt};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 
 use super::ws::{self, WsIn, WsOut};
 use super::{Connection, connection};
+use crate::admission::{self, Admission, Limits};
+use crate::auth::{Gate, Identity, TokenSet};
 use crate::daemon::Daemon;
 
 /// Open TCP connections served at once by default. Remote agents are few and each
@@ -61,210 +57,14 @@ use crate::daemon::Daemon;
 /// KiB of buffers, so this bounds memory well below what the daemon may use.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
-/// How long a connection may take to send a request's headers, counted from when the
-/// daemon starts waiting for them: it also closes idle keep-alive connections, which
-/// would otherwise hold a connection slot forever.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// How long a request body may take to arrive: a 16 MiB body (the default message
 /// limit) still fits over a link of about 1 Mbit/s, while a client trickling bytes
 /// cannot hold a slot indefinitely.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Connections past the cap being told `429` at once; beyond these, a connection is
-/// closed without an answer, so a flood cannot grow the daemon's work without bound.
-const MAX_REFUSALS_IN_FLIGHT: usize = 64;
-
-/// Header timeout for a connection that is only going to be refused: it gets no more
-/// patience than it needs to send one request line.
-const REFUSAL_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// After shutdown starts, how long an HTTP connection may take to finish the request
-/// it is serving (its calls are canceled, so this is only a bound on writing the
-/// answer to a slow peer).
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Tokens shorter than this are refused: a bearer token is the only thing between a
-/// network peer and command execution, so it must not be guessable.
-pub const MIN_TOKEN_LEN: usize = 16;
-
 /// The prefix of every notification line the dispatch core sends (events); anything
 /// else on a connection's outbound queue is a response.
 const NOTIFICATION_PREFIX: &str = "{\"jsonrpc\":\"2.0\",\"method\":";
-
-/// Why a token set could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    #[error("cannot read the token file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error(
-        "the token file {path} is readable by other users (mode {mode:03o}); \
-         run `chmod 600` on it"
-    )]
-    Permissions { path: PathBuf, mode: u32 },
-    #[error("the token file {path} holds no token")]
-    NoTokens { path: PathBuf },
-    #[error("token file line {line}: {reason}")]
-    Malformed { line: usize, reason: String },
-    #[error("token {name:?}: a token needs at least {MIN_TOKEN_LEN} characters")]
-    TooShort { name: String },
-    #[error("token name {0:?} is not made of letters, digits, `-`, `_` and `.`")]
-    BadName(String),
-    #[error("token name {0:?} is used twice")]
-    DuplicateName(String),
-    #[error("tokens {0:?} and {1:?} have the same secret")]
-    DuplicateSecret(String, String),
-}
-
-/// One named bearer token.
-#[derive(Clone)]
-struct Token {
-    name: String,
-    secret: Vec<u8>,
-}
-
-/// The bearer tokens the TCP transport accepts, each with a name that identifies its
-/// holder in the audit log. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct TokenSet {
-    tokens: Arc<[Token]>,
-}
-
-impl std::fmt::Debug for TokenSet {
-    /// Names only: secrets never reach a log.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSet").field("names", &self.names()).finish()
-    }
-}
-
-impl TokenSet {
-    /// No tokens: every authenticated route answers 401 (only valid on loopback).
-    pub fn empty() -> TokenSet {
-        TokenSet::default()
-    }
-
-    /// Builds a set from `(name, secret)` pairs. Names must be unique and plain, secrets
-    /// unique and at least [`MIN_TOKEN_LEN`] characters without whitespace.
-    pub fn from_pairs<I, N, S>(pairs: I) -> Result<TokenSet, TokenError>
-    where
-        I: IntoIterator<Item = (N, S)>,
-        N: Into<String>,
-        S: Into<String>,
-    {
-        let mut tokens: Vec<Token> = Vec::new();
-        for (name, secret) in pairs {
-            let name = name.into();
-            let secret = secret.into();
-            validate_name(&name)?;
-            if secret.chars().count() < MIN_TOKEN_LEN {
-                return Err(TokenError::TooShort { name });
-            }
-            if secret.chars().any(char::is_whitespace) {
-                return Err(TokenError::Malformed {
-                    line: tokens.len() + 1,
-                    reason: format!("token {name:?} contains whitespace"),
-                });
-            }
-            if tokens.iter().any(|token| token.name == name) {
-                return Err(TokenError::DuplicateName(name));
-            }
-            if let Some(twin) = tokens.iter().find(|token| token.secret == secret.as_bytes()) {
-                return Err(TokenError::DuplicateSecret(twin.name.clone(), name));
-            }
-            tokens.push(Token { name, secret: secret.into_bytes() });
-        }
-        Ok(TokenSet { tokens: tokens.into() })
-    }
-
-    /// Reads a token file: one token per line, either `secret` or `name:secret` (the
-    /// name is what precedes the first `:`); blank lines and lines starting with `#`
-    /// are ignored. A token without a name is called `line<N>` after its line number.
-    /// The file must not be readable or writable by group or others, and must hold at
-    /// least one token.
-    pub fn load(path: &Path) -> Result<TokenSet, TokenError> {
-        let read_error = |source| TokenError::Read { path: path.to_path_buf(), source };
-        // The mode is checked on the handle that is read, so the file cannot be swapped
-        // between the check and the read.
-        let file = std::fs::File::open(path).map_err(read_error)?;
-        let mode = file.metadata().map_err(read_error)?.permissions().mode();
-        if mode & 0o077 != 0 {
-            return Err(TokenError::Permissions { path: path.to_path_buf(), mode: mode & 0o777 });
-        }
-        let text = std::io::read_to_string(file).map_err(read_error)?;
-        let set = TokenSet::parse(&text)?;
-        if set.is_empty() {
-            return Err(TokenError::NoTokens { path: path.to_path_buf() });
-        }
-        Ok(set)
-    }
-
-    /// Parses the token file format (see [`TokenSet::load`]).
-    pub fn parse(text: &str) -> Result<TokenSet, TokenError> {
-        let mut pairs = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            let line_number = index + 1;
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (name, secret) = match line.split_once(':') {
-                Some((name, secret)) => (name.trim().to_owned(), secret.trim().to_owned()),
-                None => (format!("line{line_number}"), line.to_owned()),
-            };
-            if secret.is_empty() {
-                return Err(TokenError::Malformed {
-                    line: line_number,
-                    reason: "a name without a token".to_owned(),
-                });
-            }
-            pairs.push((name, secret));
-        }
-        TokenSet::from_pairs(pairs)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    /// The tokens' names, in file order.
-    pub fn names(&self) -> Vec<&str> {
-        self.tokens.iter().map(|token| token.name.as_str()).collect()
-    }
-
-    /// The name of the token equal to `presented`, if any. Every token is compared in
-    /// full, whatever matches, so the time taken tells nothing about the secrets.
-    pub fn authenticate(&self, presented: &[u8]) -> Option<&str> {
-        let mut found = None;
-        for token in self.tokens.iter() {
-            if constant_time_eq(&token.secret, presented) {
-                found = Some(token.name.as_str());
-            }
-        }
-        found
-    }
-}
-
-fn validate_name(name: &str) -> Result<(), TokenError> {
-    let plain = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if plain { Ok(()) } else { Err(TokenError::BadName(name.to_owned())) }
-}
-
-/// Compares a secret with a presented value without an early return: every byte of
-/// the secret is visited and the differences are folded together, so the time taken
-/// does not tell where the first difference is.
-fn constant_time_eq(secret: &[u8], presented: &[u8]) -> bool {
-    let mut difference = secret.len() ^ presented.len();
-    for (index, byte) in secret.iter().enumerate() {
-        let other = presented.get(index).copied().unwrap_or(!*byte);
-        difference |= usize::from(byte ^ other);
-    }
-    std::hint::black_box(difference) == 0
-}
 
 /// How the TCP transport is limited and who may use it.
 #[derive(Clone, Debug)]
@@ -274,8 +74,10 @@ pub struct TcpOptions {
     pub tokens: TokenSet,
     /// The largest request body or WebSocket message.
     pub max_message_bytes: usize,
-    /// Open TCP connections served at once; past it clients get `429`.
-    pub max_connections: usize,
+    /// Authenticated connections served at once (past it clients get `429`), and
+    /// connections waiting to authenticate (past it the oldest is closed), with their
+    /// deadlines.
+    pub limits: Limits,
 }
 
 impl TcpOptions {
@@ -284,7 +86,7 @@ impl TcpOptions {
         TcpOptions {
             tokens,
             max_message_bytes: super::DEFAULT_MAX_MESSAGE_BYTES,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
+            limits: Limits::new(DEFAULT_MAX_CONNECTIONS),
         }
     }
 }
@@ -313,35 +115,18 @@ pub fn check_exposure(address: SocketAddr, tokens: &TokenSet) -> Result<(), TcpE
 /// What every handler needs.
 struct Shared {
     daemon: Arc<Daemon>,
-    tokens: TokenSet,
     max_message_bytes: usize,
 }
-
-/// Who authenticated a request: `token:<name>`.
-#[derive(Clone)]
-struct Identity(String);
-
-/// The address a request came from, for the log.
-#[derive(Clone, Copy)]
-struct Peer(SocketAddr);
-
-/// A connection's slot under the connection cap. A WebSocket keeps a clone for its
-/// whole life, since it outlives the HTTP connection task that upgraded it.
-#[derive(Clone)]
-struct ConnectionSlot(#[expect(dead_code, reason = "held, never read")] Arc<OwnedSemaphorePermit>);
 
 /// The routes, with authentication and the body limit but without the connection cap
 /// (that belongs to [`serve`]'s accept loop).
 pub fn router(daemon: Arc<Daemon>, options: &TcpOptions) -> Router {
-    let shared = Arc::new(Shared {
-        daemon,
-        tokens: options.tokens.clone(),
-        max_message_bytes: options.max_message_bytes,
-    });
+    let shared = Arc::new(Shared { daemon, max_message_bytes: options.max_message_bytes });
+    let gate = Arc::new(Gate { tokens: options.tokens.clone(), hint: "" });
     let authenticated = Router::new()
         .route("/rpc", post(rpc_post))
         .route("/ws", get(rpc_ws))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(gate, crate::auth::require_bearer))
         .layer(DefaultBodyLimit::max(options.max_message_bytes));
     Router::new().route("/healthz", get(healthz)).merge(authenticated).with_state(shared)
 }
@@ -350,51 +135,9 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Lets a request through only with a known bearer token, recording whose it is.
-async fn require_token(
-    State(shared): State<Arc<Shared>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let Some(presented) = bearer_token(request.headers()) else {
-        return unauthorized("Bearer realm=\"toolgate\"", "a bearer token is required\n");
-    };
-    let Some(name) = shared.tokens.authenticate(presented) else {
-        let peer = request.extensions().get::<Peer>().map(|peer| peer.0);
-        tracing::info!(?peer, "request with an unknown bearer token refused");
-        return unauthorized(
-            "Bearer realm=\"toolgate\", error=\"invalid_token\"",
-            "the bearer token is not valid\n",
-        );
-    };
-    let identity = Identity(format!("token:{name}"));
-    request.extensions_mut().insert(identity);
-    next.run(request).await
-}
-
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
-fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
-    let scheme = value.get(..7)?;
-    if !scheme.eq_ignore_ascii_case(b"bearer ") {
-        return None;
-    }
-    let token = value[7..].trim_ascii();
-    if token.is_empty() { None } else { Some(token) }
-}
-
-fn unauthorized(challenge: &'static str, message: &'static str) -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge))],
-        message,
-    )
-        .into_response()
-}
-
 /// `POST /rpc`: one message in, its response out, on a connection of its own.
 async fn rpc_post(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let Some(Identity(identity)) = request.extensions().get::<Identity>().cloned() else {
+    let Some(identity) = request.extensions().get::<Identity>().map(Identity::to_string) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     if declared_length(request.headers()).is_some_and(|length| length > shared.max_message_bytes) {
@@ -475,10 +218,12 @@ async fn rpc_ws(
     upgrade: WebSocketUpgrade,
     request: Request,
 ) -> Response {
-    let Some(Identity(identity)) = request.extensions().get::<Identity>().cloned() else {
+    let Some(identity) = request.extensions().get::<Identity>().map(Identity::to_string) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
-    let slot = request.extensions().get::<ConnectionSlot>().cloned();
+    // The WebSocket outlives the HTTP connection task: it keeps the connection's
+    // authenticated slot for its whole session.
+    let slot = request.extensions().get::<Admission>().and_then(Admission::slot);
     let max = shared.max_message_bytes;
     // One byte over the limit passes the library, so that `serve_frames` answers an
     // oversized message with an error instead of the connection just dropping.
@@ -516,16 +261,6 @@ async fn serve_websocket(daemon: &Arc<Daemon>, identity: String, socket: WebSock
     ws::serve_frames(daemon, identity, Box::pin(socket), max).await;
 }
 
-/// Answers every request with `429` and closes: what a connection past the cap gets.
-async fn too_many(_request: Request) -> Response {
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
-        "too many connections\n",
-    )
-        .into_response()
-}
-
 /// Serves the TCP transport on `listener` until the daemon shuts down, then waits for
 /// its HTTP connections to finish. Every connection task (and every WebSocket session)
 /// is also tracked by the daemon's task tracker, so a caller that stops this accept
@@ -541,133 +276,15 @@ pub async fn serve(
         tracing::warn!(%address, "no bearer tokens configured: only /healthz will answer");
     }
     let app = router(daemon.clone(), &options);
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
-    let connections = TaskTracker::new();
-    let shutdown = daemon.shutdown_token().clone();
     tracing::info!(%address, "listening for remote agents");
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(err) if is_connection_error(&err) => continue,
-            Err(err) => {
-                // EMFILE and friends: log, breathe, and keep serving.
-                tracing::warn!(%err, "accept failed on the tcp listener");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        // Requests and responses are small and latency-bound.
-        let _ = stream.set_nodelay(true);
-        if let Ok(permit) = slots.clone().try_acquire_owned() {
-            let slot = ConnectionSlot(Arc::new(permit));
-            let app = app.clone();
-            let service = hyper::service::service_fn(move |request: HyperRequest| {
-                let mut request = request.map(Body::new);
-                request.extensions_mut().insert(slot.clone());
-                request.extensions_mut().insert(Peer(peer));
-                app.clone().oneshot(request)
-            });
-            let shutdown = shutdown.clone();
-            let serving = serve_connection(stream, service, Admission::Served, shutdown);
-            tokio::spawn(connections.track_future(daemon.tasks().track_future(serving)));
-        } else if let Ok(permit) = refusals.clone().try_acquire_owned() {
-            tracing::debug!(%peer, "connection past the cap refused with 429");
-            let service = hyper::service::service_fn(|request: HyperRequest| async move {
-                Ok::<_, Infallible>(too_many(request.map(Body::new)).await)
-            });
-            let shutdown = shutdown.clone();
-            let refusing = async move {
-                serve_connection(stream, service, Admission::Refused, shutdown).await;
-                drop(permit);
-            };
-            tokio::spawn(connections.track_future(daemon.tasks().track_future(refusing)));
-        } else {
-            tracing::debug!(%peer, "connection past every cap closed unanswered");
-            drop(stream);
-        }
-    }
-    drop(listener);
-    connections.close();
-    connections.wait().await;
+    let shutdown = daemon.shutdown_token().clone();
+    admission::serve_http(listener, app, options.limits, shutdown, daemon.tasks().clone()).await;
     Ok(())
-}
-
-type HyperRequest = axum::http::Request<hyper::body::Incoming>;
-
-/// Whether a connection got a slot under the cap or is only going to be told `429`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Admission {
-    Served,
-    Refused,
-}
-
-/// Serves one HTTP/1.1 connection (with upgrades, for WebSocket) until it closes, or
-/// until shutdown plus a grace period. A refused connection gets no keep-alive and
-/// less patience.
-async fn serve_connection<S>(
-    stream: TcpStream,
-    service: S,
-    admission: Admission,
-    shutdown: CancellationToken,
-) where
-    S: hyper::service::Service<HyperRequest, Response = Response, Error = Infallible>
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let header_timeout = match admission {
-        Admission::Served => HEADER_READ_TIMEOUT,
-        Admission::Refused => REFUSAL_HEADER_TIMEOUT,
-    };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .keep_alive(admission == Admission::Served);
-    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service).with_upgrades());
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(err) = result {
-                tracing::debug!(%err, "http connection ended with an error");
-            }
-        }
-        () = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            if tokio::time::timeout(SHUTDOWN_GRACE, conn).await.is_err() {
-                tracing::debug!("http connection cut at shutdown");
-            }
-        }
-    }
-}
-
-fn is_connection_error(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::ConnectionRefused
-            | std::io::ErrorKind::ConnectionAborted
-            | std::io::ErrorKind::ConnectionReset
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn constant_time_eq_matches_only_equal_bytes() {
-        assert!(constant_time_eq(b"0123456789abcdef", b"0123456789abcdef"));
-        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcdeX"));
-        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcde"));
-        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcdef0"));
-        assert!(!constant_time_eq(b"0123456789abcdef", b""));
-        // A presented value whose missing bytes would read as equal still differs.
-        assert!(!constant_time_eq(&[0u8; 16], &[0u8; 15]));
-    }
 
     #[test]
     fn beyond_loopback_tokens_are_required() {
@@ -682,20 +299,6 @@ mod tests {
         assert!(check_exposure(loopback, &empty).is_ok());
         assert!(check_exposure(loopback6, &empty).is_ok());
         assert!(check_exposure(public, &some).is_ok());
-    }
-
-    #[test]
-    fn bearer_token_reads_the_authorization_header() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(bearer_token(&headers), None);
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer  abc "));
-        assert_eq!(bearer_token(&headers), Some(&b"abc"[..]));
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer abc"));
-        assert_eq!(bearer_token(&headers), Some(&b"abc"[..]));
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
-        assert_eq!(bearer_token(&headers), None);
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
-        assert_eq!(bearer_token(&headers), None);
     }
 
     #[test]
