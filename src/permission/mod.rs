@@ -34,6 +34,7 @@
 //! Only `run_command` pays for parsing the command text.
 
 mod path;
+mod resolve;
 mod rule;
 mod shell;
 #[cfg(test)]
@@ -50,6 +51,7 @@ use serde_json::Value;
 
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
+pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
 pub use rule::{RuleError, RuleProblem};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
@@ -333,17 +335,28 @@ impl<'a> ToolFacts<'a> {
 }
 
 /// Where the call would run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct CallContext<'a> {
     /// Absolute working directory; relative paths in arguments resolve against it.
     pub cwd: &'a Path,
     /// Absolute roots; root-relative rules match paths inside them.
     pub roots: &'a [PathBuf],
+    /// Where paths really lead (symlinks followed): the one way the file system
+    /// enters a decision.
+    pub resolver: &'a dyn Resolver,
+}
+
+impl fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext").field("cwd", &self.cwd).field("roots", &self.roots).finish()
+    }
 }
 
 impl<'a> CallContext<'a> {
+    /// A session's context: its working directory and roots, and the real file
+    /// system to follow symlinks on.
     pub fn of(env: &'a Env) -> CallContext<'a> {
-        CallContext { cwd: &env.cwd, roots: &env.roots }
+        CallContext { cwd: &env.cwd, roots: &env.roots, resolver: &SystemResolver }
     }
 }
 
@@ -673,7 +686,9 @@ impl Subject {
                 None => path::resolve(ctx.cwd, Path::new("")),
             };
             return match args.get("command").and_then(Value::as_str) {
-                Some(command) => Subject::Command(shell::analyze(command, &cwd, ctx.roots)),
+                Some(command) => {
+                    Subject::Command(shell::analyze(command, &cwd, ctx.roots, ctx.resolver))
+                }
                 None => Subject::Command(Analysis {
                     commands: Vec::new(),
                     hazards: vec![Hazard::Unparseable("the call has no command string".to_owned())],

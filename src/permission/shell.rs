@@ -33,6 +33,7 @@ use brush_parser::word::{self, Parameter, ParameterExpr, WordPiece, WordPieceWit
 use brush_parser::{Parser, ParserOptions};
 
 use super::path as lexical;
+use super::resolve::Resolver;
 
 /// Longest command text handed to the parser. Real commands are a few hundred bytes;
 /// a generated script of this size is better reviewed by a person than auto-allowed,
@@ -237,6 +238,11 @@ pub(crate) enum Hazard {
     NotPortable(&'static str),
     RedirectOutsideRoots(PathBuf),
     UnresolvedRedirect(String),
+    /// A redirection target whose symlinks cannot be followed (a loop, an unreadable
+    /// directory).
+    UnresolvableRedirect(PathBuf),
+    /// A relative redirection after a directory change the engine cannot follow.
+    RedirectAfterUnknownCd(String),
     DangerousAssignment(String),
 }
 
@@ -269,6 +275,14 @@ impl fmt::Display for Hazard {
             Hazard::UnresolvedRedirect(word) => {
                 write!(f, "it redirects output to `{word}`, which is only known at run time")
             }
+            Hazard::UnresolvableRedirect(path) => {
+                write!(f, "it redirects output to {}, which cannot be resolved", path.display())
+            }
+            Hazard::RedirectAfterUnknownCd(word) => write!(
+                f,
+                "it redirects output to `{word}` after changing to a directory that cannot be \
+                 resolved"
+            ),
             Hazard::DangerousAssignment(name) => {
                 write!(f, "it sets {name}, which changes what the command runs")
             }
@@ -288,12 +302,22 @@ pub(crate) struct Analysis {
     pub(crate) truncated: bool,
 }
 
-/// Parses `command` as the shell would see it when started in `cwd`, resolving
-/// redirection targets lexically against `cwd` (and any `cd` target inside the roots).
-pub(crate) fn analyze(command: &str, cwd: &Path, roots: &[PathBuf]) -> Analysis {
+/// Parses `command` as the shell would see it when started in `cwd`. Redirection
+/// targets are judged where they really lead: relative to `cwd` and to every directory
+/// the command's own `cd`s may enter, with symlinks followed by `resolver`.
+pub(crate) fn analyze(
+    command: &str,
+    cwd: &Path,
+    roots: &[PathBuf],
+    resolver: &dyn Resolver,
+) -> Analysis {
+    let start = lexical::resolve(cwd, Path::new(""));
+    let start = resolver.resolve(&start).unwrap_or(start);
     let mut walker = Walker {
         roots,
-        dirs: vec![lexical::resolve(cwd, Path::new(""))],
+        resolver,
+        dirs: vec![start],
+        unknown_dir: false,
         analysis: Analysis::default(),
         nested_sources: 0,
         nested: false,
@@ -381,10 +405,15 @@ struct WordText {
 
 struct Walker<'a> {
     roots: &'a [PathBuf],
-    /// Every directory the command may be running in at this point: the start
-    /// directory plus each `cd` target seen so far (all inside the roots). A relative
-    /// redirection must stay inside the roots from each of them.
+    resolver: &'a dyn Resolver,
+    /// Every directory the command may be running in at this point, symlinks
+    /// followed: the start directory plus each `cd` target seen so far, inside the
+    /// roots or not. A relative redirection must stay inside the roots from each.
     dirs: Vec<PathBuf>,
+    /// A directory change was seen whose target is not known (`cd $X`, `cd -`,
+    /// `pushd`, a target that cannot be resolved): relative redirections after it
+    /// cannot be judged.
+    unknown_dir: bool,
     analysis: Analysis,
     /// How many command strings deep the walk is (substitution, eval, sh -c).
     nested_sources: usize,
@@ -614,10 +643,18 @@ impl Walker<'_> {
                 if let Some(script) = script {
                     self.nested_source(&script);
                 }
+                let cd_inside = match name.as_str() {
+                    "cd" => self.change_dir(&words[1..]),
+                    "pushd" | "popd" => {
+                        self.unknown_dir = true;
+                        false
+                    }
+                    _ => true,
+                };
                 harmless = harmless
+                    && cd_inside
                     && !name_is_pattern
-                    && HARMLESS_BUILTINS.contains(&name.as_str())
-                    && (name != "cd" || self.cd_inside_roots(&words[1..]));
+                    && HARMLESS_BUILTINS.contains(&name.as_str());
             }
         }
 
@@ -761,32 +798,54 @@ impl Walker<'_> {
         }
     }
 
-    /// A file a redirection writes to: fine inside the roots, a hazard outside them or
-    /// when only known at run time. Returns whether it is a file (not a device sink).
+    /// A file a redirection writes to: fine when it leads inside the roots (symlinks
+    /// followed) from every directory the command may be in; a hazard when it leads
+    /// outside, cannot be resolved, or is only known at run time. Returns whether it is
+    /// a file (not a device sink).
     fn write_target(&mut self, raw: &str) -> bool {
         let info = self.word(raw);
-        match &info.word {
-            ShellWord::Literal(target) if !info.pattern => {
-                if DEVICE_SINKS.contains(&target.as_str()) {
-                    return false;
+        let target = match &info.word {
+            ShellWord::Literal(target) if !info.pattern => target.clone(),
+            _ => {
+                self.hazard(Hazard::UnresolvedRedirect(raw.to_owned()));
+                return true;
+            }
+        };
+        if DEVICE_SINKS.contains(&target.as_str()) {
+            return false;
+        }
+        let target = Path::new(&target);
+        if self.unknown_dir && !target.is_absolute() {
+            self.hazard(Hazard::RedirectAfterUnknownCd(raw.to_owned()));
+            return true;
+        }
+        let mut found = None;
+        for dir in &self.dirs {
+            let joined = dir.join(target);
+            match self.resolver.resolve(&joined) {
+                Some(resolved) if lexical::inside_roots(&resolved, self.roots) => {}
+                Some(resolved) => {
+                    found = Some(Hazard::RedirectOutsideRoots(resolved));
+                    break;
                 }
-                let outside = self
-                    .dirs
-                    .iter()
-                    .map(|dir| lexical::resolve(dir, Path::new(target)))
-                    .find(|resolved| !lexical::inside_roots(resolved, self.roots));
-                if let Some(resolved) = outside {
-                    self.hazard(Hazard::RedirectOutsideRoots(resolved));
+                None => {
+                    found = Some(Hazard::UnresolvableRedirect(lexical::resolve(dir, target)));
+                    break;
                 }
             }
-            _ => self.hazard(Hazard::UnresolvedRedirect(raw.to_owned())),
+        }
+        if let Some(hazard) = found {
+            self.hazard(hazard);
         }
         true
     }
 
-    /// Whether a `cd` stays inside the roots from every directory the command may be
-    /// in; if so, its target joins those directories.
-    fn cd_inside_roots(&mut self, args: &[ShellWord]) -> bool {
+    /// Follows a `cd`: its target, from every directory the command may be in, joins
+    /// those directories (symlinks followed; as `cd` does by default, `..` is taken
+    /// lexically first, and the physical reading is added too). Returns whether every
+    /// target lies inside the roots; a target that cannot be known makes later
+    /// relative redirections unjudgeable.
+    fn change_dir(&mut self, args: &[ShellWord]) -> bool {
         let operands: Vec<&ShellWord> = args
             .iter()
             .filter(|arg| {
@@ -794,22 +853,39 @@ impl Walker<'_> {
             })
             .collect();
         let [ShellWord::Literal(target)] = operands.as_slice() else {
+            self.unknown_dir = true;
             return false;
         };
         if target == "-" || target.is_empty() {
+            self.unknown_dir = true;
             return false;
         }
-        let targets: Vec<PathBuf> =
-            self.dirs.iter().map(|dir| lexical::resolve(dir, Path::new(target))).collect();
-        if !targets.iter().all(|resolved| lexical::inside_roots(resolved, self.roots)) {
-            return false;
+        let target = Path::new(target);
+        let mut inside = true;
+        let mut entered = Vec::new();
+        for dir in &self.dirs {
+            let readings = [lexical::resolve(dir, target), dir.join(target)];
+            for reading in readings {
+                match self.resolver.resolve(&reading) {
+                    Some(resolved) => {
+                        inside &= lexical::inside_roots(&resolved, self.roots);
+                        if !entered.contains(&resolved) {
+                            entered.push(resolved);
+                        }
+                    }
+                    None => {
+                        inside = false;
+                        self.unknown_dir = true;
+                    }
+                }
+            }
         }
-        for resolved in targets {
+        for resolved in entered {
             if !self.dirs.contains(&resolved) {
                 self.dirs.push(resolved);
             }
         }
-        true
+        inside
     }
 
     /// Parses a command string found inside the command (substitution, `eval`
@@ -1081,6 +1157,7 @@ fn push_file_name_view(words: &[ShellWord], views: &mut Vec<Vec<ShellWord>>) {
 mod tests {
     use expect_test::{Expect, expect};
 
+    use super::super::resolve::Lexical;
     use super::*;
 
     /// Renders an analysis as one line per command (`+` top level, `>` nested; `h` when
@@ -1106,7 +1183,7 @@ mod tests {
 
     fn check(command: &str, expect: Expect) {
         let roots = [PathBuf::from("/w/proj")];
-        let analysis = analyze(command, Path::new("/w/proj"), &roots);
+        let analysis = analyze(command, Path::new("/w/proj"), &roots, &Lexical);
         expect.assert_eq(&render(&analysis));
     }
 
@@ -1350,9 +1427,10 @@ mod tests {
         );
         // Inside the roots from the start directory, outside from the `cd` target.
         let roots = [PathBuf::from("/w/proj")];
-        let analysis = analyze("cd /w/proj && echo x > ../x", Path::new("/w/proj/a"), &roots);
+        let analysis =
+            analyze("cd /w/proj && echo x > ../x", Path::new("/w/proj/a"), &roots, &Lexical);
         assert_eq!(analysis.hazards, [Hazard::RedirectOutsideRoots(PathBuf::from("/w/x"))]);
-        let analysis = analyze("echo x > ../x", Path::new("/w/proj/a"), &roots);
+        let analysis = analyze("echo x > ../x", Path::new("/w/proj/a"), &roots, &Lexical);
         assert_eq!(analysis.hazards, []);
         check(
             "cd /tmp; cd; cd -",
@@ -1487,7 +1565,7 @@ mod tests {
     #[test]
     fn wrappers_expose_the_wrapped_command() {
         let roots = [PathBuf::from("/w")];
-        let analysis = analyze("sudo -u root /bin/rm -rf /", Path::new("/w"), &roots);
+        let analysis = analyze("sudo -u root /bin/rm -rf /", Path::new("/w"), &roots, &Lexical);
         let views: Vec<String> = analysis.commands[0]
             .views()
             .map(|view| view.iter().map(ShellWord::display).collect::<Vec<_>>().join(" "))
@@ -1515,11 +1593,11 @@ mod tests {
             ! it cannot be parsed as a shell command (nested too deeply)
         "#]],
         );
-        let analysis = analyze(&deep, Path::new("/w"), &[PathBuf::from("/w")]);
+        let analysis = analyze(&deep, Path::new("/w"), &[PathBuf::from("/w")], &Lexical);
         assert_eq!(analysis.hazards, [Hazard::Unparseable("longer than 65536 bytes".to_owned())]);
         // Just under the limit still parses on a test thread's stack.
         let nested = format!("{}true{}", "{ ".repeat(MAX_OPENERS), "; }".repeat(MAX_OPENERS));
-        let analysis = analyze(&nested, Path::new("/w"), &[PathBuf::from("/w")]);
+        let analysis = analyze(&nested, Path::new("/w"), &[PathBuf::from("/w")], &Lexical);
         assert_eq!(analysis.hazards, []);
         assert_eq!(analysis.commands.len(), 1);
     }
@@ -1528,10 +1606,10 @@ mod tests {
     fn the_best_effort_split_is_bounded() {
         let roots = [PathBuf::from("/w")];
         let huge = "a;".repeat(MAX_PARSE_BYTES);
-        let analysis = analyze(&huge, Path::new("/w"), &roots);
+        let analysis = analyze(&huge, Path::new("/w"), &roots, &Lexical);
         assert_eq!(analysis.commands.len(), MAX_SPLIT_COMMANDS);
         assert!(analysis.truncated);
-        let small = analyze("echo 'x; y", Path::new("/w"), &roots);
+        let small = analyze("echo 'x; y", Path::new("/w"), &roots, &Lexical);
         assert!(!small.truncated);
     }
 

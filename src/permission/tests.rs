@@ -34,7 +34,7 @@ fn facts(name: &str) -> ToolFacts<'_> {
 
 fn decide(engine: &PermissionEngine, tool: &str, args: &Value) -> Decision {
     let roots = roots();
-    let ctx = CallContext { cwd: Path::new(ROOT), roots: &roots };
+    let ctx = CallContext { cwd: Path::new(ROOT), roots: &roots, resolver: &Lexical };
     engine.decide(&facts(tool), args, &ctx)
 }
 
@@ -673,7 +673,7 @@ fn suggestions_allow_the_call_once_granted() {
     for (tool, args, expected) in table {
         let mut engine = engine(&[], &[], &[], Mode::Default);
         let roots = roots();
-        let ctx = CallContext { cwd: Path::new(ROOT), roots: &roots };
+        let ctx = CallContext { cwd: Path::new(ROOT), roots: &roots, resolver: &Lexical };
         let suggestions = engine.suggestions(&facts(tool), args, &ctx);
         assert_eq!(suggestions, *expected, "{tool} {args}");
         if expected.is_empty() {
