@@ -251,6 +251,11 @@ struct Core {
 
 impl Core {
     fn start(config: &Config, settings: Settings) -> Result<Core, ServeError> {
+        // Patches a previous run left mid-way are finished or undone before any
+        // session can look at their files.
+        if let Err(err) = crate::tools::builtin::apply_patch::recover_journal() {
+            tracing::error!(%err, "could not recover interrupted patches");
+        }
         let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
         let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
         let registry = default_registry();

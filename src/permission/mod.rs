@@ -58,7 +58,7 @@ use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earl
 use shell::{Analysis, Hazard, ShellWord};
 
 /// Tools that [`Mode::AcceptEdits`] lets edit files inside the roots without asking.
-const EDIT_TOOLS: &[&str] = &["write_file", "edit_file"];
+const EDIT_TOOLS: &[&str] = &["write_file", "edit_file", "apply_patch", "notebook_edit"];
 
 /// Tools whose `path` names a directory to search, defaulting to the working directory.
 const SEARCH_TOOLS: &[&str] = &["find_files", "search_code"];
@@ -543,6 +543,13 @@ impl PermissionEngine {
                 };
                 match_simple(&configured, &granted, find)
             }
+            Subject::Paths(paths) => {
+                let targets: Vec<PathTarget<'_>> = paths
+                    .iter()
+                    .map(|absolute| PathTarget { absolute, roots: ctx.roots })
+                    .collect();
+                match_paths(&configured, &granted, &targets)
+            }
             Subject::Other => match_simple(&configured, &granted, |rules, list| rules.whole(list)),
         }
     }
@@ -607,7 +614,11 @@ impl PermissionEngine {
                 let reason = match rules.as_slice() {
                     [one] => format!("{name} is allowed by {kind} {one}"),
                     several => {
-                        format!("every part of the command is allowed, by {}", several.join(", "))
+                        let what = match subject {
+                            Subject::Paths(_) => "every path of the patch",
+                            _ => "every part of the command",
+                        };
+                        format!("{what} is allowed, by {}", several.join(", "))
                     }
                 };
                 let first = rules.first().map(String::as_str).unwrap_or_default();
@@ -674,6 +685,9 @@ enum Subject {
     /// A file tool: its `path`, resolved lexically; `None` when the call names none
     /// (only bare rules can match then).
     Path(Option<PathBuf>),
+    /// `apply_patch`: every path its patch names, resolved lexically. A deny or ask
+    /// rule matching any of them decides; an allow needs every one allowed.
+    Paths(Vec<PathBuf>),
     /// Any other tool: only bare rules apply.
     Other,
 }
@@ -696,6 +710,12 @@ impl Subject {
                 }),
             };
         }
+        if tool == crate::tools::builtin::apply_patch::NAME {
+            let paths = crate::tools::builtin::apply_patch::paths_of_call(args);
+            return Subject::Paths(
+                paths.iter().map(|path| path::resolve(ctx.cwd, Path::new(path))).collect(),
+            );
+        }
         if !PATH_TOOLS.contains(&tool) {
             return Subject::Other;
         }
@@ -709,7 +729,13 @@ impl Subject {
     }
 
     fn path_inside(&self, roots: &[PathBuf]) -> bool {
-        matches!(self, Subject::Path(Some(path)) if path::inside_roots(path, roots))
+        match self {
+            Subject::Path(Some(path)) => path::inside_roots(path, roots),
+            Subject::Paths(paths) => {
+                !paths.is_empty() && paths.iter().all(|path| path::inside_roots(path, roots))
+            }
+            _ => false,
+        }
     }
 }
 
@@ -768,6 +794,55 @@ fn match_simple(
         return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
     }
     Matched::Nothing(Unmatched::NoRule)
+}
+
+/// Matching for calls with several paths: a deny, then an ask rule matching any path
+/// decides; an allow needs a bare rule or every path allowed (by configured rules or
+/// session grants).
+fn match_paths(
+    configured: &ToolRules<'_>,
+    granted: &ToolRules<'_>,
+    targets: &[PathTarget<'_>],
+) -> Matched {
+    let any = |rules: &ToolRules<'_>, list| {
+        let by_path = targets.iter().filter_map(|target| rules.path(list, target)).min();
+        earliest(rules.whole(list), by_path)
+    };
+    if let Some(id) = any(configured, RuleList::Deny) {
+        return Matched::Deny { rule: configured_text(configured, id), part: None };
+    }
+    if let Some(id) = any(configured, RuleList::Ask) {
+        return Matched::Ask { rule: configured_text(configured, id), part: None };
+    }
+    if let Some(id) = configured.whole(RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
+    }
+    if let Some(id) = granted.whole(RuleList::Allow) {
+        return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
+    }
+    if targets.is_empty() {
+        return Matched::Nothing(Unmatched::NoRule);
+    }
+    let mut rules = Vec::new();
+    let mut session = false;
+    for target in targets {
+        let found = configured
+            .path(RuleList::Allow, target)
+            .map(|id| (configured_text(configured, id), false))
+            .or_else(|| {
+                granted.path(RuleList::Allow, target).map(|id| (configured_text(granted, id), true))
+            });
+        match found {
+            Some((text, from_session)) => {
+                session |= from_session;
+                if !rules.contains(&text) {
+                    rules.push(text);
+                }
+            }
+            None => return Matched::Nothing(Unmatched::NoRule),
+        }
+    }
+    Matched::Allow { rules, session }
 }
 
 fn configured_text(rules: &ToolRules<'_>, id: usize) -> String {
@@ -870,6 +945,16 @@ fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'
             vec![path_suggestion(tool, target, ctx.roots)]
         }
         (Subject::Path(None), _) => Vec::new(),
+        (Subject::Paths(targets), Matched::Nothing(_)) => {
+            let mut rules = Vec::new();
+            for target in targets {
+                let rule = path_suggestion(tool, target, ctx.roots);
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+            rules
+        }
         (Subject::Other, Matched::Nothing(_)) => vec![tool.to_owned()],
         _ => Vec::new(),
     }

@@ -9,8 +9,9 @@
 //!   itself matches and `git statusx` does not); a `*` inside a word matches any text
 //!   in that word, and a `*` standing alone matches any number of words (`npm run test
 //!   *`). Quotes make `*` and spaces literal.
-//! - the file tools (`read_file`, `write_file`, `edit_file`, and the `path` of
-//!   `find_files` and `search_code`): a gitignore-style glob. Relative to each root by
+//! - the file tools (`read_file`, `write_file`, `edit_file`, `notebook_edit`, every
+//!   path of an `apply_patch` patch, and the `path` of `find_files` and
+//!   `search_code`): a gitignore-style glob. Relative to each root by
 //!   default, anchored when it contains a `/` (`src/**`), at any depth otherwise
 //!   (`*.md`, `.env*`); `//abs/path/**` is absolute and `~/...` is under the home
 //!   directory. As in gitignore, a pattern that matches a directory covers everything
@@ -35,16 +36,25 @@ use super::shell::ShellWord;
 pub(crate) const RUN_COMMAND: &str = "run_command";
 
 /// Tools whose specifier is a path glob, matched against their `path` argument.
-pub(crate) const PATH_TOOLS: &[&str] =
-    &["read_file", "write_file", "edit_file", "find_files", "search_code"];
+pub(crate) const PATH_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "find_files",
+    "search_code",
+    "notebook_edit",
+    "apply_patch",
+];
 
 /// Claude Code's tool names and the built-in tools they stand for. Claude's `Edit`
-/// rules govern every file edit, so `Edit` covers `write_file` too.
+/// rules govern every file edit, so `Edit` covers `write_file`, `apply_patch` (every
+/// path of the patch) and `notebook_edit` too.
 const ALIASES: &[(&str, &[&str])] = &[
     ("Bash", &["run_command"]),
     ("Read", &["read_file"]),
-    ("Edit", &["edit_file", "write_file"]),
+    ("Edit", &["edit_file", "write_file", "apply_patch", "notebook_edit"]),
     ("MultiEdit", &["edit_file"]),
+    ("NotebookEdit", &["notebook_edit"]),
     ("Write", &["write_file"]),
     ("Glob", &["find_files"]),
     ("Grep", &["search_code"]),
@@ -711,7 +721,7 @@ mod tests {
         let table: &[(&str, &[&str], &str)] = &[
             ("Bash(git status:*)", &["run_command"], "command"),
             ("Read(src/**)", &["read_file"], "path"),
-            ("Edit(src/**)", &["edit_file", "write_file"], "path"),
+            ("Edit(src/**)", &["edit_file", "write_file", "apply_patch", "notebook_edit"], "path"),
             ("Write", &["write_file"], "whole"),
             ("Glob(src/**)", &["find_files"], "path"),
             ("Grep(src/**)", &["search_code"], "path"),

@@ -70,13 +70,69 @@ const MAX_HINT_SHOWN_CHARS: usize = 200;
 struct Args {
     /// The file to edit, relative to the working directory or absolute (inside the roots).
     path: String,
-    /// The exact text to replace, indentation included; empty only for a missing or empty file.
+    /// The exact text to replace, indentation included; empty only for a missing or empty
+    /// file. Give either old_string and new_string, or edits.
+    old_string: Option<String>,
+    /// The replacement text; must differ from old_string.
+    new_string: Option<String>,
+    /// Replace every occurrence instead of requiring exactly one. Default: false.
+    #[serde(default)]
+    replace_all: bool,
+    /// Several edits of this file, applied in order (each to the result of the ones
+    /// before); all are made or none.
+    edits: Option<Vec<EditSpec>>,
+    /// Return the diff without changing the file. Default: false.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// One replacement of a multi-edit.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EditSpec {
+    /// The exact text to replace, indentation included.
     old_string: String,
     /// The replacement text; must differ from old_string.
     new_string: String,
     /// Replace every occurrence instead of requiring exactly one. Default: false.
     #[serde(default)]
     replace_all: bool,
+}
+
+impl Args {
+    /// The edits asked for, in order: the single-edit form or the list.
+    fn edits(&self) -> Result<Vec<EditSpec>, ToolResult> {
+        let invalid = |message: &str| ToolResult::failure(ErrorType::InvalidArguments, message);
+        let edits = match (&self.old_string, &self.new_string, &self.edits) {
+            (Some(old), Some(new), None) => vec![EditSpec {
+                old_string: old.clone(),
+                new_string: new.clone(),
+                replace_all: self.replace_all,
+            }],
+            (None, None, Some(edits)) if !edits.is_empty() => edits.clone(),
+            (None, None, Some(_)) => return Err(invalid("edits is empty; give at least one edit")),
+            (_, _, Some(_)) => {
+                return Err(invalid("give either old_string and new_string, or edits, not both"));
+            }
+            _ => return Err(invalid("give old_string and new_string, or a list of edits")),
+        };
+        for (idx, edit) in edits.iter().enumerate() {
+            if edit.old_string == edit.new_string {
+                let which =
+                    if edits.len() > 1 { format!("edit {}: ", idx + 1) } else { String::new() };
+                return Err(invalid(&format!(
+                    "{which}old_string and new_string are identical; there is nothing to change"
+                )));
+            }
+            if idx > 0 && edit.old_string.is_empty() {
+                return Err(invalid(&format!(
+                    "edit {}: old_string is empty; only a first edit may create a file",
+                    idx + 1
+                )));
+            }
+        }
+        Ok(edits)
+    }
 }
 
 struct EditFile {
@@ -89,7 +145,9 @@ pub fn tool() -> Arc<dyn Tool> {
         from read_file output with its indentation, without the line-number prefix), \
         unless replace_all is true. The file must have been read with read_file in this \
         session and not changed since. Line endings and encoding are preserved. An empty \
-        old_string creates a new file. Returns a diff of the change.";
+        old_string creates a new file. Several changes to one file go in edits, a list of \
+        {old_string, new_string, replace_all?} applied in order: all are made or none. \
+        dry_run returns the diff without writing. Returns a diff of the change.";
     static DEFINITION: LazyLock<Definition> = LazyLock::new(|| Definition {
         name: "edit_file".to_owned(),
         description: DESCRIPTION.to_owned(),
@@ -112,21 +170,20 @@ impl Tool for EditFile {
             Ok(args) => args,
             Err(res) => return res,
         };
-        if args.old_string == args.new_string {
-            return ToolResult::failure(
-                ErrorType::InvalidArguments,
-                "old_string and new_string are identical; there is nothing to change",
-            );
-        }
+        let edits = match args.edits() {
+            Ok(edits) => edits,
+            Err(res) => return res,
+        };
         // Directories are only created for a new file; an edit of an existing file
         // must not leave directories behind when it fails.
+        let creates = edits.first().is_some_and(|edit| edit.old_string.is_empty());
         let parents =
-            if args.old_string.is_empty() { ParentDirs::Create } else { ParentDirs::MustExist };
+            if creates && !args.dry_run { ParentDirs::Create } else { ParentDirs::MustExist };
         let env = ctx.env.clone();
         let cancel = ctx.cancel.clone();
         let path = args.path.clone();
         fs::with_write_lock(&ctx.env, &path, parents, move |target| {
-            edit_locked(&env, &args, target, &cancel)
+            edit_locked(&env, &args, &edits, target, &cancel)
         })
         .await
         .unwrap_or_else(ToolResult::from)
@@ -136,16 +193,19 @@ impl Tool for EditFile {
 fn edit_locked(
     env: &Env,
     args: &Args,
+    edits: &[EditSpec],
     target: &ResolvedParent,
     cancel: &CancellationToken,
 ) -> Result<ToolResult, FsError> {
     let key = target.path();
     let shown_path = key.display().to_string();
     let Some((file, info)) = fs::open_existing(target, &args.path)? else {
-        if !args.old_string.is_empty() {
+        let Some((first, rest)) =
+            edits.split_first().filter(|(first, _)| first.old_string.is_empty())
+        else {
             return Err(FsError::NotFound(format!("{} does not exist", fs::shorten(&args.path))));
-        }
-        return create(env, args, target, cancel);
+        };
+        return create(env, args, first, rest, target, cancel);
     };
     let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
     let current = FileStamp::of(&info, &bytes);
@@ -174,57 +234,106 @@ fn edit_locked(
             .with_meta("path", shown_path));
         }
     };
-    let planned = match plan(&decoded.text, &args.old_string, &args.new_string, args.replace_all) {
+    let planned = match plan_all(&decoded.text, edits) {
         Ok(planned) => planned,
-        Err(err) => {
-            return Ok(err
-                .into_result(&args.path, &decoded.text, &args.old_string)
-                .with_meta("path", shown_path));
+        Err((idx, err)) => {
+            let mut res = err
+                .into_result(&args.path, &decoded.text, &edits[idx].old_string)
+                .with_meta("path", shown_path);
+            if edits.len() > 1 {
+                res = res.with_meta("edit_index", idx);
+                if let Some(message) = res.error.take() {
+                    res.error = Some(format!("edit {} of {}: {message}", idx + 1, edits.len()));
+                }
+            }
+            return Ok(res);
         }
     };
     if cancel.is_cancelled() {
         return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
     }
-    let out = text::encode(&planned.text, decoded.encoding);
-    let stamp = fs::write_atomic_replacing(&target.dir, &target.name, &out, &info)
-        .map_err(|err| FsError::from_io(&args.path, err))?;
-    env.files.record(key, stamp);
+    if !args.dry_run {
+        let out = text::encode(&planned.text, decoded.encoding);
+        let stamp = fs::write_atomic_replacing(&target.dir, &target.name, &out, &info)
+            .map_err(|err| FsError::from_io(&args.path, err))?;
+        env.files.record(key, stamp);
+    }
     let diff = diff_snippet(&shown_path, &decoded.text, &planned.text);
     let noun = if planned.replacements == 1 { "replacement" } else { "replacements" };
-    Ok(ToolResult::success(format!(
-        "edited {shown_path} ({} {noun})\n{diff}",
+    let verb = if args.dry_run { "would edit" } else { "edited" };
+    let mut res = ToolResult::success(format!(
+        "{verb} {shown_path} ({} {noun})\n{diff}",
         planned.replacements
     ))
     .with_meta("path", shown_path)
     .with_meta("replacements", planned.replacements)
     .with_meta("first_line", planned.first_line)
-    .with_meta("encoding", decoded.encoding.as_str()))
+    .with_meta("encoding", decoded.encoding.as_str());
+    if edits.len() > 1 {
+        res = res.with_meta("edits", edits.len());
+    }
+    if args.dry_run {
+        res = res.with_meta("dry_run", true);
+    }
+    Ok(res)
 }
 
-/// An empty `old_string` on a path that does not exist creates the file.
+/// Applies every edit in order to the text; the first that cannot be made is
+/// returned with its index, and nothing is changed.
+fn plan_all(text: &str, edits: &[EditSpec]) -> Result<Planned, (usize, PlanError)> {
+    let mut current = Planned { text: text.to_owned(), replacements: 0, first_line: usize::MAX };
+    for (idx, edit) in edits.iter().enumerate() {
+        let step = plan(&current.text, &edit.old_string, &edit.new_string, edit.replace_all)
+            .map_err(|err| (idx, err))?;
+        current = Planned {
+            text: step.text,
+            replacements: current.replacements + step.replacements,
+            first_line: current.first_line.min(step.first_line),
+        };
+    }
+    Ok(current)
+}
+
+/// An empty first `old_string` on a path that does not exist creates the file; the
+/// edits after it apply to the new content.
 fn create(
     env: &Env,
     args: &Args,
+    first: &EditSpec,
+    rest: &[EditSpec],
     target: &ResolvedParent,
     cancel: &CancellationToken,
 ) -> Result<ToolResult, FsError> {
+    let key = target.path();
+    let shown_path = key.display().to_string();
+    let content = match plan_all(&first.new_string, rest) {
+        Ok(planned) => planned.text,
+        Err((idx, err)) => {
+            let old = rest.get(idx).map(|edit| edit.old_string.as_str()).unwrap_or_default();
+            let message = err.into_result(&args.path, &first.new_string, old);
+            return Ok(message.with_meta("path", shown_path).with_meta("edit_index", idx + 1));
+        }
+    };
     if cancel.is_cancelled() {
         return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
     }
-    let key = target.path();
-    let shown_path = key.display().to_string();
-    let stamp = fs::write_atomic(&target.dir, &target.name, args.new_string.as_bytes(), None)
-        .map_err(|err| FsError::from_io(&args.path, err))?;
-    env.files.record(key, stamp);
-    let diff = diff_snippet(&shown_path, "", &args.new_string);
-    Ok(ToolResult::success(format!(
-        "created {shown_path} ({} bytes)\n{diff}",
-        args.new_string.len()
-    ))
-    .with_meta("path", shown_path)
-    .with_meta("replacements", 1)
-    .with_meta("first_line", 1)
-    .with_meta("created", true))
+    if !args.dry_run {
+        let stamp = fs::write_atomic(&target.dir, &target.name, content.as_bytes(), None)
+            .map_err(|err| FsError::from_io(&args.path, err))?;
+        env.files.record(key, stamp);
+    }
+    let diff = diff_snippet(&shown_path, "", &content);
+    let verb = if args.dry_run { "would create" } else { "created" };
+    let mut res =
+        ToolResult::success(format!("{verb} {shown_path} ({} bytes)\n{diff}", content.len()))
+            .with_meta("path", shown_path)
+            .with_meta("replacements", 1 + rest.len())
+            .with_meta("first_line", 1)
+            .with_meta("created", !args.dry_run);
+    if args.dry_run {
+        res = res.with_meta("dry_run", true);
+    }
+    Ok(res)
 }
 
 /// The edited text, before encoding.
@@ -364,16 +473,16 @@ fn diff_snippet(path: &str, before: &str, after: &str) -> String {
 // ---------------------------------------------------------------------------------
 // The not_found hint.
 
-struct Hint {
-    text: String,
+pub(crate) struct Hint {
+    pub(crate) text: String,
     /// The first line of the best region, for metadata.
-    line: Option<usize>,
+    pub(crate) line: Option<usize>,
 }
 
 /// Explains the likeliest reason `old` did not match: read_file's line-number
 /// prefixes pasted along, a difference in whitespace only, or else the regions most
 /// similar to it (by per-line character similarity), with their line numbers.
-fn not_found_hint(text: &str, old: &str) -> Option<Hint> {
+pub(crate) fn not_found_hint(text: &str, old: &str) -> Option<Hint> {
     let file_lines: Vec<&str> = text.lines().take(MAX_HINT_SCAN_LINES).collect();
     let old_lines: Vec<&str> = old.lines().collect();
     if old_lines.is_empty() || file_lines.is_empty() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub mod apply_patch;
 pub mod edit_file;
 pub mod find_files;
 pub mod read_file;
@@ -19,6 +20,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         read_file::tool(),
         write_file::tool(),
         edit_file::tool(),
+        apply_patch::tool(),
         run_command::tool(),
         find_files::tool(),
         search_code::tool(),
