@@ -342,6 +342,32 @@ async fn a_tcp_connection_that_never_authenticates_is_cut() {
     daemon.begin_shutdown();
 }
 
+#[tokio::test]
+async fn an_idle_authenticated_keep_alive_connection_gives_its_slot_back() {
+    let (_dir, daemon) = test_daemon();
+    let mut limits = small_limits();
+    limits.max_authenticated = 1;
+    limits.auth_deadline = PATIENCE * 2;
+    let addr = start_tcp(&daemon, limits).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let keep_alive = format!(
+        "POST /rpc HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut idle = within(TcpStream::connect(addr)).await.unwrap();
+    within(idle.write_all(keep_alive.as_bytes())).await.unwrap();
+    let mut head = [0u8; 12];
+    within(idle.read_exact(&mut head)).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // The connection holds the only slot while it is kept alive; once it has idled
+    // past the header timeout it is closed and the slot is free again.
+    closed_by_peer(&mut idle).await;
+    let (status, body) = http(addr, &rpc_post(Some(TOKEN))).await;
+    assert_eq!(status, 200, "{body}");
+    daemon.begin_shutdown();
+}
+
 async fn start_mcp(daemon: &Arc<Daemon>, limits: Limits) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
