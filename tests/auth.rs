@@ -125,6 +125,15 @@ impl Drop for Running {
     }
 }
 
+/// Waits (bounded) until `path` exists.
+fn wait_for_file(path: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs a command that is expected to stop by itself; returns its output.
 fn run_to_end(mut command: Command) -> Output {
     let mut child = command.spawn().unwrap();
@@ -474,6 +483,9 @@ fn mcp_http_without_a_token_file_generates_a_private_token() {
     command.stderr(Stdio::piped());
     let mut running = Running::start(command, &[port]);
     let dir = home.path().join("run").join("toolgate");
+    // The port accepts connections once bound, a moment before the token is written.
+    let expected = dir.join(format!("mcp-http-{port}.tokens"));
+    wait_for_file(&expected);
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
@@ -522,4 +534,28 @@ fn mcp_http_beyond_loopback_needs_a_token_file() {
     // Nothing was generated for an address that is refused.
     let generated = home.path().join("run").join("toolgate");
     assert!(!generated.exists() || std::fs::read_dir(&generated).unwrap().next().is_none());
+}
+
+#[test]
+fn the_daemons_mcp_http_without_a_token_file_generates_one_too() {
+    let home = Home::new();
+    let port = free_port();
+    let config = home.config(&format!("[server]\nmcp_http = \"127.0.0.1:{port}\"\n"));
+    let socket = home.path().join("run").join("toolgate").join("toolgate.sock");
+    let serve = home.command(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--socket",
+        socket.to_str().unwrap(),
+    ]);
+    let _daemon = Running::start(serve, &[port]);
+    let path = home.path().join("run").join("toolgate").join(format!("mcp-http-{port}.tokens"));
+    wait_for_file(&path);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let secret = text.lines().find_map(|line| line.strip_prefix("mcp:")).unwrap();
+    assert_eq!(Face::McpServe.attempt(port, None).status, 401);
+    let reply = Face::McpServe.attempt(port, Some(&format!("Bearer {secret}")));
+    assert_eq!(reply.status, 200, "{}", reply.body);
 }

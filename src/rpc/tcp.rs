@@ -12,7 +12,8 @@
 //!   served by the same [`ws::serve_frames`] as the Unix socket's WebSocket: the
 //!   streaming, stateful path (events, approvals, long sessions).
 //! - `GET /healthz`: `200 ok` without authentication, for load balancers; it reveals
-//!   nothing about the daemon.
+//!   nothing about the daemon, and its connection is closed after the answer (like
+//!   every connection that has not authenticated).
 //!
 //! Every request to `/rpc` and `/ws` needs `Authorization: Bearer <token>`, checked by
 //! [`crate::auth`] (the same check as MCP over HTTP); the token's name becomes the

@@ -67,16 +67,29 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# Starts the HTTP server on a free port; sets $url. (Not a command substitution:
-# the server must not hold the substitution's pipe, and its pid must reach cleanup.)
+# MCP over HTTP always needs a bearer token, which neither client here sends: they
+# reach the server through bearer_proxy.py, which adds it to every request.
+token="interop-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
+(umask 077 && printf 'interop:%s\n' "$token" >"$work/tokens")
+printf '[server]\ntoken_file = "%s"\n' "$work/tokens" >"$work/interop.toml"
+
+# Starts the HTTP server and its proxy on free ports; sets $url. (Not a command
+# substitution: the server must not hold the substitution's pipe, and its pid must
+# reach cleanup.)
 start_http() {
-  local root="$1" port log_file
+  local root="$1" port proxy_port log_file
   port="$(free_port)"
+  proxy_port="$(free_port)"
   log_file="$work/server-$port.log"
-  toolgate_mcp --root "$root" --conformance-fixtures --http "127.0.0.1:$port" >/dev/null 2>"$log_file" &
+  toolgate_mcp --config "$work/interop.toml" --root "$root" --conformance-fixtures \
+    --http "127.0.0.1:$port" >/dev/null 2>"$log_file" &
+  pids+=("$!")
+  python3 "$repo/tests/interop/bearer_proxy.py" "$proxy_port" "$port" "$token" &
   pids+=("$!")
   for _ in $(seq 1 200); do
-    grep -q "MCP Streamable HTTP endpoint" "$log_file" 2>/dev/null && { url="http://127.0.0.1:$port/mcp"; return; }
+    grep -q "MCP Streamable HTTP endpoint" "$log_file" 2>/dev/null &&
+      python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1]))).close()" \
+        "$proxy_port" 2>/dev/null && { url="http://127.0.0.1:$proxy_port/mcp"; return; }
     sleep 0.05
   done
   log "the server did not start"; cat "$log_file" >&2; exit 1
