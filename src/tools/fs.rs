@@ -19,6 +19,7 @@
 //! and [`lock_path`] serialises read-modify-write cycles on one file across sessions.
 
 mod access;
+pub mod budget;
 pub mod cwd;
 mod lock;
 pub mod text;

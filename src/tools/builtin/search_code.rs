@@ -26,6 +26,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tools::fs::budget::{READ_BUDGET, Reservation};
 use crate::tools::fs::{self, FileKind};
 use crate::tools::walk::{self, EntryKind, PathGlob, PathKey, Prefix, Tree, Visit, WalkOptions};
 use crate::tools::{
@@ -46,10 +47,9 @@ const MAX_CONTEXT: usize = 100;
 const MAX_LINE_BYTES: usize = 500;
 /// How much of a clipped line is shown before the match, so the match has context.
 const CLIP_LEAD_BYTES: usize = 100;
-/// Memory one search thread may use for one file. A line-oriented search needs a
-/// whole line in memory and a multiline search a whole file; a file beyond this is
-/// skipped (and counted) rather than letting one call take gigabytes.
-const MAX_HEAP_BYTES: usize = 256 * 1024 * 1024;
+/// Least memory a search thread may use for one file's buffer, whatever the session's
+/// read limit: room for ordinary long lines.
+const MIN_HEAP_BYTES: u64 = 64 * 1024;
 
 /// How results are rendered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -175,6 +175,11 @@ struct Query {
     context: usize,
     limit: usize,
     multiline: bool,
+    /// Memory one search thread may use for one file's buffer: a line-oriented search
+    /// holds a whole line, a multiline search a whole file. The session's read limit
+    /// (a file read_file could not load either); a file needing more is skipped and
+    /// counted as unreadable. Reserved from the shared read budget per thread.
+    heap_limit: u64,
 }
 
 impl Query {
@@ -232,6 +237,7 @@ impl Query {
             },
             limit: args.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
             multiline: args.multiline,
+            heap_limit: ctx.env.max_read_bytes.max(MIN_HEAP_BYTES),
         })
     }
 
@@ -257,7 +263,7 @@ impl Query {
             .line_terminator(LineTerminator::crlf())
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .multi_line(self.multiline)
-            .heap_limit(Some(MAX_HEAP_BYTES));
+            .heap_limit(Some(usize::try_from(self.heap_limit).unwrap_or(usize::MAX)));
         builder
     }
 }
@@ -315,6 +321,9 @@ struct Found {
 /// One walker thread's searchers and findings. The searchers (and their buffers) are
 /// reused for every file the thread searches.
 struct ThreadSearch {
+    /// This thread's share of the read budget; `None` when the call was canceled while
+    /// waiting for it (then nothing is searched).
+    memory: Option<Reservation<'static>>,
     content_searcher: Searcher,
     counting_searcher: Searcher,
     kept: Prefix<FileHit>,
@@ -327,6 +336,7 @@ struct ThreadSearch {
 /// Searches the tree; `None` when the search was canceled.
 fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
     let make_state = || ThreadSearch {
+        memory: READ_BUDGET.reserve(query.heap_limit, cancel),
         content_searcher: query.content_searcher(),
         counting_searcher: query.counting_searcher(),
         kept: Prefix::new(query.limit),
@@ -339,6 +349,7 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
         Target::File { file, name } => {
             let mut state = make_state();
             match file.try_clone() {
+                _ if state.memory.is_none() => {}
                 Ok(file) => search_file(query, &mut state, file, name, cancel),
                 Err(_) => state.unreadable += 1,
             }
@@ -347,6 +358,7 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
         Target::Tree(tree) => walk::walk(tree, cancel, make_state, |state, visit| match visit {
             Visit::Unreadable => state.unreadable += 1,
             Visit::Withheld => state.withheld += 1,
+            Visit::Entry(_) if state.memory.is_none() => {}
             Visit::Entry(entry) => {
                 // Symlinks are never followed (a link could lead outside the roots).
                 if entry.kind != EntryKind::File {
