@@ -434,6 +434,7 @@ impl Config {
             max_read_bytes: self.limits.max_read_bytes,
             env_policy: self.env_policy(),
             files: Default::default(),
+            access: Default::default(),
             control: Default::default(),
         }
     }

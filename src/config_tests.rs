@@ -107,7 +107,7 @@ fn defaults_with_no_files() {
             mode: "default".to_owned(),
             allow: vec![],
             ask: vec![],
-            deny: vec![],
+            deny: vec!["Edit(**/.git/**)".to_owned()],
         },
         hooks: HooksConfig { pre_tool_use: vec![], post_tool_use: vec![] },
         skills: SkillsConfig {

@@ -20,6 +20,8 @@ pub mod audit;
 
 pub mod config;
 
+pub mod own_files;
+
 pub mod protocol;
 
 pub mod daemon;

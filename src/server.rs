@@ -22,6 +22,7 @@ use crate::rpc;
 use crate::skills::Skills;
 use crate::systemd::{Inherited, Notifier};
 use crate::tools::Registry;
+use crate::tools::fs::Access;
 use crate::upstream::{UpstreamOptions, Upstreams};
 
 /// Why the daemon could not start (or reload).
@@ -83,7 +84,7 @@ pub fn settings_from_config(
     Ok(Settings {
         roots: config.workspace.roots.clone(),
         mode,
-        policy,
+        policy: policy.clone(),
         hooks: Arc::new(hooks),
         default_timeout: config.limits.default_timeout(),
         max_timeout: config.limits.max_timeout(),
@@ -93,6 +94,7 @@ pub fn settings_from_config(
         env_policy: config.env_policy(),
         max_calls_per_session: config.server.max_calls_per_session,
         event_buffer: config.server.event_buffer,
+        access: Access::new(Vec::new(), Some(Arc::new(policy))),
     })
 }
 
@@ -153,6 +155,14 @@ fn mcp_http_tokens(
          (`sed -n 's/^{name}://p' {path}`)."
     );
     Ok(generated.tokens)
+}
+
+/// [`settings_from_config`] plus toolgate's own files, which no tool may open.
+pub fn settings_for(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
+    let settings = settings_from_config(config, options.home.as_deref())?;
+    let own = crate::own_files::own_paths(config, options);
+    settings.access.replace(&Access::new(own, Some(Arc::new(settings.policy.clone()))));
+    Ok(settings)
 }
 
 /// Loads the configuration the way the process was asked to.
@@ -269,7 +279,8 @@ impl Core {
 /// Runs the daemon until SIGTERM/SIGINT (or EOF in `--stdio` mode).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
-    let settings = settings_from_config(&config, load_options.home.as_deref())?;
+    let settings = settings_for(&config, &load_options)?;
+    crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     let max_message = config.server.max_message_bytes;
 
@@ -387,7 +398,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             _ = hangup.recv() => {
                 let _ = notifier.reloading();
                 match load_config(explicit.clone()).and_then(|(config, options)| {
-                    let settings = settings_from_config(&config, options.home.as_deref())?;
+                    let settings = settings_for(&config, &options)?;
+                    crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
                     Ok((config, settings))
                 }) {
                     Ok((config, settings)) => {
@@ -454,7 +466,7 @@ pub struct McpCommandOptions {
 /// engine as the daemon. Returns at the end of input (stdio) or on SIGTERM/SIGINT.
 pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
-    let mut settings = settings_from_config(&config, load_options.home.as_deref())?;
+    let mut settings = settings_for(&config, &load_options)?;
     if !options.roots.is_empty() {
         let mut roots = Vec::with_capacity(options.roots.len());
         for root in &options.roots {
@@ -467,6 +479,7 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
     }
+    crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
     // Skills and upstream servers reach MCP hosts through the same guards.
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     dynamic.start_upstreams(&config);

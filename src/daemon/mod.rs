@@ -42,6 +42,9 @@ pub struct Settings {
     pub max_calls_per_session: usize,
     /// Events kept per session while nobody subscribes.
     pub event_buffer: usize,
+    /// What no tool may open (toolgate's own files, rules on resolved paths); shared
+    /// by every session, updated in place on reload.
+    pub access: crate::tools::fs::Access,
 }
 
 impl Settings {
@@ -60,6 +63,7 @@ impl Settings {
             env_policy: EnvPolicy::default(),
             max_calls_per_session: 16,
             event_buffer: 1024,
+            access: Default::default(),
         }
     }
 }
@@ -292,6 +296,7 @@ impl Daemon {
                 .min(settings.max_read_bytes),
             env_policy: settings.env_policy.clone(),
             files: Arc::default(),
+            access: settings.access.clone(),
             control: Default::default(),
         };
         let id = format!("s{}", self.next_session.fetch_add(1, Ordering::Relaxed));
@@ -383,7 +388,11 @@ impl Daemon {
 
     /// Applies new settings (SIGHUP): new sessions get them; running sessions get the
     /// new rules and hooks at once.
-    pub fn reload(&self, settings: Settings) {
+    pub fn reload(&self, mut settings: Settings) {
+        // Running sessions hold the current Access: update it in place.
+        let current = self.settings().access.clone();
+        current.replace(&settings.access);
+        settings.access = current;
         let settings = Arc::new(settings);
         *self.settings.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
             settings.clone();

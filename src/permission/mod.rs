@@ -411,6 +411,46 @@ impl Policy {
     }
 }
 
+/// The configured rules as the file layer applies them to resolved paths: read access
+/// is bound by `read_file` rules (Claude Code's `Read`), write access by `edit_file`
+/// and `write_file` rules (`Edit`, `Write`). Deny rules first, then ask rules.
+impl crate::tools::fs::PathRules for Policy {
+    fn binding_rule(
+        &self,
+        access: crate::tools::fs::AccessKind,
+        path: &Path,
+        roots: &[PathBuf],
+    ) -> Option<crate::tools::fs::RuleHit> {
+        use crate::tools::fs::{RuleEffect, RuleHit};
+        let target = PathTarget { absolute: path, roots };
+        for (list, effect) in [(RuleList::Deny, RuleEffect::Deny), (RuleList::Ask, RuleEffect::Ask)]
+        {
+            for tool in access_tools(access) {
+                let rules = self.rules.for_tool(tool);
+                if let Some(id) = earliest(rules.whole(list), rules.path(list, &target)) {
+                    return Some(RuleHit { effect, rule: rules.rule(id).text.clone() });
+                }
+            }
+        }
+        None
+    }
+
+    fn restricts(&self, access: crate::tools::fs::AccessKind) -> bool {
+        access_tools(access).iter().any(|tool| {
+            let rules = self.rules.for_tool(tool);
+            rules.any(RuleList::Deny) || rules.any(RuleList::Ask)
+        })
+    }
+}
+
+/// The tools whose rules bind an access on resolved paths.
+fn access_tools(access: crate::tools::fs::AccessKind) -> &'static [&'static str] {
+    match access {
+        crate::tools::fs::AccessKind::Read => &["read_file"],
+        crate::tools::fs::AccessKind::Write => &["edit_file", "write_file"],
+    }
+}
+
 /// Decides calls for one session: a [`Policy`], the session's grants and its modes.
 /// Cheap to clone; see the module documentation.
 #[derive(Clone)]

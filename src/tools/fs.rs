@@ -18,6 +18,9 @@
 //! refuse to overwrite a file the model has not seen or that changed behind its back,
 //! and [`lock_path`] serialises read-modify-write cycles on one file across sessions.
 
+mod access;
+pub mod budget;
+pub mod cwd;
 mod lock;
 pub mod text;
 
@@ -36,6 +39,8 @@ use dashmap::DashMap;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
+pub(crate) use access::WalkAccess;
+pub use access::{Access, AccessKind, PathRules, Refusal, RuleEffect, RuleHit};
 pub use lock::{PathLock, lock_path};
 
 use super::{Env, ErrorType};
@@ -157,6 +162,17 @@ pub struct FileInfo {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Hard links to the file (`st_nlink`).
+    pub nlink: u64,
+}
+
+impl FileInfo {
+    /// A regular file with more than one name. Its other names may lie anywhere on the
+    /// same file system, outside the roots too, and nothing tells where: such a file is
+    /// never read through a tool (see [`refuse_hardlinked`]).
+    pub fn is_hardlinked(&self) -> bool {
+        self.kind == FileKind::File && self.nlink > 1
+    }
 }
 
 /// Reads [`FileInfo`] from an open descriptor (`O_PATH` descriptors included).
@@ -178,6 +194,7 @@ pub fn file_info(fd: impl AsFd) -> io::Result<FileInfo> {
         mode: stat.st_mode,
         uid: stat.st_uid,
         gid: stat.st_gid,
+        nlink: stat.st_nlink,
     })
 }
 
@@ -241,30 +258,82 @@ impl ResolvedParent {
 
 /// Opens `path` (relative to the session cwd, or absolute) with `O_PATH`, following
 /// symlinks but never leaving the session roots.
+///
+/// The resolved path is checked against the session's [`Access`] for reading: what a
+/// tool resolves, it shows (a file's content, a directory's names).
 pub fn resolve(env: &Env, path: &str) -> Result<Resolved, FsError> {
     check_path(path)?;
-    resolve_at(env, Path::new(path), path, OFlags::PATH, Strategy::Auto)
+    let resolved = resolve_at(env, Path::new(path), path, OFlags::PATH, Strategy::Auto)?;
+    check_access(env, AccessKind::Read, &resolved.path, path)?;
+    Ok(resolved)
 }
 
 /// Like [`resolve`] but opens for reading (`O_RDONLY | O_NONBLOCK`, so a FIFO cannot
 /// block the open; callers still refuse anything that is not a regular file or a
 /// directory).
+///
+/// Checked like [`resolve`]; a regular file with more than one hard link is refused
+/// (see [`refuse_hardlinked`]).
 pub fn open_read(env: &Env, path: &str) -> Result<Resolved, FsError> {
     check_path(path)?;
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-    resolve_at(env, Path::new(path), path, flags, Strategy::Auto)
+    let resolved = resolve_at(env, Path::new(path), path, flags, Strategy::Auto)?;
+    check_access(env, AccessKind::Read, &resolved.path, path)?;
+    refuse_hardlinked(&resolved.info, path)?;
+    Ok(resolved)
 }
 
-/// Confines a directory for the walkers (find_files, search_code, run_command's
-/// cwd): `None` means the session cwd. Returns the directory's absolute path as the
-/// kernel sees it, so that a walker started there starts inside the root.
-pub fn resolve_dir(env: &Env, path: Option<&str>) -> Result<PathBuf, FsError> {
-    let path = path.unwrap_or(".");
+/// Opens a directory beneath the roots (`None` means the session cwd) with `O_PATH`,
+/// for work that must stay in that very directory: a walker reads it and opens
+/// everything below relative to it, a command is started in it by descriptor. Its
+/// path is only for showing; nothing re-opens it by name.
+pub fn open_dir(env: &Env, path: Option<&str>) -> Result<Resolved, FsError> {
+    let path = match path {
+        None | Some("") => ".",
+        Some(path) => path,
+    };
     let resolved = resolve(env, path)?;
     if !resolved.is_dir {
         return Err(FsError::NotDirectory(shorten(path)));
     }
-    Ok(resolved.path)
+    Ok(resolved)
+}
+
+/// Refuses a regular file with more than one hard link. Its other names can be
+/// anywhere on the same file system (outside the roots, or one of toolgate's own
+/// files), and the kernel cannot say where, so reading it could show what lies
+/// outside. (Writes replace a file by rename, which never changes the other names.)
+pub fn refuse_hardlinked(info: &FileInfo, shown: &str) -> Result<(), FsError> {
+    if info.is_hardlinked() {
+        return Err(FsError::AccessDenied(format!(
+            "{} has {} hard links; files with more than one link are not read through \
+             tools, since their other names may lie outside the session roots",
+            shorten(shown),
+            info.nlink
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `access` to the resolved `real` path against the session's [`Access`]
+/// (toolgate's own files, deny and ask rules on resolved paths).
+pub fn check_access(
+    env: &Env,
+    access: AccessKind,
+    real: &Path,
+    shown: &str,
+) -> Result<(), FsError> {
+    let named = named_path(env, Path::new(shown));
+    env.access
+        .check(access, real, Some(&named), &env.roots)
+        .map_err(|refusal| FsError::AccessDenied(refusal.message(&shorten(shown), real)))
+}
+
+/// The absolute path a call names, resolved lexically (what the permission layer
+/// decided on).
+fn named_path(env: &Env, path: &Path) -> PathBuf {
+    let logical = if path.is_absolute() { path.to_path_buf() } else { env.cwd.join(path) };
+    Path::new("/").join(normalize_lexically(&logical))
 }
 
 /// Opens the directory that holds `path`'s final component, beneath a root, and
@@ -278,14 +347,33 @@ pub fn resolve_parent(
     parents: ParentDirs,
 ) -> Result<ResolvedParent, FsError> {
     check_path(path)?;
-    resolve_parent_at(env, Path::new(path), path, parents, Strategy::Auto)
+    let parent = resolve_parent_at(env, Path::new(path), path, parents, Strategy::Auto)?;
+    check_access(env, AccessKind::Write, &parent.path(), path)?;
+    Ok(parent)
 }
 
 /// The file a write should replace: like [`resolve_parent`], but a final component
 /// that is a symlink is followed (confined like any lookup) so that writing through
 /// a link inside the roots replaces its target instead of the link. A final
 /// component that is a directory is refused. The file itself may not exist yet.
+///
+/// The file's resolved path is checked against the session's [`Access`] for writing,
+/// and for reading too when the file exists (changing a file shows what it held).
 pub fn resolve_for_write(
+    env: &Env,
+    path: &str,
+    parents: ParentDirs,
+) -> Result<ResolvedParent, FsError> {
+    let target = resolve_for_write_unchecked(env, path, parents)?;
+    let real = target.path();
+    check_access(env, AccessKind::Write, &real, path)?;
+    if rustix::fs::statat(&target.dir, &target.name, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        check_access(env, AccessKind::Read, &real, path)?;
+    }
+    Ok(target)
+}
+
+fn resolve_for_write_unchecked(
     env: &Env,
     path: &str,
     parents: ParentDirs,
@@ -300,7 +388,8 @@ pub fn resolve_for_write(
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::Directory => Err(FsError::IsDirectory(shorten(path))),
         FileType::Symlink => {
-            let target = match resolve(env, path) {
+            let target = match resolve_at(env, Path::new(path), path, OFlags::PATH, Strategy::Auto)
+            {
                 Ok(target) => target,
                 Err(FsError::NotFound(_)) => {
                     return Err(FsError::NotFound(format!(
@@ -340,6 +429,7 @@ pub fn open_existing(
         Err(errno) => return Err(FsError::from_errno(shown, errno)),
     };
     let info = file_info(&fd).map_err(|err| FsError::from_io(shown, err))?;
+    refuse_hardlinked(&info, shown)?;
     match info.kind {
         FileKind::File => Ok(Some((std::fs::File::from(fd), info))),
         FileKind::Directory => Err(FsError::IsDirectory(shorten(shown))),

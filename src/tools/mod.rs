@@ -354,6 +354,9 @@ pub struct Env {
     /// What this session has read, for stale-write checks. Shared by every clone of
     /// the session's Env.
     pub files: Arc<fs::FileTracker>,
+    /// What no lookup may open, checked on resolved paths: toolgate's own files and
+    /// the configured deny and ask rules. Shared by every session of a daemon.
+    pub access: fs::Access,
     /// The session itself, for control-plane tools (task list, leaving plan mode).
     /// Unset for an Env that no session owns (tests, one-shot calls).
     pub control: Control,
@@ -426,6 +429,7 @@ impl Env {
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             env_policy: EnvPolicy::default(),
             files: Arc::new(fs::FileTracker::default()),
+            access: fs::Access::default(),
             control: Control::default(),
         })
     }

@@ -189,6 +189,9 @@ pub struct Spec {
     /// Absolute working directory of the command. Callers confine it to the session's
     /// roots; the daemon's own cwd is never used.
     pub cwd: PathBuf,
+    /// `cwd` already opened beneath a root: the supervisor enters it by descriptor and
+    /// never looks `cwd` up by name (see [`super::fs::cwd`]).
+    pub cwd_dir: Option<std::sync::Arc<OwnedFd>>,
     /// The command's complete environment: nothing else is inherited.
     pub env: Vec<(String, String)>,
     pub stdin: Stdin,
@@ -211,6 +214,7 @@ impl Spec {
         Spec {
             program,
             cwd: cwd.into(),
+            cwd_dir: None,
             env: Vec::new(),
             stdin: Stdin::Closed,
             timeout: None,
@@ -308,6 +312,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let deadline = spec.timeout.map(|timeout| started + timeout);
 
     let (daemon_end, supervisor_end) = UnixStream::pair().map_err(ProcessError::Setup)?;
+    if let Some(dir) = &spec.cwd_dir {
+        super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
+    }
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
     let payload = match &spec.stdin {
@@ -324,6 +331,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             .arg(std::process::id().to_string())
             .arg("--cwd")
             .arg(&spec.cwd);
+        if spec.cwd_dir.is_some() {
+            command.arg("--cwd-fd");
+        }
         if let Some(bytes) = &payload {
             command.arg("--stdin-bytes").arg(bytes.len().to_string());
         }
@@ -871,6 +881,8 @@ struct SuperviseArgs {
     /// starts, the daemon died before the death signal was armed.
     parent: Option<i32>,
     cwd: Option<PathBuf>,
+    /// `--cwd-fd`: the working directory arrives as a descriptor on the control socket.
+    cwd_fd: bool,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
     argv: Vec<OsString>,
@@ -879,7 +891,13 @@ struct SuperviseArgs {
 impl SuperviseArgs {
     fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
         let mut args = args.into_iter();
-        let mut parsed = SuperviseArgs { parent: None, cwd: None, stdin_bytes: None, argv: vec![] };
+        let mut parsed = SuperviseArgs {
+            parent: None,
+            cwd: None,
+            cwd_fd: false,
+            stdin_bytes: None,
+            argv: vec![],
+        };
         loop {
             let Some(arg) = args.next() else {
                 return Err("missing `--` before the command".to_owned());
@@ -891,6 +909,7 @@ impl SuperviseArgs {
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
+                "--cwd-fd" => parsed.cwd_fd = true,
                 "--cwd" => {
                     let dir = args.next().ok_or("--cwd needs a value")?;
                     parsed.cwd = Some(PathBuf::from(dir));
@@ -975,6 +994,12 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
+    if args.cwd_fd
+        && let Err(err) = super::fs::cwd::enter_received_dir(&control)
+    {
+        send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
+        return Ok(());
+    }
     let payload = match args.stdin_bytes {
         None => None,
         Some(len) => {
@@ -988,7 +1013,7 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
 
     let mut command = std::process::Command::new(&args.argv[0]);
     command.args(&args.argv[1..]);
-    if let Some(cwd) = &args.cwd {
+    if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd) {
         command.current_dir(cwd);
     }
     command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });

@@ -163,6 +163,7 @@ fn supervise_args_parse() {
         Ok(SuperviseArgs {
             parent: Some(12),
             cwd: Some(PathBuf::from("/tmp")),
+            cwd_fd: false,
             stdin_bytes: Some(5),
             argv: args(&["/bin/sh", "-c", "x"]),
         })

@@ -1,41 +1,52 @@
-//! The directory walk shared by `find_files` and `search_code`: root confinement of the
-//! search path, the walker configuration (ignore files, hidden files, no symlinks), the
-//! path glob, a cancel flag the blocking walker threads can poll cheaply, and the
-//! bounded per-thread collection that keeps results deterministic.
+//! The directory walk shared by `find_files` and `search_code`: a parallel walk by
+//! directory descriptors, the gitignore filters, the path glob, a cancel flag the
+//! blocking walker threads can poll cheaply, and the bounded per-thread collection that
+//! keeps results deterministic.
 //!
-//! Both tools walk with the `ignore` crate's parallel walker, so entries arrive in an
-//! order that changes from run to run. Determinism comes from sorting once at the end;
-//! memory stays bounded because each walker thread keeps only the entries that can
-//! still be among the first `limit` in path order ([`Prefix`]), while the totals are
-//! counted exactly.
+//! **Nothing below the start is looked up by name.** The start directory is opened
+//! beneath a root (`fs::open_dir`); every directory below is opened with
+//! `openat(parent, name, O_DIRECTORY | O_NOFOLLOW)` relative to its parent's
+//! descriptor, and every file with `openat(dir, name, O_NOFOLLOW)` relative to its
+//! directory's. A directory swapped for a symlink between the listing and the open
+//! makes the open fail (it is skipped), so a walk can only ever descend into what is
+//! really below its start, however the tree changes meanwhile. Symlinks are listed,
+//! never followed.
+//!
+//! Filtering follows ripgrep: `.ignore`, `.gitignore` and `.git/info/exclude` (read
+//! through the same descriptors, with the `ignore` crate's gitignore matchers; ignore
+//! files of the directories between the session root and the start apply too) and the
+//! user's global git excludes; hidden entries opt-in; `.git` directories never walked.
+//! Entries the session's [`Access`](super::fs::Access) withholds (toolgate's own files,
+//! files bound by read rules) are left out and counted.
+//!
+//! Entries arrive in an order that changes from run to run. Determinism comes from
+//! sorting once at the end; memory stays bounded because each walker thread keeps only
+//! the entries that can still be among the first `limit` in path order ([`Prefix`]),
+//! while the totals are counted exactly.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use globset::{GlobBuilder, GlobMatcher};
-use ignore::{
-    DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkParallel, WalkState,
-};
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Env, FsError};
+use super::Env;
+use super::fs::{FileInfo, Resolved, WalkAccess};
 
-/// Confines the search root: `None` is the session cwd; the path must stay inside
-/// the roots after following symlinks (checked race-free by `fs::resolve`). A file is
-/// accepted too (search_code searches a single file); find_files checks for a
-/// directory itself. Returns the path as the kernel resolved it.
-pub(crate) fn confined_dir(env: &Env, path: Option<&str>) -> Result<PathBuf, FsError> {
-    let path = match path {
-        None | Some("") => ".",
-        Some(path) => path,
-    };
-    Ok(super::fs::resolve(env, path)?.path)
-}
+/// Largest ignore file read; longer ones are ignored as a whole (no real one is this
+/// big, and a hostile one must not cost the walk memory).
+const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The filters a search applies to the tree, as the model chose them.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,39 +57,401 @@ pub(crate) struct WalkOptions {
     pub(crate) no_ignore: bool,
 }
 
-/// A walker over `root` with the rules both search tools share:
-/// - `.gitignore`, `.ignore` and `.git/info/exclude` are respected, also outside a git
-///   repository (a model rarely knows whether the directory is one);
-/// - hidden entries are skipped unless asked for;
-/// - symlinks are not followed, so nothing outside the root is reached through a link;
-/// - the base for global gitignore patterns is `root`, never the daemon's cwd;
-/// - one walker thread per available core.
-pub(crate) fn walk_builder(root: &Path, options: WalkOptions) -> WalkBuilder {
-    let mut builder = WalkBuilder::new(root);
-    builder
-        .current_dir(root)
-        .follow_links(false)
-        .hidden(!options.hidden)
-        .require_git(false)
-        .threads(thread_count());
-    if options.no_ignore {
-        builder.ignore(false).git_ignore(false).git_exclude(false).git_global(false).parents(false);
-    }
-    builder
+/// A directory tree to walk: its start opened beneath a root, and what filters it.
+pub(crate) struct Tree {
+    /// The start directory (`O_PATH`); everything below is opened relative to it.
+    dir: Arc<OwnedFd>,
+    /// Its real path, inside the roots (for showing and for matching only).
+    path: PathBuf,
+    options: WalkOptions,
+    access: WalkAccess,
+    /// Ignore files of the directories from the session root down to the start's
+    /// parent.
+    parents: Option<Arc<Level>>,
+    global: Gitignore,
 }
 
-/// Walker threads: one per core the process may use, as ripgrep does. The `ignore`
-/// crate's automatic choice caps at 12, which would idle larger machines.
+impl Tree {
+    /// Prepares a walk of the directory `start` resolved beneath the session roots.
+    pub(crate) fn new(env: &Env, start: Resolved, options: WalkOptions) -> Tree {
+        let access = env.access.for_walk(&start.path, &env.roots);
+        let (parents, global) = if options.no_ignore {
+            (None, Gitignore::empty())
+        } else {
+            (parent_levels(&start), Gitignore::global().0)
+        };
+        Tree { dir: Arc::new(start.fd), path: start.path, options, access, parents, global }
+    }
+}
+
+/// What the walk hands a visitor.
+pub(crate) enum Visit<'a> {
+    /// An entry that is not a directory (directories are walked, not visited).
+    Entry(&'a Entry<'a>),
+    /// A directory or entry that could not be read.
+    Unreadable,
+    /// An entry left out because the session may not see it.
+    Withheld,
+}
+
+/// What kind of entry a [`Visit::Entry`] is. Symlinks are never followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    File,
+    Symlink,
+    Other,
+}
+
+/// A non-directory entry: its name, relative to the directory that holds it (open),
+/// and its path relative to the start.
+pub(crate) struct Entry<'a> {
+    dir: BorrowedFd<'a>,
+    name: &'a CStr,
+    pub(crate) relative: &'a Path,
+    pub(crate) kind: EntryKind,
+}
+
+impl Entry<'_> {
+    /// Opens the entry for reading, relative to its directory and without following a
+    /// symlink. `Ok(None)` when it is (now) not a regular file.
+    pub(crate) fn open(&self) -> io::Result<Option<(File, FileInfo)>> {
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(self.dir, self.name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::LOOP) => return Ok(None),
+            Err(errno) => return Err(errno.into()),
+        };
+        let info = super::fs::file_info(&fd)?;
+        if info.kind != super::fs::FileKind::File {
+            return Ok(None);
+        }
+        Ok(Some((File::from(fd), info)))
+    }
+}
+
+/// The ignore files of one directory, chained to the nearest ancestor that had any.
+struct Level {
+    parent: Option<Arc<Level>>,
+    /// `.ignore`, `.gitignore`, `.git/info/exclude`, in that precedence.
+    matchers: [Option<Gitignore>; 3],
+}
+
+/// Whether `path` (absolute, below the start) is ignored: for each kind of ignore file
+/// in precedence order, the deepest directory with a matching pattern decides; then
+/// the global excludes.
+fn is_ignored(levels: Option<&Arc<Level>>, global: &Gitignore, path: &Path, is_dir: bool) -> bool {
+    for kind in 0..3 {
+        let mut level = levels;
+        while let Some(current) = level {
+            if let Some(matcher) = &current.matchers[kind] {
+                match matcher.matched(path, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
+                }
+            }
+            level = current.parent.as_ref();
+        }
+    }
+    global.matched(path, is_dir).is_ignore()
+}
+
+/// Reads the ignore files of the directory `dir` (at `path`) and chains them to
+/// `parent`; `parent` itself when it has none.
+fn level_for(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    has_git: bool,
+    parent: Option<&Arc<Level>>,
+) -> Option<Arc<Level>> {
+    let exclude =
+        if has_git { read_ignore_at(dir, &[".git", "info", "exclude"], path) } else { None };
+    let matchers = [
+        read_ignore_at(dir, &[".ignore"], path),
+        read_ignore_at(dir, &[".gitignore"], path),
+        exclude,
+    ];
+    if matchers.iter().all(Option::is_none) {
+        return parent.cloned();
+    }
+    Some(Arc::new(Level { parent: parent.cloned(), matchers }))
+}
+
+/// Reads the ignore file at `components` below `dir` (each opened without following
+/// symlinks) into a matcher rooted at `base`. `None` when there is none (or it is
+/// not a small regular file).
+fn read_ignore_at(dir: BorrowedFd<'_>, components: &[&str], base: &Path) -> Option<Gitignore> {
+    let (last, dirs) = components.split_last()?;
+    let mut owned: Option<OwnedFd> = None;
+    for name in dirs {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let at = owned.as_ref().map_or(dir, AsFd::as_fd);
+        owned = Some(rustix::fs::openat(at, *name, flags, Mode::empty()).ok()?);
+    }
+    let at = owned.as_ref().map_or(dir, AsFd::as_fd);
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(at, *last, flags, Mode::empty()).ok()?;
+    let info = super::fs::file_info(&fd).ok()?;
+    if info.kind != super::fs::FileKind::File || info.len > MAX_IGNORE_FILE_BYTES {
+        return None;
+    }
+    let mut text = String::new();
+    File::from(fd).take(MAX_IGNORE_FILE_BYTES).read_to_string(&mut text).ok()?;
+    let mut builder = GitignoreBuilder::new(base);
+    for line in text.lines() {
+        // A bad line is skipped, as git and ripgrep do.
+        let _ = builder.add_line(None, line);
+    }
+    builder.build().ok().filter(|matcher| !matcher.is_empty())
+}
+
+/// The ignore levels of the directories from the start's root down to the start's
+/// parent, each opened below the one before without following symlinks (a swapped
+/// component just ends the chain: these only filter).
+fn parent_levels(start: &Resolved) -> Option<Arc<Level>> {
+    let relative = start.path.strip_prefix(&start.root).ok()?;
+    let components: Vec<&OsStr> = relative.iter().collect();
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(&start.root, flags, Mode::empty()).ok()?;
+    let mut path = start.root.clone();
+    let mut levels: Option<Arc<Level>> = None;
+    for (idx, component) in components.iter().enumerate() {
+        let has_git = rustix::fs::statat(&dir, ".git", AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory);
+        levels = level_for(dir.as_fd(), &path, has_git, levels.as_ref());
+        if idx + 1 == components.len() {
+            break;
+        }
+        dir = match rustix::fs::openat(&dir, *component, flags, Mode::empty()) {
+            Ok(next) => next,
+            Err(_) => break,
+        };
+        path.push(component);
+    }
+    levels
+}
+
+/// One directory waiting to be read: its name relative to its (open) parent.
+struct Job {
+    parent: Arc<OwnedFd>,
+    name: CString,
+    relative: PathBuf,
+    levels: Option<Arc<Level>>,
+}
+
+/// The shared stack of directories to read, and how many threads are reading one.
+struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+struct QueueState {
+    jobs: Vec<Job>,
+    active: usize,
+    done: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The next directory, or `None` when the walk is over (nothing queued and nobody
+    /// reading, or stopped).
+    fn next(&self) -> Option<Job> {
+        let mut state = self.lock();
+        loop {
+            if state.done {
+                return None;
+            }
+            if let Some(job) = state.jobs.pop() {
+                state.active += 1;
+                return Some(job);
+            }
+            if state.active == 0 {
+                state.done = true;
+                self.ready.notify_all();
+                return None;
+            }
+            state = self.ready.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Hands over the subdirectories found and marks one directory as read.
+    fn finish(&self, found: Vec<Job>) {
+        let mut state = self.lock();
+        let wake = found.len();
+        state.jobs.extend(found);
+        state.active -= 1;
+        if state.active == 0 && state.jobs.is_empty() {
+            state.done = true;
+            self.ready.notify_all();
+        } else if wake > 1 {
+            self.ready.notify_all();
+        } else if wake == 1 {
+            self.ready.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        self.lock().done = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Walks `tree` on one thread per core with one `State` per thread, and returns every
+/// thread's final state. `visit` sees each non-directory entry, and each entry that
+/// was unreadable or withheld. Stops early when `cancel` is raised.
+pub(crate) fn walk<State, Make, Visitor>(
+    tree: &Tree,
+    cancel: &AtomicBool,
+    make_state: Make,
+    visit: Visitor,
+) -> Vec<State>
+where
+    State: Send,
+    Make: Fn() -> State + Sync,
+    Visitor: Fn(&mut State, Visit<'_>) + Sync,
+{
+    let root = Job {
+        parent: tree.dir.clone(),
+        name: c".".to_owned(),
+        relative: PathBuf::new(),
+        levels: tree.parents.clone(),
+    };
+    let queue = Queue {
+        state: Mutex::new(QueueState { jobs: vec![root], active: 0, done: false }),
+        ready: Condvar::new(),
+    };
+    let worker = || {
+        let mut state = make_state();
+        while let Some(job) = queue.next() {
+            if cancel.load(Ordering::Relaxed) {
+                queue.stop();
+                break;
+            }
+            let found = read_dir(tree, job, cancel, &mut |visit_of| visit(&mut state, visit_of));
+            queue.finish(found);
+        }
+        state
+    };
+    let threads = thread_count();
+    if threads == 1 {
+        return vec![worker()];
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    })
+}
+
+/// Reads one directory: visits its entries and returns its subdirectories to walk.
+fn read_dir(
+    tree: &Tree,
+    job: Job,
+    cancel: &AtomicBool,
+    visit: &mut dyn FnMut(Visit<'_>),
+) -> Vec<Job> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir =
+        match rustix::fs::openat(job.parent.as_fd(), job.name.as_c_str(), flags, Mode::empty()) {
+            Ok(dir) => Arc::new(dir),
+            // Swapped for a symlink or a file since it was listed: not ours to walk.
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::NOENT) => {
+                return Vec::new();
+            }
+            Err(_) => {
+                visit(Visit::Unreadable);
+                return Vec::new();
+            }
+        };
+    let mut names: Vec<(CString, FileType)> = Vec::new();
+    let mut has_git = false;
+    match rustix::fs::Dir::read_from(dir.as_fd()) {
+        Ok(reader) => {
+            for entry in reader {
+                let Ok(entry) = entry else {
+                    visit(Visit::Unreadable);
+                    break;
+                };
+                let name = entry.file_name();
+                if name == c"." || name == c".." {
+                    continue;
+                }
+                if name == c".git" {
+                    has_git = true;
+                }
+                names.push((name.to_owned(), entry.file_type()));
+            }
+        }
+        Err(_) => {
+            visit(Visit::Unreadable);
+            return Vec::new();
+        }
+    }
+    let path = tree.path.join(&job.relative);
+    let levels = if tree.options.no_ignore {
+        None
+    } else {
+        level_for(dir.as_fd(), &path, has_git, job.levels.as_ref())
+    };
+    let filtered = levels.is_some() || !tree.global.is_empty();
+    let mut found = Vec::new();
+    for (name, file_type) in names {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let bytes = name.as_bytes();
+        if !tree.options.hidden && bytes.first() == Some(&b'.') {
+            continue;
+        }
+        let file_type = match file_type {
+            FileType::Unknown => {
+                match rustix::fs::statat(dir.as_fd(), name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    Err(_) => continue,
+                }
+            }
+            known => known,
+        };
+        let is_dir = file_type == FileType::Directory;
+        if is_dir && bytes == b".git" {
+            continue;
+        }
+        let relative = job.relative.join(OsStr::from_bytes(bytes));
+        if filtered || !tree.access.is_open() {
+            let absolute = tree.path.join(&relative);
+            if filtered && is_ignored(levels.as_ref(), &tree.global, &absolute, is_dir) {
+                continue;
+            }
+            if tree.access.withholds(&absolute) {
+                visit(Visit::Withheld);
+                continue;
+            }
+        }
+        if is_dir {
+            found.push(Job { parent: dir.clone(), name, relative, levels: levels.clone() });
+            continue;
+        }
+        let kind = match file_type {
+            FileType::RegularFile => EntryKind::File,
+            FileType::Symlink => EntryKind::Symlink,
+            _ => EntryKind::Other,
+        };
+        let entry = Entry { dir: dir.as_fd(), name: &name, relative: &relative, kind };
+        visit(Visit::Entry(&entry));
+    }
+    found
+}
+
+/// Walker threads: one per core the process may use, as ripgrep does.
 fn thread_count() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
-
-/// Whether a directory entry below the root is a `.git` directory. Its contents are
-/// git's object store, never what a search is after, even with `hidden: true`.
-pub(crate) fn is_git_dir(entry: &DirEntry) -> bool {
-    entry.depth() > 0
-        && entry.file_name() == OsStr::new(".git")
-        && entry.file_type().is_some_and(|file_type| file_type.is_dir())
 }
 
 /// A glob over paths relative to the search root. A pattern without `/` matches the
@@ -109,20 +482,6 @@ impl PathGlob {
         };
         self.matcher.is_match(Path::new(OsStr::from_bytes(name)))
     }
-}
-
-/// `path` relative to `root`, for a path the walker built by joining names onto
-/// `root`. A plain byte comparison: `Path::strip_prefix` parses both paths into
-/// components, which showed up as the largest single cost of walking a big tree.
-pub(crate) fn relative_to<'p>(root: &Path, path: &'p Path) -> Option<&'p Path> {
-    let root = root.as_os_str().as_bytes();
-    let rest = path.as_os_str().as_bytes().strip_prefix(root)?;
-    let rest = match rest.strip_prefix(b"/") {
-        Some(below) => below,
-        None if rest.is_empty() || root.ends_with(b"/") => rest,
-        None => return None,
-    };
-    Some(Path::new(OsStr::from_bytes(rest)))
 }
 
 /// A mirror of the call's cancellation token in an atomic flag, so the blocking walker
@@ -158,76 +517,6 @@ impl CancelFlag {
 impl Drop for CancelFlag {
     fn drop(&mut self) {
         self.flag.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Runs a parallel walk with one `State` per walker thread and returns every thread's
-/// final state. `visit` sees each entry (or walk error) with its thread's state.
-pub(crate) fn run_parallel<State, Make, Visit>(
-    walk: WalkParallel,
-    make_state: Make,
-    visit: Visit,
-) -> Vec<State>
-where
-    State: Send,
-    Make: Fn() -> State + Sync,
-    Visit: Fn(&mut State, Result<DirEntry, ignore::Error>) -> WalkState + Sync,
-{
-    let finished = Mutex::new(Vec::new());
-    let mut builder =
-        VisitorBuilder { make_state: &make_state, visit: &visit, finished: &finished };
-    walk.visit(&mut builder);
-    finished.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-struct VisitorBuilder<'s, State, Make, Visit> {
-    make_state: &'s Make,
-    visit: &'s Visit,
-    finished: &'s Mutex<Vec<State>>,
-}
-
-impl<'s, State, Make, Visit> ParallelVisitorBuilder<'s> for VisitorBuilder<'s, State, Make, Visit>
-where
-    State: Send + 's,
-    Make: Fn() -> State + Sync,
-    Visit: Fn(&mut State, Result<DirEntry, ignore::Error>) -> WalkState + Sync,
-{
-    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
-        Box::new(Visitor {
-            state: Some((self.make_state)()),
-            visit: self.visit,
-            finished: self.finished,
-        })
-    }
-}
-
-/// One walker thread's visitor. Its state is handed back when the walk drops it.
-struct Visitor<'s, State, Visit> {
-    state: Option<State>,
-    visit: &'s Visit,
-    finished: &'s Mutex<Vec<State>>,
-}
-
-impl<State, Visit> ParallelVisitor for Visitor<'_, State, Visit>
-where
-    State: Send,
-    Visit: Fn(&mut State, Result<DirEntry, ignore::Error>) -> WalkState + Sync,
-{
-    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        match &mut self.state {
-            Some(state) => (self.visit)(state, entry),
-            None => WalkState::Quit,
-        }
-    }
-}
-
-impl<State, Visit> Drop for Visitor<'_, State, Visit> {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            // A poisoned lock means another visitor panicked while pushing; the
-            // vector is still consistent, so keep this thread's results too.
-            self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(state);
-        }
     }
 }
 
@@ -439,18 +728,5 @@ mod tests {
         let deep = PathGlob::new("./src/**/*.rs").unwrap();
         assert!(deep.is_match(Path::new("src/deep/main.rs")));
         assert!(deep.is_match(Path::new("src/main.rs")));
-    }
-
-    #[test]
-    fn relative_to_strips_whole_components_only() {
-        let root = Path::new("/tmp/root");
-        assert_eq!(relative_to(root, Path::new("/tmp/root/a/b.rs")), Some(Path::new("a/b.rs")));
-        assert_eq!(relative_to(root, Path::new("/tmp/root")), Some(Path::new("")));
-        assert_eq!(relative_to(root, Path::new("/tmp/rootx/a")), None);
-        assert_eq!(relative_to(root, Path::new("/tmp/other/a")), None);
-        assert_eq!(
-            relative_to(Path::new("/"), Path::new("/etc/hosts")),
-            Some(Path::new("etc/hosts"))
-        );
     }
 }

@@ -1,21 +1,20 @@
 //! `find_files`: lists the files under a directory whose path matches a glob.
 //!
-//! The walk is the `ignore` crate's parallel walker with the shared rules of
-//! [`crate::tools::walk`] (ignore files respected, hidden entries opt-in, symlinks not
-//! followed). Results are paths relative to the search root in path order, the same on
+//! The walk is the parallel walk by directory descriptors of [`crate::tools::walk`]
+//! (ignore files respected, hidden entries opt-in, symlinks listed but not followed,
+//! entries the session may not see left out and counted). Results are paths relative to the search root in path order, the same on
 //! every run whatever order the walker threads saw them in, and capped at `limit` with
 //! an exact total.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tools::walk::{self, PathGlob, PathKey, Prefix, WalkOptions};
+use crate::tools::fs;
+use crate::tools::walk::{self, PathGlob, PathKey, Prefix, Tree, Visit, WalkOptions};
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
@@ -83,17 +82,10 @@ impl Tool for FindFiles {
             Ok(args) => args,
             Err(res) => return res,
         };
-        let root = match walk::confined_dir(&ctx.env, args.path.as_deref()) {
-            Ok(root) => root,
+        let start = match fs::open_dir(&ctx.env, args.path.as_deref()) {
+            Ok(start) => start,
             Err(err) => return err.into(),
         };
-        if !root.is_dir() {
-            let shown = args.path.as_deref().unwrap_or(".");
-            return ToolResult::failure(
-                ErrorType::InvalidArguments,
-                format!("{shown} is not a directory"),
-            );
-        }
         let glob = match PathGlob::new(&args.pattern) {
             Ok(glob) => glob,
             Err(err) => {
@@ -103,10 +95,10 @@ impl Tool for FindFiles {
                 );
             }
         };
+        let options = WalkOptions { hidden: args.hidden, no_ignore: args.no_ignore };
         let query = Query {
-            root,
+            tree: Tree::new(&ctx.env, start, options),
             glob,
-            options: WalkOptions { hidden: args.hidden, no_ignore: args.no_ignore },
             limit: args.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
         };
 
@@ -128,10 +120,9 @@ impl Tool for FindFiles {
 
 /// One validated find request.
 struct Query {
-    /// Canonical directory inside the roots.
-    root: PathBuf,
+    /// The directory, opened beneath the roots.
+    tree: Tree,
     glob: PathGlob,
-    options: WalkOptions,
     limit: usize,
 }
 
@@ -143,6 +134,8 @@ struct Found {
     total: u64,
     /// Entries the walker could not read (permissions, vanished files).
     unreadable: u64,
+    /// Entries left out because the session may not see them.
+    withheld: u64,
 }
 
 /// One walker thread's findings.
@@ -150,46 +143,27 @@ struct ThreadFindings {
     kept: Prefix<()>,
     total: u64,
     unreadable: u64,
+    withheld: u64,
 }
 
 /// Walks the tree; `None` when the walk was canceled.
 fn find(query: &Query, cancel: &AtomicBool) -> Option<Found> {
-    let walker = walk::walk_builder(&query.root, query.options).build_parallel();
-    let states = walk::run_parallel(
-        walker,
-        || ThreadFindings { kept: Prefix::new(query.limit), total: 0, unreadable: 0 },
-        |state, entry| {
-            if cancel.load(Ordering::Relaxed) {
-                return WalkState::Quit;
-            }
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(_) => {
-                    state.unreadable += 1;
-                    return WalkState::Continue;
+    let states = walk::walk(
+        &query.tree,
+        cancel,
+        || ThreadFindings { kept: Prefix::new(query.limit), total: 0, unreadable: 0, withheld: 0 },
+        |state, visit| match visit {
+            Visit::Unreadable => state.unreadable += 1,
+            Visit::Withheld => state.withheld += 1,
+            Visit::Entry(entry) => {
+                if !query.glob.is_match(entry.relative) {
+                    return;
                 }
-            };
-            let Some(file_type) = entry.file_type() else {
-                return WalkState::Continue;
-            };
-            if file_type.is_dir() {
-                return if walk::is_git_dir(&entry) {
-                    WalkState::Skip
-                } else {
-                    WalkState::Continue
-                };
+                state.total += 1;
+                if state.kept.wants(entry.relative) {
+                    state.kept.insert(PathKey::new(entry.relative), (), 1);
+                }
             }
-            let Some(relative) = walk::relative_to(&query.root, entry.path()) else {
-                return WalkState::Continue;
-            };
-            if !query.glob.is_match(relative) {
-                return WalkState::Continue;
-            }
-            state.total += 1;
-            if state.kept.wants(relative) {
-                state.kept.insert(PathKey::new(relative), (), 1);
-            }
-            WalkState::Continue
         },
     );
     if cancel.load(Ordering::Relaxed) {
@@ -197,9 +171,10 @@ fn find(query: &Query, cancel: &AtomicBool) -> Option<Found> {
     }
     let total = states.iter().map(|state| state.total).sum();
     let unreadable = states.iter().map(|state| state.unreadable).sum();
+    let withheld = states.iter().map(|state| state.withheld).sum();
     let kept = Prefix::merge_all(states.into_iter().map(|state| state.kept), query.limit);
     let paths = kept.into_sorted().map(|(path, ())| path).collect();
-    Some(Found { paths, total, unreadable })
+    Some(Found { paths, total, unreadable, withheld })
 }
 
 /// The text rendering: one path per line, then a marker when the list was cut (by
@@ -232,6 +207,14 @@ fn render(found: Found, max_output_bytes: usize) -> ToolResult {
         .with_meta("truncated", truncated);
     if found.unreadable > 0 {
         res = res.with_meta("unreadable", found.unreadable);
+    }
+    if found.withheld > 0 {
+        res.content.push_str(&format!(
+            "[{} entries left out: toolgate's own files or files the read rules deny or ask \
+             about]\n",
+            found.withheld
+        ));
+        res = res.with_meta("withheld", found.withheld);
     }
     res
 }

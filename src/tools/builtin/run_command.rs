@@ -86,11 +86,12 @@ impl Tool for RunCommand {
             Ok(args) => args,
             Err(res) => return res,
         };
-        let cwd = match fs::resolve_dir(&ctx.env, args.cwd.as_deref()) {
+        let cwd = match fs::open_dir(&ctx.env, args.cwd.as_deref()) {
             Ok(cwd) => cwd,
             Err(err) => return err.into(),
         };
-        let mut spec = Spec::new(Program::Shell(args.command), cwd);
+        let mut spec = Spec::new(Program::Shell(args.command), cwd.path);
+        spec.cwd_dir = Some(std::sync::Arc::new(cwd.fd));
         spec.env = ctx.env.env_policy.build();
         spec.stdin = Stdin::Closed;
         spec.timeout = Some(own_deadline(ctx.timeout));

@@ -1,8 +1,10 @@
 //! `search_code`: searches file contents with ripgrep's own engines.
 //!
 //! `grep-regex` compiles the pattern, `grep-searcher` runs it over each file line by
-//! line (binary files skipped at the first NUL byte, like ripgrep), and the `ignore`
-//! crate's parallel walker chooses the files with the rules of [`crate::tools::walk`].
+//! line (binary files skipped at the first NUL byte, like ripgrep), and the parallel
+//! walk of [`crate::tools::walk`] chooses the files and opens each one relative to its
+//! directory's descriptor. Files the session may not read (toolgate's own, files under
+//! read rules, files with several hard links) are left out and counted.
 //! Output is rendered the way ripgrep prints it (`path:line:text`, context lines as
 //! `path-line-text`, `--` between groups) so a model reads it without instruction.
 //!
@@ -20,12 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use grep_matcher::{LineTerminator, Matcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
-use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tools::walk::{self, PathGlob, PathKey, Prefix, WalkOptions};
+use crate::tools::fs::budget::{READ_BUDGET, Reservation};
+use crate::tools::fs::{self, FileKind};
+use crate::tools::walk::{self, EntryKind, PathGlob, PathKey, Prefix, Tree, Visit, WalkOptions};
 use crate::tools::{
     Definition, ErrorType, FsError, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
@@ -44,10 +47,9 @@ const MAX_CONTEXT: usize = 100;
 const MAX_LINE_BYTES: usize = 500;
 /// How much of a clipped line is shown before the match, so the match has context.
 const CLIP_LEAD_BYTES: usize = 100;
-/// Memory one search thread may use for one file. A line-oriented search needs a
-/// whole line in memory and a multiline search a whole file; a file beyond this is
-/// skipped (and counted) rather than letting one call take gigabytes.
-const MAX_HEAP_BYTES: usize = 256 * 1024 * 1024;
+/// Least memory a search thread may use for one file's buffer, whatever the session's
+/// read limit: room for ordinary long lines.
+const MIN_HEAP_BYTES: u64 = 64 * 1024;
 
 /// How results are rendered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -156,24 +158,50 @@ impl Tool for SearchCode {
     }
 }
 
+/// What a search reads.
+enum Target {
+    /// A directory tree, walked by descriptors.
+    Tree(Box<Tree>),
+    /// One file, already open (its name is the displayed path).
+    File { file: File, name: PathBuf },
+}
+
 /// One validated search request.
 struct Query {
-    /// Canonical file or directory inside the roots.
-    root: PathBuf,
-    /// Whether `root` is a single file (then its name is the displayed path).
-    root_is_file: bool,
+    target: Target,
     matcher: RegexMatcher,
     glob: Option<PathGlob>,
     mode: OutputMode,
     context: usize,
     limit: usize,
     multiline: bool,
-    options: WalkOptions,
+    /// Memory one search thread may use for one file's buffer: a line-oriented search
+    /// holds a whole line, a multiline search a whole file. The session's read limit
+    /// (a file read_file could not load either); a file needing more is skipped and
+    /// counted as unreadable. Reserved from the shared read budget per thread.
+    heap_limit: u64,
 }
 
 impl Query {
     fn new(args: &SearchCodeArgs, ctx: &ToolContext) -> Result<Query, QueryError> {
-        let root = walk::confined_dir(&ctx.env, args.path.as_deref())?;
+        let path = match args.path.as_deref() {
+            None | Some("") => ".",
+            Some(path) => path,
+        };
+        let options = WalkOptions { hidden: args.hidden, no_ignore: false };
+        let resolved = fs::resolve(&ctx.env, path)?;
+        let target = if resolved.is_dir {
+            Target::Tree(Box::new(Tree::new(&ctx.env, resolved, options)))
+        } else {
+            // Opened for reading on its own: confined, checked against the session's
+            // access and refused when hard-linked, like read_file.
+            let opened = fs::open_read(&ctx.env, path)?;
+            if opened.kind != FileKind::File {
+                return Err(FsError::NotRegularFile(fs::shorten(path)).into());
+            }
+            let name = opened.path.file_name().map(PathBuf::from).unwrap_or_default();
+            Target::File { file: File::from(opened.fd), name }
+        };
         let glob = match &args.glob {
             None => None,
             Some(pattern) => Some(
@@ -198,8 +226,7 @@ impl Query {
         let matcher = builder.build(&args.pattern)?;
         let mode = args.output_mode;
         Ok(Query {
-            root_is_file: !root.is_dir(),
-            root,
+            target,
             matcher,
             glob,
             mode,
@@ -210,7 +237,7 @@ impl Query {
             },
             limit: args.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
             multiline: args.multiline,
-            options: WalkOptions { hidden: args.hidden, no_ignore: false },
+            heap_limit: ctx.env.max_read_bytes.max(MIN_HEAP_BYTES),
         })
     }
 
@@ -236,16 +263,8 @@ impl Query {
             .line_terminator(LineTerminator::crlf())
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .multi_line(self.multiline)
-            .heap_limit(Some(MAX_HEAP_BYTES));
+            .heap_limit(Some(usize::try_from(self.heap_limit).unwrap_or(usize::MAX)));
         builder
-    }
-
-    /// The path shown for a searched file.
-    fn display<'p>(&self, path: &'p Path) -> Option<&'p Path> {
-        if self.root_is_file {
-            return path.file_name().map(Path::new);
-        }
-        walk::relative_to(&self.root, path)
     }
 }
 
@@ -292,6 +311,8 @@ struct Found {
     matches: u64,
     /// Files or directories that could not be read.
     unreadable: u64,
+    /// Files left out because the session may not read them.
+    withheld: u64,
     /// Whether context separators go between files.
     separate_files: bool,
     limit: usize,
@@ -300,76 +321,77 @@ struct Found {
 /// One walker thread's searchers and findings. The searchers (and their buffers) are
 /// reused for every file the thread searches.
 struct ThreadSearch {
+    /// This thread's share of the read budget; `None` when the call was canceled while
+    /// waiting for it (then nothing is searched).
+    memory: Option<Reservation<'static>>,
     content_searcher: Searcher,
     counting_searcher: Searcher,
     kept: Prefix<FileHit>,
     files: u64,
     matches: u64,
     unreadable: u64,
+    withheld: u64,
 }
 
 /// Searches the tree; `None` when the search was canceled.
 fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
-    let walker = walk::walk_builder(&query.root, query.options).build_parallel();
-    let states = walk::run_parallel(
-        walker,
-        || ThreadSearch {
-            content_searcher: query.content_searcher(),
-            counting_searcher: query.counting_searcher(),
-            kept: Prefix::new(query.limit),
-            files: 0,
-            matches: 0,
-            unreadable: 0,
-        },
-        |state, entry| {
-            if cancel.load(Ordering::Relaxed) {
-                return WalkState::Quit;
+    let make_state = || ThreadSearch {
+        memory: READ_BUDGET.reserve(query.heap_limit, cancel),
+        content_searcher: query.content_searcher(),
+        counting_searcher: query.counting_searcher(),
+        kept: Prefix::new(query.limit),
+        files: 0,
+        matches: 0,
+        unreadable: 0,
+        withheld: 0,
+    };
+    let states = match &query.target {
+        Target::File { file, name } => {
+            let mut state = make_state();
+            match file.try_clone() {
+                _ if state.memory.is_none() => {}
+                Ok(file) => search_file(query, &mut state, file, name, cancel),
+                Err(_) => state.unreadable += 1,
             }
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(_) => {
-                    state.unreadable += 1;
-                    return WalkState::Continue;
+            vec![state]
+        }
+        Target::Tree(tree) => walk::walk(tree, cancel, make_state, |state, visit| match visit {
+            Visit::Unreadable => state.unreadable += 1,
+            Visit::Withheld => state.withheld += 1,
+            Visit::Entry(_) if state.memory.is_none() => {}
+            Visit::Entry(entry) => {
+                // Symlinks are never followed (a link could lead outside the roots).
+                if entry.kind != EntryKind::File {
+                    return;
                 }
-            };
-            let Some(file_type) = entry.file_type() else {
-                return WalkState::Continue;
-            };
-            if file_type.is_dir() {
-                return if walk::is_git_dir(&entry) {
-                    WalkState::Skip
-                } else {
-                    WalkState::Continue
-                };
+                if let Some(glob) = &query.glob
+                    && !glob.is_match(entry.relative)
+                {
+                    return;
+                }
+                match entry.open() {
+                    Ok(Some((_, info))) if info.is_hardlinked() => state.withheld += 1,
+                    Ok(Some((file, _))) => search_file(query, state, file, entry.relative, cancel),
+                    Ok(None) => {}
+                    Err(_) => state.unreadable += 1,
+                }
             }
-            // Symlinks are never followed (a link could lead outside the roots).
-            if !file_type.is_file() {
-                return WalkState::Continue;
-            }
-            let Some(shown) = query.display(entry.path()) else {
-                return WalkState::Continue;
-            };
-            if let Some(glob) = &query.glob
-                && !glob.is_match(shown)
-            {
-                return WalkState::Continue;
-            }
-            search_file(query, state, entry.path(), shown, cancel);
-            WalkState::Continue
-        },
-    );
+        }),
+    };
     if cancel.load(Ordering::Relaxed) {
         return None;
     }
     let files = states.iter().map(|state| state.files).sum();
     let matches = states.iter().map(|state| state.matches).sum();
     let unreadable = states.iter().map(|state| state.unreadable).sum();
+    let withheld = states.iter().map(|state| state.withheld).sum();
     let kept = Prefix::merge_all(states.into_iter().map(|state| state.kept), query.limit);
     Some(Found {
         hits: kept.into_sorted().map(|(_, hit)| hit).collect(),
         files,
         matches,
         unreadable,
+        withheld,
         separate_files: query.context > 0,
         limit: query.limit,
     })
@@ -379,17 +401,10 @@ fn search(query: &Query, cancel: &AtomicBool) -> Option<Found> {
 fn search_file(
     query: &Query,
     state: &mut ThreadSearch,
-    path: &Path,
+    file: File,
     shown: &Path,
     cancel: &AtomicBool,
 ) {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(_) => {
-            state.unreadable += 1;
-            return;
-        }
-    };
     let reader = CancelReader { file, cancel };
     // Files that cannot appear in the output are only counted, never rendered.
     let wanted = state.kept.wants(shown);
@@ -670,7 +685,19 @@ fn render(found: &Found, mode: OutputMode, max_output_bytes: usize) -> ToolResul
     if found.unreadable > 0 {
         res = res.with_meta("unreadable", found.unreadable);
     }
+    if found.withheld > 0 {
+        res.content.push_str(&withheld_note(found.withheld));
+        res = res.with_meta("withheld", found.withheld);
+    }
     res
+}
+
+/// The line telling the model that files were left out, and why.
+pub(crate) fn withheld_note(withheld: u64) -> String {
+    format!(
+        "[{withheld} files left out: toolgate's own files, files the read rules deny or ask \
+         about, or files with more than one hard link]\n"
+    )
 }
 
 #[cfg(test)]

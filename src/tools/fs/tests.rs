@@ -275,6 +275,7 @@ fn snapshot_reads_stop_at_the_stat_size_and_capped_reads_go_to_the_end() {
         mode: 0o100644,
         uid: 0,
         gid: 0,
+        nlink: 1,
     };
     let grown = b"0123456789 and what was appended later";
     // Known size: the snapshot is what fstat saw; a read-modify-write sees it all.
