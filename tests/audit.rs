@@ -289,3 +289,34 @@ fn the_log_rotates_by_size_and_verify_walks_every_file() {
     assert!(stdout.contains("in 3 files"), "{stdout}");
     assert!(stdout.contains("rotated away"), "{stdout}");
 }
+
+#[test]
+fn audit_settings_are_checked_with_the_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[audit]\nmax_file_bytes = 100\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir.path().join("workspace"))
+        .envs(isolated_env(dir.path()))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(":2:1: [audit] max_file_bytes: must be at least 4096"), "{stderr}");
+
+    std::fs::write(&config, "[server]\naudit_log = false\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .current_dir(dir.path().join("workspace"))
+        .envs(isolated_env(dir.path()))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the audit log is turned off"), "{stderr}");
+}
