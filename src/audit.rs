@@ -13,11 +13,11 @@
 //! [`AuditLog::flush`] waits until everything queued before it is written and synced
 //! to disk; the daemon calls it at shutdown.
 //!
-//! What is written of the arguments is decided in [`redact`]: secrets redacted by key
-//! and by pattern in free text, file contents and oversized values as size and
-//! SHA-256. Each record carries the hash of the record before it ([`chain`]), across
-//! rotated files too, so that `toolgate audit verify` names the first record that was
-//! changed, removed or inserted.
+//! What is written of the arguments is decided in `audit/redact.rs`: secrets redacted
+//! by key and by pattern in free text, file contents and oversized values as size and
+//! SHA-256. Each record carries the hash of the record before it (`audit/chain.rs`),
+//! across rotated files too, so that `toolgate audit verify` names the first record
+//! that was changed, removed or inserted.
 //!
 //! The live file is rotated by size ([`AuditSettings`]): `audit.jsonl` becomes
 //! `audit.jsonl.1`, `.1` becomes `.2`, and files beyond `keep_files` are deleted.
@@ -363,6 +363,33 @@ fn path_id(path: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
 }
 
+/// How long the writer waits for the lock before appending without it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Takes the exclusive lock of the live file. Other toolgate processes hold it for one
+/// append; anything holding it longer (a command running `flock` on the log) must not
+/// stall the writer, and with it the daemon's shutdown, so after [`LOCK_PATIENCE`] the
+/// append goes ahead without it (and may fork the chain, which verification shows).
+fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(err) if err == rustix::io::Errno::WOULDBLOCK => {}
+            Err(err) => return Err(err.into()),
+        }
+        if start.elapsed() >= LOCK_PATIENCE {
+            tracing::warn!(
+                path = %path.display(),
+                "the audit log has been locked by another process for {LOCK_PATIENCE:?}; \
+                 appending without the lock"
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The writer thread's state.
 struct Writer {
     rx: mpsc::Receiver<Message>,
@@ -508,7 +535,7 @@ impl Writer {
     fn lock(&mut self) -> io::Result<([u8; 32], u64)> {
         let mut tampered = false;
         loop {
-            flock(&self.file, FlockOperation::LockExclusive)?;
+            lock_exclusive(&self.file, &self.path)?;
             let held = file_id(&self.file)?;
             if path_id(&self.path) == Some(held) {
                 break;
@@ -608,7 +635,7 @@ impl Writer {
             extra += 1;
         }
         let file = open_file(&self.path)?;
-        flock(&file, FlockOperation::LockExclusive)?;
+        lock_exclusive(&file, &self.path)?;
         // Dropping the old handle releases its lock; waiting writers then find that
         // the path names the new file and follow it.
         self.file = file;
@@ -998,6 +1025,22 @@ mod tests {
         assert!(recorded.starts_with("[8388608 bytes, sha256:"), "{recorded}");
         let junk = lines[1]["arguments"].as_str().unwrap();
         assert!(junk.starts_with("[15728640 bytes, sha256:"), "{junk}");
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_by_someone_else_does_not_stall_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        let holder = File::open(&path).unwrap();
+        flock(&holder, FlockOperation::LockExclusive).unwrap();
+        log.record(record("1", json!({})));
+        log.flush().await.unwrap();
+        assert_eq!(read_lines(&path).len(), 1);
+        drop(holder);
+        log.record(record("2", json!({})));
+        log.flush().await.unwrap();
+        assert_eq!(verified(&path).records, 2);
     }
 
     #[test]

@@ -107,7 +107,20 @@ pub struct Report {
 /// its length at that moment.
 pub fn verify(path: &Path) -> io::Result<Report> {
     let live = File::open(path)?;
-    rustix::fs::flock(&live, rustix::fs::FlockOperation::LockShared)?;
+    // A writer holds the lock for one append; whatever holds it longer is waited for
+    // two seconds at most (reading may then meet a line still being written).
+    let start = std::time::Instant::now();
+    loop {
+        match rustix::fs::flock(&live, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => break,
+            Err(err) if err == rustix::io::Errno::WOULDBLOCK => {}
+            Err(err) => return Err(err.into()),
+        }
+        if start.elapsed() >= std::time::Duration::from_secs(2) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let same = std::fs::metadata(path)
         .map(|meta| {
             live.metadata().is_ok_and(|held| held.dev() == meta.dev() && held.ino() == meta.ino())

@@ -36,17 +36,8 @@ const SECRET_NAME_PARTS: [&str; 7] =
     ["token", "secret", "password", "passwd", "key", "auth", "credential"];
 
 /// Keys whose text values are file contents: recorded as size and hash.
-pub const CONTENT_KEYS: [&str; 9] = [
-    "content",
-    "contents",
-    "old_string",
-    "new_string",
-    "new_source",
-    "source",
-    "patch",
-    "diff",
-    "data",
-];
+pub const CONTENT_KEYS: [&str; 7] =
+    ["content", "contents", "old_string", "new_string", "new_source", "patch", "diff"];
 
 /// Whether a key or variable name looks like it holds a secret. Deliberately broad
 /// (`monkey` matches `key`): hiding a harmless value costs little.
