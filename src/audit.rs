@@ -4,36 +4,57 @@
 //! Recording must never slow a call down. [`AuditLog::record`] only puts the record on
 //! a bounded channel; a dedicated writer thread redacts, encodes and appends it. When
 //! the channel is full (the disk is stalled, or calls arrive faster than it can take
-//! them), the record is **dropped and counted** rather than making the call wait: a
-//! daemon whose tool calls hang on a slow disk is worse than an audit trail with a
-//! counted, logged gap. [`AuditLog::dropped`] reports the count (for `daemon/status`)
-//! and every power-of-two drop logs a warning.
+//! them), or the records waiting hold more than [`MAX_QUEUED_BYTES`], the record is
+//! **dropped and counted** rather than making the call wait: a daemon whose tool calls
+//! hang on a slow disk is worse than an audit trail with a counted, logged gap.
+//! [`AuditLog::dropped`] reports the count (for `daemon/status`) and every power-of-two
+//! drop logs a warning.
 //!
 //! [`AuditLog::flush`] waits until everything queued before it is written and synced
 //! to disk; the daemon calls it at shutdown.
 //!
-//! Arguments are redacted before they are written: any value under a key whose name
-//! looks secret ([`looks_secret`]) becomes `"[redacted]"`, at any depth. Secrets inside
-//! free text (a command line with a token in it) cannot be recognised and are kept.
+//! What is written of the arguments is decided in `audit/redact.rs`: secrets redacted
+//! by key and by pattern in free text, file contents and oversized values as size and
+//! SHA-256. Each record carries the hash of the record before it (`audit/chain.rs`),
+//! across rotated files too, so that `toolgate audit verify` names the first record
+//! that was changed, removed or inserted.
+//!
+//! The live file is rotated by size ([`AuditSettings`]): `audit.jsonl` becomes
+//! `audit.jsonl.1`, `.1` becomes `.2`, and files beyond `keep_files` are deleted.
+//! Several toolgate processes (a daemon and the `toolgate mcp` servers of MCP hosts)
+//! may share one log: each batch is appended under an exclusive `flock` of the live
+//! file, after reading the hash of its last line, so the chain stays one chain.
+
+mod chain;
+mod redact;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Serialize, Serializer};
+use rustix::fs::{FlockOperation, flock};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+pub use self::chain::{Break, GENESIS, Report, line_hash, rotated, verify};
+pub use self::redact::{CONTENT_KEYS, REDACTED, looks_secret, redact, redact_text};
 use crate::tools::ErrorType;
 
-/// Records waiting for the writer. A record is a few hundred bytes to a few KiB, so a
-/// full queue holds at most a few MiB, and 4096 calls is far more than a healthy disk
-/// ever lets pile up: reaching it means the disk is stuck, not merely slow.
+/// Records waiting for the writer. Reaching it means the disk is stuck, not merely
+/// slow: 4096 calls is far more than a healthy disk ever lets pile up.
 pub const CHANNEL_CAPACITY: usize = 4096;
+
+/// What the records waiting for the writer may hold in all (their arguments are
+/// summarized only by the writer). A burst of calls carrying megabytes each is
+/// dropped and counted beyond it rather than held in memory.
+pub const MAX_QUEUED_BYTES: usize = 256 * 1024 * 1024;
 
 /// Records the writer encodes before issuing one `write`: bounds the batch buffer
 /// while still turning a burst into few system calls.
@@ -44,34 +65,39 @@ const MAX_BATCH: usize = 256;
 /// few hundred records, inside [`CHANNEL_CAPACITY`].
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// What a redacted value is replaced with.
-pub const REDACTED: &str = "[redacted]";
-
-/// Parts of key names (compared case-insensitively) whose values are never written.
-const SECRET_NAME_PARTS: [&str; 7] =
-    ["token", "secret", "password", "passwd", "key", "auth", "credential"];
-
-/// Whether a key or variable name looks like it holds a secret. Deliberately broad
-/// (`monkey` matches `key`): hiding a harmless value costs little.
-pub fn looks_secret(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    SECRET_NAME_PARTS.iter().any(|part| lower.contains(part))
+/// `[audit]`: rotation and the size of what is recorded of a call's arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSettings {
+    /// The live file is rotated before a record would take it past this size.
+    pub max_file_bytes: u64,
+    /// Rotated files kept next to the live one; older ones are deleted.
+    pub keep_files: usize,
+    /// Text values longer than this, and arguments larger than this once encoded, are
+    /// recorded as their size and SHA-256.
+    pub max_arguments_bytes: usize,
 }
 
-/// Replaces, at any depth, the value of every object key that [`looks_secret`].
-pub fn redact(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for (key, inner) in map.iter_mut() {
-                if looks_secret(key) {
-                    *inner = Value::String(REDACTED.to_owned());
-                } else {
-                    redact(inner);
-                }
-            }
+impl Default for AuditSettings {
+    fn default() -> AuditSettings {
+        AuditSettings {
+            max_file_bytes: 64 * 1024 * 1024,
+            keep_files: 4,
+            max_arguments_bytes: 16 * 1024,
         }
-        Value::Array(items) => items.iter_mut().for_each(redact),
-        _ => {}
+    }
+}
+
+impl AuditSettings {
+    /// Checks the values; an error names the key and what is wrong with it.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.max_file_bytes < 4096 {
+            return Err(("max_file_bytes", "must be at least 4096".to_owned()));
+        }
+        if self.max_arguments_bytes < 256 {
+            return Err(("max_arguments_bytes", "must be at least 256".to_owned()));
+        }
+        Ok(())
     }
 }
 
@@ -165,7 +191,8 @@ pub enum AuditError {
 }
 
 enum Message {
-    Record(Box<AuditRecord>),
+    /// A record, and what [`AuditLog::record`] counted it as in the queue.
+    Record(Box<AuditRecord>, usize),
     /// Answered once everything queued before it is written and synced.
     Flush(oneshot::Sender<Result<(), String>>),
 }
@@ -181,6 +208,8 @@ pub struct AuditLog {
 struct Inner {
     tx: mpsc::Sender<Message>,
     dropped: AtomicU64,
+    /// Bytes the queued records hold (approximately), against [`MAX_QUEUED_BYTES`].
+    queued: Arc<AtomicUsize>,
     path: PathBuf,
 }
 
@@ -191,9 +220,12 @@ impl AuditLog {
     }
 
     /// Opens the configured log: `None` is a disabled one.
-    pub fn open_configured(path: Option<&Path>) -> Result<AuditLog, AuditError> {
+    pub fn open_configured(
+        path: Option<&Path>,
+        settings: &AuditSettings,
+    ) -> Result<AuditLog, AuditError> {
         match path {
-            Some(path) => AuditLog::open(path),
+            Some(path) => AuditLog::open(path, settings),
             None => Ok(AuditLog::disabled()),
         }
     }
@@ -202,8 +234,8 @@ impl AuditLog {
     /// its writer thread. Missing directories are created with mode 0700 and the file
     /// with 0600; an existing file readable by others is narrowed to 0600. A symlink
     /// at `path` is refused, so nobody can redirect the log by planting one.
-    pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
-        let (log, writer) = AuditLog::with_writer(path, CHANNEL_CAPACITY)?;
+    pub fn open(path: &Path, settings: &AuditSettings) -> Result<AuditLog, AuditError> {
+        let (log, writer) = AuditLog::with_writer(path, settings, CHANNEL_CAPACITY)?;
         std::thread::Builder::new()
             .name("toolgate-audit".to_owned())
             .spawn(move || writer.run())
@@ -212,7 +244,11 @@ impl AuditLog {
     }
 
     /// The handle and its not yet started writer.
-    fn with_writer(path: &Path, capacity: usize) -> Result<(AuditLog, Writer), AuditError> {
+    fn with_writer(
+        path: &Path,
+        settings: &AuditSettings,
+        capacity: usize,
+    ) -> Result<(AuditLog, Writer), AuditError> {
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -220,21 +256,22 @@ impl AuditLog {
                 .create(dir)
                 .map_err(|source| AuditError::CreateDir { path: dir.to_owned(), source })?;
         }
-        let open_err = |source| AuditError::Open { path: path.to_owned(), source };
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(open_err)?;
-        let permissions = file.metadata().map_err(open_err)?.permissions();
-        if permissions.mode() & 0o077 != 0 {
-            file.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(open_err)?;
-        }
+        let file =
+            open_file(path).map_err(|source| AuditError::Open { path: path.to_owned(), source })?;
         let (tx, rx) = mpsc::channel(capacity);
-        let inner = Inner { tx, dropped: AtomicU64::new(0), path: path.to_owned() };
-        let writer = Writer { rx, file, path: path.to_owned(), failure: None };
+        let queued = Arc::new(AtomicUsize::new(0));
+        let inner =
+            Inner { tx, dropped: AtomicU64::new(0), queued: queued.clone(), path: path.to_owned() };
+        let writer = Writer {
+            rx,
+            queued,
+            path: path.to_owned(),
+            settings: settings.clone(),
+            file,
+            known_len: 0,
+            last_hash: None,
+            failure: None,
+        };
         Ok((AuditLog { inner: Some(Arc::new(inner)) }, writer))
     }
 
@@ -253,13 +290,20 @@ impl AuditLog {
         let Some(inner) = &self.inner else {
             return;
         };
-        if let Err(err) = inner.tx.try_send(Message::Record(Box::new(record))) {
+        let size = redact::approximate_size(&record.arguments) + 512;
+        let before = inner.queued.fetch_add(size, Ordering::Relaxed);
+        let outcome = if before.saturating_add(size) > MAX_QUEUED_BYTES {
+            Err("the queue holds too many bytes")
+        } else {
+            inner.tx.try_send(Message::Record(Box::new(record), size)).map_err(|err| match err {
+                mpsc::error::TrySendError::Full(_) => "the queue is full",
+                mpsc::error::TrySendError::Closed(_) => "the writer has stopped",
+            })
+        };
+        if let Err(reason) = outcome {
+            inner.queued.fetch_sub(size, Ordering::Relaxed);
             let dropped = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped.is_power_of_two() {
-                let reason = match err {
-                    mpsc::error::TrySendError::Full(_) => "the queue is full",
-                    mpsc::error::TrySendError::Closed(_) => "the writer has stopped",
-                };
                 tracing::warn!(
                     path = %inner.path.display(),
                     dropped,
@@ -290,11 +334,74 @@ impl AuditLog {
     }
 }
 
+/// Opens the live file for appending (and reading its tail): created 0600, never
+/// through a symlink, narrowed to 0600 when others could read it.
+fn open_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let permissions = file.metadata()?.permissions();
+    if permissions.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+/// Device and inode: what tells whether a path still names an open file.
+type FileId = (u64, u64);
+
+fn file_id(file: &File) -> io::Result<FileId> {
+    let meta = file.metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+fn path_id(path: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// How long the writer waits for the lock before appending without it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Takes the exclusive lock of the live file. Other toolgate processes hold it for one
+/// append; anything holding it longer (a command running `flock` on the log) must not
+/// stall the writer, and with it the daemon's shutdown, so after [`LOCK_PATIENCE`] the
+/// append goes ahead without it (and may fork the chain, which verification shows).
+fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(err) if err == rustix::io::Errno::WOULDBLOCK => {}
+            Err(err) => return Err(err.into()),
+        }
+        if start.elapsed() >= LOCK_PATIENCE {
+            tracing::warn!(
+                path = %path.display(),
+                "the audit log has been locked by another process for {LOCK_PATIENCE:?}; \
+                 appending without the lock"
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The writer thread's state.
 struct Writer {
     rx: mpsc::Receiver<Message>,
-    file: File,
+    queued: Arc<AtomicUsize>,
     path: PathBuf,
+    settings: AuditSettings,
+    /// The live file as this writer last opened it.
+    file: File,
+    /// The file's length after this writer's last append, and the hash of the record
+    /// it appended last: what the file must still end with unless someone else wrote.
+    known_len: u64,
+    last_hash: Option<[u8; 32]>,
     /// The first write failure since the last flush, reported to that flush.
     failure: Option<String>,
 }
@@ -302,21 +409,26 @@ struct Writer {
 impl Writer {
     /// Runs until every [`AuditLog`] handle is gone, then syncs once more.
     fn run(mut self) {
-        let mut buf = Vec::new();
+        let mut lines = Vec::new();
         let mut flushes = Vec::new();
         while let Some(first) = self.rx.blocking_recv() {
             // A record wakes the writer; the records of the next few milliseconds then
             // join it in one write. Senders find nobody waiting meanwhile, so a busy
             // daemon wakes this thread a few hundred times a second at most instead of
             // once per call. A flush is never delayed.
-            if matches!(first, Message::Record(_)) {
+            if matches!(first, Message::Record(..)) {
                 std::thread::sleep(COALESCE);
             }
             let mut next = Some(first);
             let mut n_taken = 0;
             while let Some(message) = next.take() {
                 match message {
-                    Message::Record(record) => self.encode(*record, &mut buf),
+                    Message::Record(record, size) => {
+                        if let Some(line) = self.encode(*record) {
+                            lines.push(line);
+                        }
+                        self.queued.fetch_sub(size, Ordering::Relaxed);
+                    }
                     Message::Flush(reply) => flushes.push(reply),
                 }
                 n_taken += 1;
@@ -324,11 +436,13 @@ impl Writer {
                     next = self.rx.try_recv().ok();
                 }
             }
-            if !buf.is_empty() {
-                if let Err(err) = self.file.write_all(&buf) {
+            if !lines.is_empty() {
+                if let Err(err) = self.append(&mut lines) {
+                    // What the file ends with is unknown now: trust its tail next time.
+                    self.last_hash = None;
                     self.fail(format!("{err}"));
                 }
-                buf.clear();
+                lines.clear();
             }
             if !flushes.is_empty() {
                 if let Err(err) = self.file.sync_data() {
@@ -348,16 +462,185 @@ impl Writer {
         }
     }
 
-    fn encode(&mut self, mut record: AuditRecord, buf: &mut Vec<u8>) {
-        redact(&mut record.arguments);
-        let start = buf.len();
-        match serde_json::to_writer(&mut *buf, &record) {
-            Ok(()) => buf.push(b'\n'),
+    /// The record as JSON without its closing brace (the chain link goes there).
+    fn encode(&mut self, mut record: AuditRecord) -> Option<Vec<u8>> {
+        record.arguments = redact::prepare(&record.arguments, self.settings.max_arguments_bytes);
+        match serde_json::to_vec(&record) {
+            Ok(mut line) if line.last() == Some(&b'}') => {
+                line.pop();
+                Some(line)
+            }
+            Ok(_) => None,
             Err(err) => {
-                buf.truncate(start);
                 self.fail(format!("cannot encode the record of call {}: {err}", record.call_id));
+                None
             }
         }
+    }
+
+    /// Appends the records (each without its closing brace) under the lock, linking
+    /// each to the one before and rotating the file when it is full.
+    fn append(&mut self, lines: &mut [Vec<u8>]) -> io::Result<()> {
+        let (mut prev, mut len) = self.lock()?;
+        let outcome = self.append_locked(lines, &mut prev, &mut len);
+        let _ = flock(&self.file, FlockOperation::Unlock);
+        if outcome.is_ok() {
+            self.known_len = len;
+            self.last_hash = Some(prev);
+        }
+        outcome
+    }
+
+    fn append_locked(
+        &mut self,
+        lines: &mut [Vec<u8>],
+        prev: &mut [u8; 32],
+        len: &mut u64,
+    ) -> io::Result<()> {
+        let mut pending: Vec<u8> = Vec::new();
+        for line in lines.iter_mut() {
+            line.extend_from_slice(b",\"prev\":\"");
+            line.extend_from_slice(redact::hex(prev).as_bytes());
+            line.extend_from_slice(b"\"}");
+            let size = u64::try_from(line.len() + 1).unwrap_or(u64::MAX);
+            let used = *len + u64::try_from(pending.len()).unwrap_or(u64::MAX);
+            if used > 0 && used.saturating_add(size) > self.settings.max_file_bytes {
+                self.file.write_all(&pending)?;
+                pending.clear();
+                self.rotate()?;
+                // Another process may have written to the new file first.
+                let (tail_prev, tail_len) = self.tail()?;
+                *len = tail_len;
+                if tail_len > 0 {
+                    *prev = tail_prev;
+                    // The link was written with the old hash: redo it.
+                    let cut = line.len() - (64 + 2);
+                    line.truncate(cut);
+                    line.extend_from_slice(redact::hex(prev).as_bytes());
+                    line.extend_from_slice(b"\"}");
+                }
+            }
+            *prev = chain::line_hash(line);
+            pending.extend_from_slice(line);
+            pending.push(b'\n');
+        }
+        self.file.write_all(&pending)?;
+        *len += u64::try_from(pending.len()).unwrap_or(u64::MAX);
+        Ok(())
+    }
+
+    /// Takes the exclusive lock on the live file, reopening it when the path no longer
+    /// names the file held, and returns the hash the next record links to and the
+    /// file's length.
+    fn lock(&mut self) -> io::Result<([u8; 32], u64)> {
+        let mut tampered = false;
+        loop {
+            lock_exclusive(&self.file, &self.path)?;
+            let held = file_id(&self.file)?;
+            if path_id(&self.path) == Some(held) {
+                break;
+            }
+            // The path names another file now. Rotation by another toolgate process
+            // sharing the log moved ours to `.1` (or further, while this one was
+            // idle); anything else replaced or removed the log (e.g. `sed -i`). A
+            // file rotated so often that it was deleted looks like a removal.
+            let rotated_away = (1..=self.settings.keep_files)
+                .any(|idx| path_id(&rotated(&self.path, idx)) == Some(held));
+            if !rotated_away && self.last_hash.is_some() {
+                tampered = true;
+            }
+            let _ = flock(&self.file, FlockOperation::Unlock);
+            self.file = open_file(&self.path)?;
+            self.known_len = 0;
+        }
+        let len = self.file.metadata()?.len();
+        if let Some(last) = self.last_hash {
+            if len < self.known_len {
+                tampered = true;
+            } else if !tampered && len == self.known_len && len > 0 {
+                // Nobody wrote since this writer did: the common case, no read.
+                return Ok((last, len));
+            }
+            if tampered {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "the audit log was truncated, replaced or removed since this process \
+                     last wrote to it; the next record links to the last record written \
+                     here, so `toolgate audit verify` shows where"
+                );
+                return Ok((last, self.end_line(len)?));
+            }
+        }
+        self.tail()
+    }
+
+    /// The hash of the live file's last line (of the newest rotated file when the live
+    /// one is empty, [`GENESIS`] when there is none) and the live file's length. A
+    /// last line cut short is ended first, so that no record is glued to it.
+    fn tail(&mut self) -> io::Result<([u8; 32], u64)> {
+        match chain::tail(&self.file)? {
+            chain::Tail::Line { hash, complete } => {
+                let len = self.file.metadata()?.len();
+                let len = if complete { len } else { self.end_line(len)? };
+                Ok((hash, len))
+            }
+            chain::Tail::Empty => {
+                let previous = rotated(&self.path, 1);
+                let hash = match File::open(&previous) {
+                    Ok(file) => match chain::tail(&file)? {
+                        chain::Tail::Line { hash, .. } => hash,
+                        chain::Tail::Empty => GENESIS,
+                    },
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => GENESIS,
+                    Err(err) => return Err(err),
+                };
+                Ok((hash, 0))
+            }
+        }
+    }
+
+    /// Ends a last line that has no newline; returns the file's new length.
+    fn end_line(&mut self, len: u64) -> io::Result<u64> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut last = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut last, len - 1)?;
+        if last[0] == b'\n' {
+            return Ok(len);
+        }
+        self.file.write_all(b"\n")?;
+        Ok(len + 1)
+    }
+
+    /// Rotates the live file (this writer holds its lock): `.k` becomes `.k+1`, the
+    /// live file `.1`, files beyond `keep_files` go, and a new live file is opened and
+    /// locked.
+    fn rotate(&mut self) -> io::Result<()> {
+        let keep = self.settings.keep_files;
+        if keep == 0 {
+            std::fs::remove_file(&self.path)?;
+        } else {
+            for idx in (1..keep).rev() {
+                let from = rotated(&self.path, idx);
+                if from.exists() {
+                    std::fs::rename(&from, rotated(&self.path, idx + 1))?;
+                }
+            }
+            std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        }
+        let mut extra = keep + 1;
+        while std::fs::symlink_metadata(rotated(&self.path, extra)).is_ok() {
+            std::fs::remove_file(rotated(&self.path, extra))?;
+            extra += 1;
+        }
+        let file = open_file(&self.path)?;
+        lock_exclusive(&file, &self.path)?;
+        // Dropping the old handle releases its lock; waiting writers then find that
+        // the path names the new file and follow it.
+        self.file = file;
+        tracing::info!(path = %self.path.display(), "audit log rotated");
+        Ok(())
     }
 
     fn fail(&mut self, message: String) {
@@ -417,42 +700,18 @@ mod tests {
         assert_eq!(rfc3339_utc(before_epoch), "1970-01-01T00:00:00.000Z");
     }
 
-    #[test]
-    fn redaction_reaches_nested_values_and_keeps_the_rest() {
-        let mut args = json!({
-            "command": "deploy",
-            "env": {"GITHUB_TOKEN": "ghp_x", "PATH": "/bin", "nested": [{"ApiKey": 7}]},
-            "Authorization": {"scheme": "Bearer", "value": "x"},
-            "db_password": null,
-            "items": [{"client_secret": "s", "name": "n"}, "plain"],
-            "credentials_file": "/x",
-        });
-        redact(&mut args);
-        assert_eq!(
-            args,
-            json!({
-                "command": "deploy",
-                "env": {"GITHUB_TOKEN": "[redacted]", "PATH": "/bin", "nested": [{"ApiKey": "[redacted]"}]},
-                "Authorization": "[redacted]",
-                "db_password": "[redacted]",
-                "items": [{"client_secret": "[redacted]", "name": "n"}, "plain"],
-                "credentials_file": "[redacted]",
-            })
-        );
-    }
-
     #[tokio::test]
     async fn records_are_appended_as_json_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state").join("toolgate").join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         log.record(record("1", json!({"command": "git status", "token": "abc"})));
         log.record(record("2", json!({"path": "src/main.rs"})));
         log.flush().await.unwrap();
         drop(log);
 
         // A second open appends rather than truncating.
-        let log = AuditLog::open(&path).unwrap();
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         log.record(record("3", json!({})));
         log.flush().await.unwrap();
 
@@ -472,6 +731,7 @@ mod tests {
                 "ok": false,
                 "error_type": "command_failed",
                 "duration_ms": 12.345,
+                "prev": redact::hex(&GENESIS),
             })
         );
         let ids: Vec<&str> = lines.iter().map(|l| l["call_id"].as_str().unwrap()).collect();
@@ -482,7 +742,7 @@ mod tests {
     async fn success_without_rule_writes_nulls() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         let mut rec = record("9", json!({"path": "a"}));
         rec.ok = true;
         rec.error_type = None;
@@ -499,7 +759,7 @@ mod tests {
     async fn flush_at_shutdown_writes_everything_queued() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path).unwrap();
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         let n_records = 2000;
         let clones: Vec<AuditLog> = (0..4).map(|_| log.clone()).collect();
         for idx in 0..n_records {
@@ -519,7 +779,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let parent = dir.path().join("a").join("b");
         let path = parent.join("audit.jsonl");
-        let _log = AuditLog::open(&path).unwrap();
+        let _log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(&parent), 0o700);
@@ -529,7 +789,7 @@ mod tests {
         let loose = dir.path().join("loose.jsonl");
         std::fs::write(&loose, "").unwrap();
         std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let _log = AuditLog::open(&loose).unwrap();
+        let _log = AuditLog::open(&loose, &AuditSettings::default()).unwrap();
         assert_eq!(mode(&loose), 0o600);
     }
 
@@ -540,7 +800,7 @@ mod tests {
         std::fs::write(&target, "").unwrap();
         let link = dir.path().join("audit.jsonl");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let err = AuditLog::open(&link).unwrap_err();
+        let err = AuditLog::open(&link, &AuditSettings::default()).unwrap_err();
         assert!(matches!(err, AuditError::Open { .. }), "{err}");
     }
 
@@ -549,7 +809,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         // The writer is not running yet, so nothing leaves the queue.
-        let (log, writer) = AuditLog::with_writer(&path, 3).unwrap();
+        let (log, writer) = AuditLog::with_writer(&path, &AuditSettings::default(), 3).unwrap();
         for idx in 0..8 {
             log.record(record(&idx.to_string(), json!({})));
         }
@@ -563,7 +823,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_disabled_log_is_a_no_op() {
-        let log = AuditLog::open_configured(None).unwrap();
+        let log = AuditLog::open_configured(None, &AuditSettings::default()).unwrap();
         assert!(!log.is_enabled());
         log.record(record("1", json!({})));
         log.flush().await.unwrap();
@@ -574,10 +834,220 @@ mod tests {
     #[tokio::test]
     async fn flush_after_the_writer_stopped_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let (log, writer) = AuditLog::with_writer(&dir.path().join("audit.jsonl"), 4).unwrap();
+        let (log, writer) =
+            AuditLog::with_writer(&dir.path().join("audit.jsonl"), &AuditSettings::default(), 4)
+                .unwrap();
         drop(writer);
         assert!(matches!(log.flush().await, Err(AuditError::Stopped)));
         log.record(record("1", json!({})));
         assert_eq!(log.dropped(), 1);
+    }
+
+    fn settings(max_file_bytes: u64, keep_files: usize) -> AuditSettings {
+        AuditSettings { max_file_bytes, keep_files, ..AuditSettings::default() }
+    }
+
+    fn verified(path: &Path) -> Report {
+        let report = verify(path).unwrap();
+        assert_eq!(report.broken, None, "{report:?}");
+        report
+    }
+
+    #[tokio::test]
+    async fn records_are_chained_across_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        for round in 0..3 {
+            let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+            for idx in 0..5 {
+                log.record(record(&format!("{round}-{idx}"), json!({"i": idx})));
+            }
+            log.flush().await.unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 15);
+        let first: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(first["prev"], json!(redact::hex(&GENESIS)));
+        for pair in lines.windows(2) {
+            let next: Value = serde_json::from_str(pair[1]).unwrap();
+            assert_eq!(next["prev"], json!(redact::hex(&line_hash(pair[0].as_bytes()))));
+        }
+        let report = verified(&path);
+        assert_eq!((report.records, report.starts_after), (15, None));
+    }
+
+    #[tokio::test]
+    async fn verify_names_the_first_changed_removed_or_inserted_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        for idx in 0..6 {
+            log.record(record(&idx.to_string(), json!({"command": format!("step {idx}")})));
+        }
+        log.flush().await.unwrap();
+        drop(log);
+        let original = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = original.lines().collect();
+        let write = |lines: &[&str]| {
+            std::fs::write(&path, lines.iter().map(|line| format!("{line}\n")).collect::<String>())
+                .unwrap();
+        };
+
+        // A record edited: the record after it no longer links.
+        let edited = lines[2].replace("step 2", "step X");
+        write(&[lines[0], lines[1], &edited, lines[3], lines[4], lines[5]]);
+        let broken = verify(&path).unwrap().broken.unwrap();
+        assert_eq!(broken.line, 4, "{broken}");
+        assert!(broken.to_string().contains("call \"3\""), "{broken}");
+
+        // A record removed (what `sed -i '/marker/d'` does).
+        write(&[lines[0], lines[1], lines[3], lines[4], lines[5]]);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 3);
+
+        // A record inserted.
+        write(&[lines[0], lines[1], lines[1], lines[2], lines[3], lines[4], lines[5]]);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 3);
+
+        // Not a record at all, and a cut-off last line.
+        write(&[lines[0], "junk", lines[2]]);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 2);
+        std::fs::write(&path, format!("{}\n{}", lines[0], &lines[1][..20])).unwrap();
+        let broken = verify(&path).unwrap().broken.unwrap();
+        assert_eq!(broken.line, 2);
+        assert!(broken.reason.contains("incomplete"), "{broken}");
+
+        write(&lines);
+        assert_eq!(verified(&path).records, 6);
+    }
+
+    #[tokio::test]
+    async fn a_log_replaced_or_truncated_under_a_running_writer_shows_the_gap() {
+        for how in ["replace", "truncate"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("audit.jsonl");
+            let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+            for idx in 0..3 {
+                log.record(record(&idx.to_string(), json!({"command": format!("step {idx}")})));
+            }
+            log.flush().await.unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let kept: String = text.lines().take(2).map(|line| format!("{line}\n")).collect();
+            if how == "replace" {
+                // As `sed -i '$d'` does: a new file renamed over the log.
+                let tmp = dir.path().join("sedtmp");
+                std::fs::write(&tmp, &kept).unwrap();
+                std::fs::rename(&tmp, &path).unwrap();
+            } else {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(u64::try_from(kept.len()).unwrap())
+                    .unwrap();
+            }
+            assert_eq!(verified(&path).records, 2, "{how}: the tail was cut cleanly");
+            log.record(record("after", json!({})));
+            log.flush().await.unwrap();
+            let broken =
+                verify(&path).unwrap().broken.unwrap_or_else(|| panic!("{how}: not detected"));
+            assert_eq!(broken.line, 3, "{how}: {broken}");
+            assert!(broken.reason.contains("call \"after\""), "{how}: {broken}");
+        }
+    }
+
+    #[tokio::test]
+    async fn rotation_keeps_n_files_and_the_chain_runs_across_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &settings(4096, 2)).unwrap();
+        for idx in 0..60 {
+            log.record(record(&idx.to_string(), json!({"command": "x".repeat(200)})));
+            if idx % 7 == 0 {
+                log.flush().await.unwrap();
+            }
+        }
+        log.flush().await.unwrap();
+        assert!(rotated(&path, 1).exists() && rotated(&path, 2).exists());
+        assert!(!rotated(&path, 3).exists(), "only keep_files rotated files stay");
+        for file in [path.clone(), rotated(&path, 1), rotated(&path, 2)] {
+            let len = std::fs::metadata(&file).unwrap().len();
+            assert!(len <= 4096, "{} is {len} bytes", file.display());
+        }
+        let report = verified(&path);
+        assert_eq!(report.files, [rotated(&path, 2), rotated(&path, 1), path.clone()]);
+        assert!(report.starts_after.is_some(), "the oldest records were rotated away");
+        // The newest record is the last one written.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["call_id"], json!("59"));
+
+        // A record changed in a rotated file is found there.
+        let older = rotated(&path, 1);
+        let text = std::fs::read_to_string(&older).unwrap();
+        std::fs::write(&older, text.replacen("\"ok\":false", "\"ok\":true", 1)).unwrap();
+        let broken = verify(&path).unwrap().broken.unwrap();
+        assert_eq!(broken.file, older, "{broken}");
+        assert_eq!(broken.line, 2, "{broken}");
+    }
+
+    #[tokio::test]
+    async fn writers_of_two_processes_share_one_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let first = AuditLog::open(&path, &settings(8192, 3)).unwrap();
+        let second = AuditLog::open(&path, &settings(8192, 3)).unwrap();
+        for idx in 0..80 {
+            let log = if idx % 2 == 0 { &first } else { &second };
+            log.record(record(&idx.to_string(), json!({"command": "y".repeat(100)})));
+            log.flush().await.unwrap();
+        }
+        let report = verified(&path);
+        assert!(report.records > 20, "{report:?}");
+    }
+
+    #[tokio::test]
+    async fn a_huge_denied_write_adds_a_small_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        let content = "A".repeat(8 * 1024 * 1024);
+        let mut rec = record("big", json!({"path": "big.bin", "content": content}));
+        rec.tool = "write_file".to_owned();
+        log.record(rec);
+        // Arguments that are not even JSON, far above the limit.
+        log.record(record("junk", Value::String("{".repeat(15 * 1024 * 1024))));
+        log.flush().await.unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len < 4096, "the log grew by {len} bytes");
+        let lines = read_lines(&path);
+        let recorded = lines[0]["arguments"]["content"].as_str().unwrap();
+        assert!(recorded.starts_with("[8388608 bytes, sha256:"), "{recorded}");
+        let junk = lines[1]["arguments"].as_str().unwrap();
+        assert!(junk.starts_with("[15728640 bytes, sha256:"), "{junk}");
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_by_someone_else_does_not_stall_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        let holder = File::open(&path).unwrap();
+        flock(&holder, FlockOperation::LockExclusive).unwrap();
+        log.record(record("1", json!({})));
+        log.flush().await.unwrap();
+        assert_eq!(read_lines(&path).len(), 1);
+        drop(holder);
+        log.record(record("2", json!({})));
+        log.flush().await.unwrap();
+        assert_eq!(verified(&path).records, 2);
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert_eq!(AuditSettings::default().validate(), Ok(()));
+        assert_eq!(settings(100, 1).validate().unwrap_err().0, "max_file_bytes");
+        let small = AuditSettings { max_arguments_bytes: 10, ..AuditSettings::default() };
+        assert_eq!(small.validate().unwrap_err().0, "max_arguments_bytes");
     }
 }

@@ -15,8 +15,8 @@ use crate::protocol::method;
 /// Why a client command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot connect to {}: {source} (is `toolgate serve` running?)", path.display())]
-    Connect { path: PathBuf, source: std::io::Error },
+    #[error("{}", connect_message(path, error))]
+    Connect { path: PathBuf, error: std::io::Error },
     #[error("the daemon closed the connection")]
     Closed,
     #[error("i/o error: {0}")]
@@ -27,6 +27,26 @@ pub enum ClientError {
     Arguments(serde_json::Error),
     #[error(transparent)]
     Config(#[from] crate::server::ServeError),
+}
+
+/// Says once why the daemon cannot be reached and, when none is running, how to start
+/// one.
+fn connect_message(path: &std::path::Path, error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
+            "no toolgate daemon is listening on {} ({error}); start one with \
+             `toolgate serve`, or as a service with \
+             `systemctl --user enable --now toolgate.socket`",
+            path.display()
+        ),
+        _ => format!("cannot connect to {}: {error}", path.display()),
+    }
+}
+
+/// Writes to stdout like `println!`, but hands a failure back (a closed pipe,
+/// `toolgate list | head -1`) instead of panicking; `main` ends quietly on it.
+macro_rules! outln {
+    ($($arg:tt)*) => { writeln!(std::io::stdout(), $($arg)*) };
 }
 
 /// A minimal NDJSON JSON-RPC client.
@@ -44,7 +64,7 @@ impl Client {
         };
         let stream = UnixStream::connect(&path)
             .await
-            .map_err(|source| ClientError::Connect { path, source })?;
+            .map_err(|error| ClientError::Connect { path, error })?;
         let (read, write) = stream.into_split();
         Ok(Client { reader: BufReader::new(read), writer: write, next_id: 1 })
     }
@@ -101,7 +121,7 @@ pub async fn list(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
     let mut client = Client::connect(socket).await?;
     let result = client.request(method::TOOLS_LIST, json!({})).await?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        outln!("{}", serde_json::to_string_pretty(&result)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     for tool in result["tools"].as_array().into_iter().flatten() {
@@ -109,7 +129,7 @@ pub async fn list(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
         let safety = tool["safety"].as_str().unwrap_or("?");
         let system = if tool["system"].as_bool() == Some(true) { " system" } else { "" };
         let description = tool["description"].as_str().unwrap_or("").lines().next().unwrap_or("");
-        println!("{name:<16} {safety:<12}{system} {description}");
+        outln!("{name:<16} {safety:<12}{system} {description}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -117,7 +137,7 @@ pub async fn list(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<Exit
 pub async fn status(socket: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let mut client = Client::connect(socket).await?;
     let result = client.request(method::DAEMON_STATUS, json!({})).await?;
-    println!("{}", serde_json::to_string_pretty(&result)?);
+    outln!("{}", serde_json::to_string_pretty(&result)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -131,7 +151,7 @@ pub async fn explain(
     let result = client
         .request(method::TOOLS_EXPLAIN, json!({"name": name, "arguments": arguments}))
         .await?;
-    println!("{}", serde_json::to_string_pretty(&result)?);
+    outln!("{}", serde_json::to_string_pretty(&result)?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -161,7 +181,7 @@ pub async fn call(
         let event = &message["params"]["result"];
         match event["type"].as_str() {
             Some("tool_output") => {
-                eprint!("{}", event["text"].as_str().unwrap_or(""));
+                write!(std::io::stderr(), "{}", event["text"].as_str().unwrap_or(""))?;
             }
             Some("permission_request") => {
                 let (decision, scope) = ask_on_terminal(event)?;
@@ -175,7 +195,7 @@ pub async fn call(
             _ => {}
         }
     };
-    println!("{}", serde_json::to_string_pretty(&result)?);
+    outln!("{}", serde_json::to_string_pretty(&result)?)?;
     Ok(if result["ok"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -211,15 +231,15 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         Ok(config) => {
             let sources: Vec<String> =
                 config.sources.iter().map(|path| path.display().to_string()).collect();
-            println!(
+            outln!(
                 "# configuration is valid; files read: {}",
                 if sources.is_empty() {
                     "none (embedded defaults)".to_owned()
                 } else {
                     sources.join(", ")
                 }
-            );
-            print!("{}", config.to_toml_string()?);
+            )?;
+            write!(std::io::stdout(), "{}", config.to_toml_string()?)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {

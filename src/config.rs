@@ -184,6 +184,8 @@ pub struct Config {
     pub skills: SkillsConfig,
     pub env: EnvConfig,
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `[audit]`: rotation of the audit log and what it records of arguments.
+    pub audit: crate::audit::AuditSettings,
     /// The files that were read, in layer order (the embedded defaults not included).
     #[serde(skip)]
     pub sources: Vec<PathBuf>,
@@ -698,6 +700,7 @@ struct RawConfig {
     mcp_servers: Vec<McpServerConfig>,
     skills: RawSkills,
     env: EnvConfig,
+    audit: crate::audit::AuditSettings,
 }
 
 #[derive(Deserialize)]
@@ -870,6 +873,9 @@ impl RawConfig {
         let mut mcp_servers = self.mcp_servers;
         validate_mcp_servers(&mut mcp_servers, &self.limits, options, layers)?;
         validate_env(&self.env, layers)?;
+        if let Err((key, message)) = self.audit.validate() {
+            return Err(layers.invalid(&key_path(&["audit", key]), message));
+        }
 
         // [skills]
         let dirs = match &self.skills.dirs {
@@ -902,6 +908,7 @@ impl RawConfig {
             skills: SkillsConfig { dirs },
             env: self.env,
             mcp_servers,
+            audit: self.audit,
             sources: Vec::new(),
         })
     }

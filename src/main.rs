@@ -1,21 +1,66 @@
 //! The `toolgate` command line: the daemon (`serve`), the MCP server for hosts' config
 //! files (`mcp`), and a human's client on the socket (`list`, `call`, `status`,
-//! `explain`), plus `check-config`. The only place that uses `anyhow`.
+//! `explain`), plus `check-config` and `audit verify`. The only place that uses
+//! `anyhow`.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TOOLGATE_COMMIT"), ")");
+
+/// What the exit status means, for `--help`; the README says the same.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    success
+  1    the tool call failed (`call`: the result is not ok), or the audit log's chain
+       is broken (`audit verify`)
+  2    a local error: invalid arguments or configuration, no daemon to talk to, the
+       daemon refused the request
+  141  standard output was closed early (`toolgate list | head -1`); nothing is
+       printed about it
+
+Logging (serve, mcp): TOOLGATE_LOG, else RUST_LOG, is a filter such as `debug` or
+`warn,toolgate=debug`; without either, toolgate logs at info and its dependencies at
+warn, and -v / -q move that up or down.";
+
+/// Exit status when stdout was closed under us: what a shell reports for a process
+/// ended by SIGPIPE (128 + 13), as for any Unix tool in `... | head -1`.
+const BROKEN_PIPE_EXIT: u8 = 141;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "toolgate",
-    version,
-    about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards"
+    version = VERSION,
+    about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards",
+    after_help = EXIT_STATUS
 )]
 struct Cli {
+    /// Log more: -v adds toolgate's debug messages, -vv its trace and the
+    /// dependencies' info, -vvv everything.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log less: -q only warnings, -qq only errors.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    quiet: u8,
+    /// How logs are written to stderr. `auto`: for the journal when stderr is
+    /// connected to it (no timestamps, no colour, a syslog priority per line), else
+    /// text, coloured only on a terminal (and not when NO_COLOR is set).
+    #[arg(long, value_enum, global = true, env = "TOOLGATE_LOG_FORMAT", default_value_t = LogFormat::Auto)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Auto,
+    Text,
+    Journal,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,6 +130,23 @@ enum Command {
         #[arg(long)]
         socket: Option<PathBuf>,
     },
+    /// Work with the audit log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AuditCommand {
+    /// Check the audit log's hash chain, across its rotated files (oldest first), and
+    /// name the first record that was changed, removed or inserted (exit status 1).
+    Verify {
+        /// The log; default: the configured one ([server] audit_log).
+        file: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -94,8 +156,10 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = Cli::parse();
+    init_tracing(&cli);
     match run(cli) {
         Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::from(BROKEN_PIPE_EXIT),
         Err(err) => {
             eprintln!("toolgate: {err:#}");
             ExitCode::from(2)
@@ -103,11 +167,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether the error is a write to a closed pipe: the reader (`head -1`) has all it
+/// wanted, which is no error worth a message.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause.downcast_ref::<toolgate::cli::ClientError>().is_some_and(|client| {
+                matches!(client, toolgate::cli::ClientError::Io(io)
+                    if io.kind() == std::io::ErrorKind::BrokenPipe)
+            })
+    })
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { config } => toolgate::cli::check_config(config),
+        Command::Audit { command: AuditCommand::Verify { file, config } } => {
+            audit_verify(file, config)
+        }
         Command::Serve { config, stdio, socket } => {
-            init_tracing();
             // Sockets passed by systemd must be taken while the process has one thread
             // (taking them edits the environment).
             let inherited =
@@ -121,7 +201,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
-            init_tracing();
             runtime()?.block_on(toolgate::server::serve_mcp(
                 toolgate::server::McpCommandOptions {
                     config,
@@ -148,14 +227,155 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
-/// Logs go to stderr (journald picks them up under systemd), never to stdout: stdout
-/// carries the protocol in `--stdio` and `mcp` modes.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+/// `toolgate audit verify`: prints what it found; 1 when the chain is broken.
+fn audit_verify(file: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    let path = match file {
+        Some(path) => path,
+        None => {
+            let (config, _) = toolgate::server::load_config(config)?;
+            config.server.audit_log.ok_or_else(|| {
+                anyhow::anyhow!("the audit log is turned off ([server] audit_log = false)")
+            })?
+        }
+    };
+    let report = toolgate::audit::verify(&path)
+        .map_err(|err| anyhow::anyhow!("cannot verify {}: {err}", path.display()))?;
+    let mut out = std::io::stdout().lock();
+    let files = report.files.len();
+    if let Some(broken) = &report.broken {
+        writeln!(out, "broken: {broken}")?;
+        writeln!(out, "{} records before it link up ({files} files)", report.records)?;
+        return Ok(ExitCode::FAILURE);
+    }
+    writeln!(
+        out,
+        "ok: {} records in {files} files, every record links to the one before",
+        report.records
+    )?;
+    if let Some(prev) = &report.starts_after {
+        writeln!(
+            out,
+            "the oldest record follows one that is no longer kept (rotated away): {prev}"
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sets up logging to stderr, never to stdout: stdout carries the protocol in
+/// `--stdio` and `mcp` modes.
+///
+/// The filter is `TOOLGATE_LOG`, else `RUST_LOG`, else toolgate at info and its
+/// dependencies at warn (their per-session chatter, such as rmcp's dump of every
+/// initialize request, is not for a service log), moved by `-v`/`-q`. The format is
+/// chosen by `--log-format`: under systemd (stderr is the journal's stream) lines
+/// carry a syslog priority and neither timestamps nor colour, as the journal adds
+/// its own; colour only ever goes to a terminal.
+fn init_tracing(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+
+    let verbosity = i16::from(cli.verbose) - i16::from(cli.quiet);
+    let default_filter = match verbosity {
+        ..=-2 => "error",
+        -1 => "warn",
+        0 => "warn,toolgate=info",
+        1 => "warn,toolgate=debug",
+        2 => "info,toolgate=trace",
+        _ => "trace",
+    };
+    let mut problem = None;
+    let filter = ["TOOLGATE_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|name| {
+            let value = std::env::var(name).ok().filter(|value| !value.trim().is_empty())?;
+            match EnvFilter::try_new(&value) {
+                Ok(filter) => Some(filter),
+                Err(err) => {
+                    problem = Some(format!("ignoring {name}={value:?}: {err}"));
+                    None
+                }
+            }
+        })
+        .unwrap_or_else(|| EnvFilter::new(default_filter));
+
+    let format = match cli.log_format {
+        LogFormat::Auto if stderr_is_journal() => LogFormat::Journal,
+        LogFormat::Auto => LogFormat::Text,
+        other => other,
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Journal => builder
+            .event_format(journal::JournalFormat(
+                tracing_subscriber::fmt::format()
+                    .without_time()
+                    .with_target(false)
+                    .with_ansi(false),
+            ))
+            .try_init(),
+        LogFormat::Auto | LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+            builder
+                .with_target(false)
+                .with_ansi(std::io::stderr().is_terminal() && !no_color)
+                .try_init()
+        }
+    };
+    if let Err(err) = installed {
+        eprintln!("toolgate: cannot set up logging: {err}");
+    }
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}");
+    }
+}
+
+/// Whether stderr is the journal's stream: systemd sets `JOURNAL_STREAM` to its
+/// `device:inode`, and a process whose stderr was redirected elsewhere keeps the
+/// variable, so the two are compared.
+fn stderr_is_journal() -> bool {
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = value.to_str().and_then(|value| value.split_once(':')) else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(std::io::stderr()) else {
+        return false;
+    };
+    dev.parse::<u64>().ok() == Some(stat.st_dev) && ino.parse::<u64>().ok() == Some(stat.st_ino)
+}
+
+mod journal {
+    use tracing::{Event, Level, Subscriber};
+    use tracing_subscriber::fmt::FmtContext;
+    use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
+    use tracing_subscriber::registry::LookupSpan;
+
+    /// Prefixes each line with its syslog priority (`<3>` error ... `<7>` debug), which
+    /// the journal reads from a service's stderr and strips.
+    pub(super) struct JournalFormat<F>(pub(super) F);
+
+    impl<S, N, F> FormatEvent<S, N> for JournalFormat<F>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+        N: for<'a> FormatFields<'a> + 'static,
+        F: FormatEvent<S, N>,
+    {
+        fn format_event(
+            &self,
+            ctx: &FmtContext<'_, S, N>,
+            mut writer: Writer<'_>,
+            event: &Event<'_>,
+        ) -> std::fmt::Result {
+            let priority = match *event.metadata().level() {
+                Level::ERROR => 3,
+                Level::WARN => 4,
+                Level::INFO => 6,
+                _ => 7,
+            };
+            write!(writer, "<{priority}>")?;
+            self.0.format_event(ctx, writer, event)
+        }
+    }
 }

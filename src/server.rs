@@ -266,13 +266,32 @@ impl Core {
         if let Err(err) = crate::tools::builtin::apply_patch::recover_journal() {
             tracing::error!(%err, "could not recover interrupted patches");
         }
-        let audit = AuditLog::open_configured(config.server.audit_log.as_deref())?;
+        warn_about_privileges(settings.mode);
+        let audit = AuditLog::open_configured(config.server.audit_log.as_deref(), &config.audit)?;
         let observer: Arc<dyn CallObserver> = Arc::new(AuditObserver(audit.clone()));
         let registry = default_registry();
         let daemon = Daemon::new(registry.clone(), settings, Some(observer));
         let dynamic = DynamicTools::load(&registry, config);
         daemon.attach_upstreams(dynamic.upstreams.clone());
         Ok(Core { audit, daemon, dynamic })
+    }
+}
+
+/// Says once, at start, what running as root or in bypass mode means.
+fn warn_about_privileges(mode: Mode) {
+    if rustix::process::geteuid().is_root() {
+        tracing::warn!(
+            "running as root: every tool call, and every command a model runs, has root's \
+             power over this machine, limited only by the workspace roots and the \
+             permission rules; run toolgate as an ordinary user (the systemd unit uses a \
+             dedicated one)"
+        );
+    }
+    if mode == Mode::Bypass {
+        tracing::warn!(
+            "permission mode bypass: every call that no deny or ask rule matches runs \
+             without asking, commands and file writes included"
+        );
     }
 }
 

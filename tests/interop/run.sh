@@ -25,7 +25,6 @@ if [[ -z "${TOOLGATE_BIN:-}" ]]; then
 fi
 # Isolated from the user's configuration and state.
 export XDG_CONFIG_HOME="$cache/xdg-config" XDG_STATE_HOME="$cache/xdg-state"
-toolgate_mcp() { "$TOOLGATE_BIN" mcp "$@"; }
 
 # --- Node >= 22 for the conformance suite ---------------------------------------
 node_dir="$cache/node"
@@ -57,9 +56,12 @@ python_venv "$python_sdk2_version"
 
 # --- helpers --------------------------------------------------------------------
 work="$(mktemp -d)"
+# The servers this script started: each is the toolgate process itself (started
+# directly with `&`, never through a function or subshell, whose pid `$!` would
+# name instead), stopped with SIGTERM and waited for.
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
@@ -81,7 +83,7 @@ start_http() {
   port="$(free_port)"
   proxy_port="$(free_port)"
   log_file="$work/server-$port.log"
-  toolgate_mcp --config "$work/interop.toml" --root "$root" --conformance-fixtures \
+  "$TOOLGATE_BIN" mcp --config "$work/interop.toml" --root "$root" --conformance-fixtures \
     --http "127.0.0.1:$port" >/dev/null 2>"$log_file" &
   pids+=("$!")
   python3 "$repo/tests/interop/bearer_proxy.py" "$proxy_port" "$port" "$token" &
