@@ -288,6 +288,24 @@ async fn every_path_is_confined_and_must_be_fresh() {
     let res = fx.call("apply_patch", json!({"patch": escape})).await;
     assert_eq!(res.error_type, Some(ErrorType::AccessDenied), "{res:#?}");
     assert!(!fx.root.parent().unwrap().join("escape.txt").exists());
+    // Through symbolic links leading out of the root: a directory and a file.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), fx.root.join("out")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), fx.root.join("secret.txt"))
+        .unwrap();
+    for sneaky in [
+        "*** Begin Patch\n*** Update File: seen.txt\n-a\n+A\n*** Add File: out/planted.txt\n+x\n*** End Patch",
+        "*** Begin Patch\n*** Update File: seen.txt\n-a\n+A\n*** Update File: secret.txt\n-secret\n+pwned\n*** End Patch",
+        "*** Begin Patch\n*** Update File: seen.txt\n*** Move to: out/moved.txt\n-a\n+A\n*** End Patch",
+    ] {
+        let res = fx.call("apply_patch", json!({"patch": sneaky})).await;
+        assert_eq!(res.error_type, Some(ErrorType::AccessDenied), "{sneaky}: {res:#?}");
+    }
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    assert_eq!(std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(), "secret\n");
+    std::fs::remove_file(fx.root.join("out")).unwrap();
+    std::fs::remove_file(fx.root.join("secret.txt")).unwrap();
     let res = fx
         .call(
             "apply_patch",
