@@ -184,6 +184,40 @@ async fn patches_from_real_git_diff_and_format_patch_apply() {
 }
 
 #[tokio::test]
+async fn a_format_patch_series_touching_one_file_twice_applies_in_order() {
+    if !git_available() {
+        println!("skipped: git is not installed");
+        return;
+    }
+    let mut fx = Fixture::new();
+    fx.git(&["init", "-q"]);
+    fx.git(&["config", "user.email", "t@example.com"]);
+    fx.git(&["config", "user.name", "T"]);
+    let base: String = (1..=30).map(|n| format!("line {n}\n")).collect();
+    fx.write("notes.txt", &base);
+    fx.git(&["add", "-A"]);
+    fx.git(&["commit", "-qm", "base"]);
+    fx.write("notes.txt", base.replace("line 3\n", "line three\n"));
+    fx.git(&["commit", "-qam", "first"]);
+    let second =
+        base.replace("line 3\n", "line three\n").replace("line 28\n", "line 28\nline 28.5\n");
+    fx.write("notes.txt", &second);
+    fx.write("other.txt", "other\n");
+    fx.git(&["add", "-A"]);
+    fx.git(&["commit", "-qm", "second"]);
+    let series = fx.git(&["format-patch", "-2", "--stdout"]);
+    fx.git(&["reset", "-q", "--hard", "HEAD~2"]);
+    fx.new_session();
+    fx.read_all().await;
+    let res = fx.call("apply_patch", json!({"patch": series})).await;
+    assert_ok(&res);
+    assert_eq!(std::fs::read_to_string(fx.root.join("notes.txt")).unwrap(), second);
+    assert_eq!(std::fs::read_to_string(fx.root.join("other.txt")).unwrap(), "other\n");
+    // One hunk per commit on notes.txt; other.txt is added whole.
+    assert_eq!(res.metadata["hunks"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn codex_patches_keep_crlf_and_tabs_and_report_loose_matches() {
     let fx = Fixture::new();
     fx.write("win.txt", "alpha\r\nbeta\r\ngamma\r\n");
