@@ -239,9 +239,11 @@ fn lists_and_calls_tools() {
     assert_eq!(
         names,
         [
+            "apply_patch",
             "edit_file",
             "exit_plan_mode",
             "find_files",
+            "notebook_edit",
             "read_file",
             "run_command",
             "search_code",

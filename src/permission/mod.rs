@@ -75,8 +75,8 @@ pub enum Mode {
     /// Read-only tools run; side-effecting tools ask.
     #[default]
     Default,
-    /// Like `default`, but `write_file`/`edit_file` inside the roots run without asking.
-    /// Commands still ask.
+    /// Like `default`, but file edits (`write_file`, `edit_file`, `apply_patch`,
+    /// `notebook_edit`) inside the roots run without asking. Commands still ask.
     #[serde(alias = "acceptEdits")]
     AcceptEdits,
     /// Only read-only tools run; side-effecting calls are refused.

@@ -394,6 +394,6 @@ async fn dropping_the_execute_future_cancels_the_tool() {
 #[test]
 fn builtins_register_with_unique_names() {
     let registry = Registry::with_builtins();
-    expect!["edit_file,find_files,read_file,run_command,search_code,write_file"]
+    expect!["apply_patch,edit_file,find_files,notebook_edit,read_file,run_command,search_code,write_file"]
         .assert_eq(&registry.names().join(","));
 }

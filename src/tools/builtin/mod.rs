@@ -9,6 +9,7 @@ use super::Tool;
 pub mod apply_patch;
 pub mod edit_file;
 pub mod find_files;
+pub mod notebook_edit;
 pub mod read_file;
 pub mod run_command;
 pub mod search_code;
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         write_file::tool(),
         edit_file::tool(),
         apply_patch::tool(),
+        notebook_edit::tool(),
         run_command::tool(),
         find_files::tool(),
         search_code::tool(),

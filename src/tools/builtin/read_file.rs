@@ -3,9 +3,11 @@
 //!
 //! Output is bounded three ways, each reported honestly rather than silently: a line
 //! window (`offset`/`limit`, 2000 lines by default), a cap on the returned text, and
-//! a cap on each line's length. The file itself must fit in the session's
-//! `max_read_bytes`. Images come back as an attachment (the MCP face turns it into an
-//! image block) with a one-line text rendering; other binary files are refused.
+//! a cap on each line's length. A file larger than the session's `max_read_bytes` is
+//! not loaded: the window is streamed to, and `max_read_bytes` caps what is returned.
+//! Images come back as an attachment (the MCP face turns it into an image block) with
+//! a one-line text rendering; other binary files are refused. Jupyter notebooks are
+//! shown as numbered cells with their text outputs, image outputs as attachments.
 
 use std::sync::{Arc, LazyLock};
 
@@ -88,6 +90,13 @@ impl Tool for ReadFile {
             Ok(opened) => opened,
             Err(err) => return ToolResult::from(err),
         };
+        if opened.info.len > env.max_read_bytes {
+            // Too large to load: stream to the window instead.
+            let cancel = ctx.cancel.clone();
+            return fs::blocking(move || window(&env, &args, opened, &cancel))
+                .await
+                .unwrap_or_else(ToolResult::from);
+        }
         if opened.info.len <= INLINE_READ_BYTES {
             return finish(&env, &args, opened).unwrap_or_else(ToolResult::from);
         }
@@ -124,6 +133,11 @@ fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError>
     // Recorded for every outcome below, binary included: the session has seen what
     // the file is, which is what a later overwrite needs to know.
     env.files.record(resolved.path, FileStamp::of(&info, &bytes));
+    if args.path.ends_with(".ipynb")
+        && let Some((text, attachments, cells)) = super::notebook_edit::render(&bytes)
+    {
+        return Ok(notebook_result(text, attachments, cells, shown_path, info.len));
+    }
     if let Some(image) = sniff_image(&bytes) {
         return Ok(image_result(&args.path, &shown_path, &bytes, &image));
     }
@@ -139,6 +153,246 @@ fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError>
         }
     };
     Ok(render(&decoded, args, shown_path, info.len))
+}
+
+/// A notebook's rendering, capped like any text.
+fn notebook_result(
+    mut text: String,
+    attachments: Vec<Attachment>,
+    cells: usize,
+    shown_path: String,
+    len: u64,
+) -> ToolResult {
+    let truncated = text.len() > MAX_TEXT_BYTES;
+    if truncated {
+        let mut end = MAX_TEXT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let left_out = text.len() - end;
+        text.truncate(end);
+        text.push_str(&format!("\n\n[truncated: {left_out} more bytes of the notebook]"));
+    }
+    let mut res = ToolResult::success(text)
+        .with_meta("path", shown_path)
+        .with_meta("notebook", true)
+        .with_meta("cells", cells)
+        .with_meta("truncated", truncated)
+        .with_meta("bytes", len);
+    for attachment in attachments {
+        res = res.with_attachment(attachment);
+    }
+    res
+}
+
+/// Bytes read per system call while streaming to a window.
+const STREAM_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Reads the `offset`/`limit` window of a file larger than `max_read_bytes` without
+/// loading it: lines before the window are counted as they stream past (never kept),
+/// the window's lines are collected, and reading stops at the window's end. What is
+/// returned is capped by `max_read_bytes` (and the usual text cap); the lines after
+/// the window are not counted, so the total is reported only when the window reached
+/// the end. UTF-8 only (a UTF-16 file of this size is refused as too large).
+fn window(
+    env: &Env,
+    args: &Args,
+    opened: Opened,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ToolResult, FsError> {
+    use std::io::Read as _;
+
+    let Opened { resolved, info } = opened;
+    let shown_path = resolved.path.display().to_string();
+    let mut file = std::fs::File::from(resolved.fd);
+    let start = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
+    let limit =
+        args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+    let budget = MAX_TEXT_BYTES.min(usize::try_from(env.max_read_bytes).unwrap_or(usize::MAX));
+    // Bytes kept of one line: enough for MAX_LINE_CHARS characters of any width.
+    let line_keep = (MAX_LINE_CHARS * 4).min(budget);
+
+    let mut chunk = vec![0u8; STREAM_CHUNK_BYTES];
+    let mut line_no = 1usize;
+    let mut first_chunk = true;
+    let mut current: Vec<u8> = Vec::new();
+    // Characters of the current line beyond what was kept.
+    let mut current_dropped = 0usize;
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    let mut used = 0usize;
+    let mut hit_byte_cap = false;
+    let mut at_eof = false;
+    let mut bytes_read: u64 = 0;
+    'read: loop {
+        if cancel.is_cancelled() {
+            return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
+        }
+        let n = match file.read(&mut chunk) {
+            Ok(0) => {
+                at_eof = true;
+                break;
+            }
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(FsError::from_io(&args.path, err)),
+        };
+        bytes_read += n as u64;
+        let mut data = &chunk[..n];
+        if first_chunk {
+            first_chunk = false;
+            if data.starts_with(&[0xFF, 0xFE]) || data.starts_with(&[0xFE, 0xFF]) {
+                return Err(FsError::TooLarge(format!(
+                    "{} is a UTF-16 file larger than the read limit of {} bytes; only UTF-8 \
+                     files that large are read by window",
+                    shorten(&args.path),
+                    env.max_read_bytes
+                )));
+            }
+            let sniffed = &data[..data.len().min(text::BINARY_SNIFF_BYTES)];
+            if memchr::memchr(0, sniffed).is_some() {
+                env.files.record(resolved.path.clone(), large_stamp(&info));
+                return Ok(ToolResult::failure(
+                    ErrorType::BinaryFile,
+                    format!(
+                        "{} cannot be shown as text: the file looks binary (it contains NUL bytes)",
+                        shorten(&args.path)
+                    ),
+                )
+                .with_meta("path", shown_path)
+                .with_meta("bytes", info.len));
+            }
+            data = data.strip_prefix(&[0xEF, 0xBB, 0xBF][..]).unwrap_or(data);
+        }
+        while !data.is_empty() {
+            let newline = memchr::memchr(b'\n', data);
+            if line_no < start {
+                match newline {
+                    Some(at) => {
+                        line_no += 1;
+                        data = &data[at + 1..];
+                    }
+                    None => break,
+                }
+                continue;
+            }
+            let (part, rest, ended) = match newline {
+                Some(at) => (&data[..at], &data[at + 1..], true),
+                None => (data, &data[data.len()..], false),
+            };
+            let room = line_keep.saturating_sub(current.len());
+            let kept = part.len().min(room);
+            current.extend_from_slice(&part[..kept]);
+            current_dropped += count_chars(&part[kept..]);
+            data = rest;
+            if ended {
+                let (line, dropped) = finish_line(&mut current, &mut current_dropped);
+                let cost = number_width(line_no) + 2 + line.len() + 48;
+                if used + cost > budget && !lines.is_empty() {
+                    hit_byte_cap = true;
+                    break 'read;
+                }
+                used += cost;
+                lines.push((line, dropped));
+                line_no += 1;
+                if lines.len() >= limit {
+                    break 'read;
+                }
+            }
+        }
+    }
+    if at_eof && line_no >= start && (!current.is_empty() || current_dropped > 0) {
+        let (line, dropped) = finish_line(&mut current, &mut current_dropped);
+        lines.push((line, dropped));
+        line_no += 1;
+    }
+    env.files.record(resolved.path, large_stamp(&info));
+
+    let shown = lines.len();
+    let mut content = String::with_capacity(used + 128);
+    let mut cut_lines = 0usize;
+    for (idx, (line, dropped)) in (start..).zip(&lines) {
+        if idx > start {
+            content.push('\n');
+        }
+        push_line_number(&mut content, idx);
+        content.push('\t');
+        // The returned text stays within the budget even for a single huge line.
+        let room = budget.saturating_sub(content.len() + 48);
+        let (line, extra) = match line.char_indices().nth(MAX_LINE_CHARS) {
+            _ if line.len() > room => {
+                let mut end = room;
+                while !line.is_char_boundary(end) {
+                    end -= 1;
+                }
+                (&line[..end], dropped + line[end..].chars().count())
+            }
+            Some((at, _)) => (&line[..at], dropped + line[at..].chars().count()),
+            None => (line.as_str(), *dropped),
+        };
+        content.push_str(line);
+        if extra > 0 {
+            cut_lines += 1;
+            content.push_str(&format!("… [line cut: {extra} more characters]"));
+        }
+    }
+    // Lines counted so far: exact when the end was reached.
+    let total = at_eof.then(|| line_no - 1);
+    let end = start + shown - usize::from(shown > 0);
+    let more_after = !at_eof || (hit_byte_cap && shown > 0);
+    let mut notes: Vec<String> = Vec::new();
+    match total {
+        Some(total) if start > total => notes
+            .push(format!("[offset {start} is past the end of the file, which has {total} lines]")),
+        _ if shown > 0 && more_after => notes.push(format!(
+            "[window: lines {start}-{end} of a file of {} bytes, too large to read whole; read \
+             on with offset={}]",
+            info.len,
+            end + 1
+        )),
+        _ => {}
+    }
+    if cut_lines > 0 {
+        notes.push(format!("[{cut_lines} line(s) were cut to fit]"));
+    }
+    for note in notes {
+        if !content.is_empty() {
+            content.push_str("\n\n");
+        }
+        content.push_str(&note);
+    }
+    let mut res = ToolResult::success(content)
+        .with_meta("path", shown_path)
+        .with_meta("start_line", start)
+        .with_meta("lines_shown", shown)
+        .with_meta("truncated", more_after || cut_lines > 0)
+        .with_meta("bytes", info.len)
+        .with_meta("bytes_read", bytes_read)
+        .with_meta("encoding", "utf-8")
+        .with_meta("windowed", true);
+    if let Some(total) = total {
+        res = res.with_meta("total_lines", total);
+    }
+    Ok(res)
+}
+
+/// What a session saw of a file too large to hash: its size and mtime.
+fn large_stamp(info: &fs::FileInfo) -> FileStamp {
+    FileStamp { modified: info.modified, len: info.len, hash: None }
+}
+
+/// UTF-8 characters in bytes (counting lead bytes; invalid bytes count as one each).
+fn count_chars(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&byte| byte & 0xC0 != 0x80).count()
+}
+
+/// The collected line as text (CR of a CRLF ending dropped) and its dropped count.
+fn finish_line(current: &mut Vec<u8>, dropped: &mut usize) -> (String, usize) {
+    if *dropped == 0 && current.last() == Some(&b'\r') {
+        current.pop();
+    }
+    let line = String::from_utf8_lossy(current).into_owned();
+    current.clear();
+    (line, std::mem::take(dropped))
 }
 
 /// Numbers and windows the text, with every cap applied and reported.

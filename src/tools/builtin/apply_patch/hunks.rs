@@ -125,8 +125,9 @@ pub fn apply(text: &str, hunks: &[Hunk]) -> Result<(String, Vec<Applied>), Misma
                     .map(|at| (at, stage))
             });
             match found {
+                // The hunk's lines may begin with the anchor line itself.
                 Some((at, stage)) => {
-                    from = at + 1;
+                    from = at;
                     anchor_stage = stage;
                 }
                 None => return Err(mismatch(Some(anchor.clone()))),
@@ -140,7 +141,7 @@ pub fn apply(text: &str, hunks: &[Hunk]) -> Result<(String, Vec<Applied>), Misma
             // Pure insertion: where the diff says, after the anchor, or at the end.
             let at = match (hint, &hunk.anchor) {
                 (Some(hint), _) => hint.min(lines.len()),
-                (None, Some(_)) => from,
+                (None, Some(_)) => from + 1,
                 (None, None) => lines.len(),
             };
             (at, anchor_stage)
@@ -296,6 +297,23 @@ mod tests {
         assert_eq!(out, "one\r\ntwo\r\ndrei\r\nvier");
         let (out, _) = apply("a\nb\n", &[hunk(&[" b", "+c"])]).unwrap();
         assert_eq!(out, "a\nb\nc\n");
+    }
+
+    #[test]
+    fn anchors_position_hunks_and_may_be_part_of_them() {
+        let text = "fn a() {\n    x();\n}\nfn b() {\n    x();\n}\n";
+        let mut after = hunk(&["-    x();", "+    y();"]);
+        after.anchor = Some("fn b() {".to_owned());
+        let (out, _) = apply(text, &[after]).unwrap();
+        assert_eq!(out, "fn a() {\n    x();\n}\nfn b() {\n    y();\n}\n");
+        let mut including = hunk(&[" fn b() {", "-    x();", "+    z();"]);
+        including.anchor = Some("fn b() {".to_owned());
+        let (out, _) = apply(text, &[including]).unwrap();
+        assert_eq!(out, "fn a() {\n    x();\n}\nfn b() {\n    z();\n}\n");
+        let mut insert = hunk(&["+    w();"]);
+        insert.anchor = Some("fn a() {".to_owned());
+        let (out, _) = apply(text, &[insert]).unwrap();
+        assert!(out.starts_with("fn a() {\n    w();\n    x();\n"), "{out}");
     }
 
     #[test]
