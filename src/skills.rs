@@ -145,7 +145,12 @@ pub fn skill_dirs(config: &crate::config::Config) -> Vec<SkillDir> {
         .skills
         .trusted
         .iter()
-        .filter(|grant| !grant.explicit || !inside_any(&grant.source, roots))
+        .filter(|grant| {
+            // A --config file counts only where it can be seen to lie outside the roots.
+            !grant.explicit
+                || (std::fs::canonicalize(&grant.source).is_ok()
+                    && !inside_any(&grant.source, roots))
+        })
         .map(|grant| &grant.dir)
         .collect();
     config

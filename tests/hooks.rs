@@ -852,3 +852,90 @@ async fn a_claude_post_hook_gets_the_tool_response() {
     assert_eq!(input["tool_input"], json!({"command": "ls", "timeout": 5000}));
     assert_eq!(input["tool_response"]["content"], "a\nb\n");
 }
+
+/// The real daemon with a Claude Code `Bash` hook configured: the hook fires for
+/// `run_command` and its exit status 2 blocks the command, even in bypass mode.
+#[test]
+fn a_claude_code_bash_hook_blocks_run_command_in_the_daemon() {
+    use std::io::{BufRead, Write};
+    let fx = Fixture::new();
+    let workspace = fx.path("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let script = format!("#!{}\n{PYTHON_BASH_GUARD}", python());
+    let hook = fx.program("bash_guard.py", &script);
+    let config = fx.path("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroots = [{:?}]\n\n[permissions]\nmode = \"bypass\"\n\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\ncommand = {hook:?}\n",
+            workspace.display().to_string()
+        ),
+    )
+    .unwrap();
+    let socket = fx.path("run/toolgate.sock");
+    let _daemon = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&workspace)
+            .env("XDG_CONFIG_HOME", fx.path("config-home"))
+            .env("XDG_STATE_HOME", fx.path("state-home"))
+            .env("XDG_RUNTIME_DIR", fx.path("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (blocked, allowed) = {
+        let deadline = std::time::Instant::now() + SAFETY_TIMEOUT;
+        let stream = loop {
+            if let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket) {
+                break stream;
+            }
+            assert!(std::time::Instant::now() < deadline, "the daemon did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stream.set_read_timeout(Some(SAFETY_TIMEOUT)).unwrap();
+        let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        let mut call = |id: u64, command: &str| {
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "run_command", "arguments": {"command": command}}});
+            writer.write_all(format!("{request}\n").as_bytes()).unwrap();
+            loop {
+                let mut line = String::new();
+                assert!(
+                    reader.read_line(&mut line).unwrap() > 0,
+                    "the daemon closed the connection"
+                );
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == id {
+                    return message["result"].clone();
+                }
+            }
+        };
+        let blocked = call(1, "rm -rf victim; touch ran");
+        let allowed = call(2, "touch fine");
+        (blocked, allowed)
+    };
+    assert_eq!(blocked["error_type"], "hook_blocked", "{blocked}");
+    assert!(blocked["error"].as_str().unwrap().contains("Blocked: rm -rf"), "{blocked}");
+    assert!(!workspace.join("ran").exists(), "the blocked command ran");
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    assert!(workspace.join("fine").exists());
+}
+
+/// A child process killed (and reaped) when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
