@@ -363,8 +363,16 @@ pub struct SkillsConfig {
     pub dirs: Vec<PathBuf>,
     /// `trusted`: directories whose skills run as they declare even inside a
     /// workspace, with the file that said so (see `skills::skill_dirs`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "trusted_dirs")]
     pub trusted: Vec<TrustedSkillDir>,
+}
+
+/// `trusted` as written: the directories (where each came from is not a setting).
+fn trusted_dirs<S: serde::Serializer>(
+    trusted: &[TrustedSkillDir],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(trusted.iter().map(|grant| &grant.dir))
 }
 
 /// One `[skills] trusted` entry and where it was written.

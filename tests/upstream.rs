@@ -886,3 +886,43 @@ fn check_config_refuses_a_server_name_with_a_double_underscore() {
     assert!(stderr.contains(&format!("{}:5", config.display())), "{stderr}");
     assert!(stderr.contains("may not contain `__`"), "{stderr}");
 }
+
+/// Whoever reads the registry and then the status (or the other way round) never sees
+/// them disagree, while the server's tools change under them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_never_disagrees_with_the_registry() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let observer = {
+        let (registry, upstreams, done) = (registry.clone(), upstreams.clone(), done.clone());
+        tokio::spawn(async move {
+            let changes = registry.subscribe_changes();
+            let mut compared = 0u32;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                // A reading between two equal generations saw no change in between.
+                let before = *changes.borrow();
+                let extra = registry.contains("mcp__fx__extra");
+                let status = status_of(&upstreams, "fx");
+                let after = *changes.borrow();
+                if before == after && status.state == UpstreamState::Ready {
+                    assert_eq!(status.tools, 8 + usize::from(extra), "{status:?}");
+                    compared += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            compared
+        })
+    };
+    for round in 0..20 {
+        call(&registry, "mcp__fx__toggle", json!({})).await;
+        let present = round % 2 == 0;
+        wait_for("the toggled tool", || registry.contains("mcp__fx__extra") == present).await;
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let compared = observer.await.unwrap();
+    assert!(compared > 0, "the observer never compared");
+    upstreams.shutdown().await;
+}
