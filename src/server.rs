@@ -72,7 +72,11 @@ pub fn settings_from_config(
         deny: config.permissions.deny.clone(),
     };
     // Whoever can write a skill file decides what a tool runs: such writes always ask.
-    let policy = Policy::new(&rules, home)?.guard_writes(config.skills.dirs.clone());
+    // Each directory as configured and as resolved, since calls name resolved paths.
+    let mut guarded = config.skills.dirs.clone();
+    guarded.extend(config.skills.dirs.iter().filter_map(|dir| std::fs::canonicalize(dir).ok()));
+    guarded.dedup();
+    let policy = Policy::new(&rules, home)?.guard_writes(guarded);
     let hooks = Hooks::new(&config.hooks.pre_tool_use, &config.hooks.post_tool_use)?;
     Ok(Settings {
         roots: config.workspace.roots.clone(),
