@@ -363,6 +363,29 @@ impl McpServerConfig {
 pub struct SkillsConfig {
     /// Absolute directories, searched in order; they need not exist.
     pub dirs: Vec<PathBuf>,
+    /// `trusted`: directories whose skills run as they declare even inside a
+    /// workspace, with the file that said so (see `skills::skill_dirs`).
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "trusted_dirs")]
+    pub trusted: Vec<TrustedSkillDir>,
+}
+
+/// `trusted` as written: the directories (where each came from is not a setting).
+fn trusted_dirs<S: serde::Serializer>(
+    trusted: &[TrustedSkillDir],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(trusted.iter().map(|grant| &grant.dir))
+}
+
+/// One `[skills] trusted` entry and where it was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TrustedSkillDir {
+    pub dir: PathBuf,
+    /// The configuration file that lists it.
+    pub source: PathBuf,
+    /// The file is `--config`'s (whose trust depends on where it lies), not the
+    /// system or user file.
+    pub explicit: bool,
 }
 
 /// `[env]`: the environment of commands.
@@ -733,6 +756,9 @@ struct RawWorkspace {
 struct RawSkills {
     #[serde(default)]
     dirs: Option<Vec<String>>,
+    /// Read per layer (see `resolve`); here only to check the type.
+    #[serde(default)]
+    trusted: Option<Vec<String>>,
 }
 
 /// `audit_log = true | false | "path"`; `""` is the same as `false`.
@@ -899,13 +925,44 @@ impl RawConfig {
                 .collect(),
         };
 
+        // `trusted` counts per file: where each entry was written decides whether it
+        // is the user's own word (see `skills::skill_dirs`), so layers are not merged.
+        let _checked_above = &self.skills.trusted;
+        let mut trusted = Vec::new();
+        for layer in &layers.layers {
+            let Some(entries) = layer
+                .table
+                .get("skills")
+                .and_then(|skills| skills.get("trusted"))
+                .and_then(toml::Value::as_array)
+            else {
+                continue;
+            };
+            for (idx, entry) in entries.iter().enumerate() {
+                let mut path = key_path(&["skills", "trusted"]);
+                path.push(Seg::Index(idx));
+                let raw = entry.as_str().unwrap_or_default();
+                if !(raw.starts_with('/') || raw.starts_with("~/")) {
+                    return Err(layers.invalid(
+                        &path,
+                        format!("{raw:?}: a trusted directory is an absolute path (or ~/...)"),
+                    ));
+                }
+                let dir =
+                    expand_path(raw, options).map_err(|message| layers.invalid(&path, message))?;
+                let source = PathBuf::from(&layer.name);
+                let explicit = options.explicit.as_ref().is_some_and(|file| *file == source);
+                trusted.push(TrustedSkillDir { dir, source, explicit });
+            }
+        }
+
         Ok(Config {
             server,
             workspace: WorkspaceConfig { roots },
             limits: self.limits,
             permissions: self.permissions,
             hooks: self.hooks,
-            skills: SkillsConfig { dirs },
+            skills: SkillsConfig { dirs, trusted },
             env: self.env,
             mcp_servers,
             audit: self.audit,
@@ -1064,16 +1121,8 @@ fn validate_mcp_servers(
             }
             path
         };
-        let name_ok = !server.name.is_empty()
-            && server.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !name_ok {
-            return Err(layers.invalid(
-                &path("name"),
-                format!(
-                    "{:?} is not a valid server name: use letters, digits, `_` and `-`",
-                    server.name
-                ),
-            ));
+        if let Err(message) = crate::upstream::check_server_name(&server.name) {
+            return Err(layers.invalid(&path("name"), message));
         }
         if !names.insert(server.name.clone()) {
             return Err(layers.invalid(

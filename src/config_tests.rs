@@ -112,6 +112,7 @@ fn defaults_with_no_files() {
         hooks: HooksConfig { pre_tool_use: vec![], post_tool_use: vec![] },
         skills: SkillsConfig {
             dirs: vec![fixture.user.join("skills"), fixture.start.join(".toolgate/skills")],
+            trusted: vec![],
         },
         env: EnvConfig { inherit: true, exclude: vec![], set: BTreeMap::new() },
         mcp_servers: vec![],
@@ -313,7 +314,7 @@ fn an_unknown_key_is_named_with_its_place() {
     check_user_error(
         "[[hooks.post_tool_use]]\ncommand = \"x\"\ntimeout = 5\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:3:1: [[hooks.post_tool_use]] #1 timeout: unknown field `timeout`, expected one of `matcher`, `command`, `timeout_ms`, `on_error`"
+            "$T/home/.config/toolgate/config.toml:3:1: [[hooks.post_tool_use]] #1 timeout: unknown field `timeout`, expected one of `matcher`, `command`, `timeout_ms`, `on_error`, `format`"
         ],
     );
 }
@@ -379,6 +380,7 @@ fn hooks_are_validated() {
             command: "~/hooks/check.sh".to_owned(),
             timeout_ms: 10_000,
             on_error: crate::hooks::OnError::Deny,
+            format: crate::hooks::HookFormat::Auto,
         }]
     );
 }

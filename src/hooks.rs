@@ -45,6 +45,94 @@ pub struct HookConfig {
     /// What a hook that fails to run or exits with an unexpected code means.
     #[serde(default)]
     pub on_error: OnError,
+    /// Which shape of input the hook reads (and of `updatedInput` it writes).
+    #[serde(default)]
+    pub format: HookFormat,
+}
+
+/// The input a hook reads on stdin.
+///
+/// - `claude`: Claude Code's shape. `tool_name` is Claude Code's name for the tool
+///   (`Bash`, `Read`, `Write`, `Edit`, `Glob`, `Grep`; other tools keep their names)
+///   and `tool_input` uses its field names (`file_path`, `timeout`, `-i`, `-C`,
+///   `head_limit`); a PostToolUse hook gets the result as `tool_response` too. An
+///   `updatedInput` it answers with is read back in the same shape.
+/// - `toolgate`: toolgate's own names (`run_command`, `path`, ...).
+/// - `auto` (the default): `claude` when the matcher names one of Claude Code's tools
+///   (`Bash`, `Edit|Write`, ...), otherwise `toolgate`. A hook for every tool (`*`)
+///   written for Claude Code says `format = "claude"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookFormat {
+    #[default]
+    Auto,
+    Claude,
+    Toolgate,
+}
+
+/// Claude Code's name for each built-in tool that has one: the `tool_name` a Claude
+/// Code hook script compares against.
+const CLAUDE_TOOL_NAMES: &[(&str, &str)] = &[
+    ("run_command", "Bash"),
+    ("read_file", "Read"),
+    ("write_file", "Write"),
+    ("edit_file", "Edit"),
+    ("find_files", "Glob"),
+    ("search_code", "Grep"),
+];
+
+/// Argument names that differ between a tool and its Claude Code counterpart:
+/// (tool, toolgate's name, Claude Code's name).
+const CLAUDE_FIELD_NAMES: &[(&str, &str, &str)] = &[
+    ("read_file", "path", "file_path"),
+    ("write_file", "path", "file_path"),
+    ("edit_file", "path", "file_path"),
+    ("run_command", "timeout_ms", "timeout"),
+    ("search_code", "case_insensitive", "-i"),
+    ("search_code", "context", "-C"),
+    ("search_code", "limit", "head_limit"),
+];
+
+/// The name a Claude Code hook sees for `tool`.
+pub fn claude_tool_name(tool: &str) -> &str {
+    CLAUDE_TOOL_NAMES.iter().find(|(ours, _)| *ours == tool).map_or(tool, |(_, claude)| claude)
+}
+
+/// Renames the fields of an arguments object between the two shapes.
+fn rename_fields(tool: &str, input: &Value, to_claude: bool) -> Value {
+    let Value::Object(map) = input else { return input.clone() };
+    let mut out = serde_json::Map::with_capacity(map.len());
+    for (key, value) in map {
+        let renamed = CLAUDE_FIELD_NAMES.iter().find_map(|(name, ours, claude)| {
+            if *name != tool {
+                return None;
+            }
+            let (from, to) = if to_claude { (ours, claude) } else { (claude, ours) };
+            (key == from).then_some(*to)
+        });
+        out.insert(renamed.unwrap_or(key).to_owned(), value.clone());
+    }
+    Value::Object(out)
+}
+
+/// A tool's arguments as a Claude Code hook reads them.
+pub fn claude_tool_input(tool: &str, input: &Value) -> Value {
+    rename_fields(tool, input, true)
+}
+
+/// Arguments a Claude Code hook wrote (`updatedInput`), in the tool's own names.
+pub fn tool_input_from_claude(tool: &str, input: &Value) -> Value {
+    rename_fields(tool, input, false)
+}
+
+/// Claude Code's name for a permission mode.
+fn claude_mode(mode: &str) -> &str {
+    match mode {
+        "accept_edits" => "acceptEdits",
+        "bypass" => "bypassPermissions",
+        "dont_ask" => "dontAsk",
+        other => other,
+    }
 }
 
 /// Whether a failing hook lets the call through (fail open) or blocks it (fail closed).
@@ -321,6 +409,8 @@ struct CompiledHook {
     timeout: Duration,
     timeout_ms: u64,
     on_error: OnError,
+    /// Whether the hook reads Claude Code's shape (`auto` resolved).
+    claude: bool,
 }
 
 impl CompiledHook {
@@ -361,6 +451,15 @@ impl CompiledHook {
                 command: config.command.clone(),
             });
         };
+        let claude = match config.format {
+            HookFormat::Claude => true,
+            HookFormat::Toolgate => false,
+            HookFormat::Auto => matcher.as_ref().is_some_and(|regex| {
+                crate::permission::claude_code_aliases()
+                    .iter()
+                    .any(|(alias, _)| regex.is_match(alias))
+            }),
+        };
         Ok(CompiledHook {
             index,
             matcher,
@@ -368,11 +467,19 @@ impl CompiledHook {
             timeout: Duration::from_millis(config.timeout_ms),
             timeout_ms: config.timeout_ms,
             on_error: config.on_error,
+            claude,
         })
     }
 
+    /// Whether the hook is for this tool: its matcher matches the tool's name or a
+    /// Claude Code name that stands for the tool (the rules' alias table: `Bash` for
+    /// `run_command`, `Edit` for `edit_file` and `write_file`, ...).
     fn matches(&self, tool_name: &str) -> bool {
-        self.matcher.as_ref().is_none_or(|regex| regex.is_match(tool_name))
+        let Some(regex) = &self.matcher else { return true };
+        regex.is_match(tool_name)
+            || crate::permission::claude_code_aliases()
+                .iter()
+                .any(|(alias, tools)| tools.contains(&tool_name) && regex.is_match(alias))
     }
 }
 
@@ -460,8 +567,8 @@ impl Hooks {
         }
         let payload =
             PreToolUseInput { hook_event_name: HookEvent::PreToolUse, call: call.clone() };
-        let runs =
-            run_all(&matching, HookEvent::PreToolUse, &payload, &call.cwd, env, cancel).await;
+        let inputs = Inputs::new(&matching, &payload, |value| claude_payload(value, call, None));
+        let runs = run_all(&matching, HookEvent::PreToolUse, &inputs, &call.cwd, env, cancel).await;
         let answers = matching
             .iter()
             .zip(runs)
@@ -489,8 +596,10 @@ impl Hooks {
             call: call.clone(),
             tool_result: result.clone(),
         };
+        let inputs =
+            Inputs::new(&matching, &payload, |value| claude_payload(value, call, Some(result)));
         let runs =
-            run_all(&matching, HookEvent::PostToolUse, &payload, &call.cwd, env, cancel).await;
+            run_all(&matching, HookEvent::PostToolUse, &inputs, &call.cwd, env, cancel).await;
         let mut outcome = PostOutcome { hook_count: matching.len(), ..PostOutcome::none() };
         let mut feedback = Vec::new();
         for (hook, run) in matching.iter().zip(runs) {
@@ -503,26 +612,73 @@ impl Hooks {
     }
 }
 
+/// The encoded stdin of one event's hooks, in each shape some matching hook reads.
+struct Inputs {
+    toolgate: Option<Result<Vec<u8>, String>>,
+    claude: Option<Result<Vec<u8>, String>>,
+}
+
+impl Inputs {
+    fn new(
+        matching: &[&CompiledHook],
+        payload: &impl Serialize,
+        to_claude: impl FnOnce(Value) -> Value,
+    ) -> Inputs {
+        let encode = |value: &Value| serde_json::to_vec(value).map_err(|err| err.to_string());
+        let needs_claude = matching.iter().any(|hook| hook.claude);
+        let needs_toolgate = matching.iter().any(|hook| !hook.claude);
+        let value = serde_json::to_value(payload).map_err(|err| err.to_string());
+        let toolgate =
+            needs_toolgate.then(|| value.as_ref().map_err(Clone::clone).and_then(encode));
+        let claude = needs_claude.then(|| match &value {
+            Ok(value) => encode(&to_claude(value.clone())),
+            Err(err) => Err(err.clone()),
+        });
+        Inputs { toolgate, claude }
+    }
+
+    fn for_hook(&self, hook: &CompiledHook) -> Result<&[u8], HookFailure> {
+        let input = if hook.claude { &self.claude } else { &self.toolgate };
+        match input {
+            Some(Ok(bytes)) => Ok(bytes),
+            Some(Err(err)) => Err(HookFailure::Io(format!("cannot encode the input: {err}"))),
+            None => Err(HookFailure::Io("no input was prepared for this hook".to_owned())),
+        }
+    }
+}
+
+/// A payload in Claude Code's shape: its tool name and argument names, its mode
+/// names, and (after the call) the result as `tool_response` as well.
+fn claude_payload(mut value: Value, call: &ToolCallInput, result: Option<&ToolResult>) -> Value {
+    if let Value::Object(map) = &mut value {
+        map.insert("tool_name".to_owned(), Value::from(claude_tool_name(&call.tool_name)));
+        map.insert("tool_input".to_owned(), claude_tool_input(&call.tool_name, &call.tool_input));
+        if let Some(mode) = &call.permission_mode {
+            map.insert("permission_mode".to_owned(), Value::from(claude_mode(mode)));
+        }
+        if let Some(result) = result
+            && let Ok(response) = serde_json::to_value(result)
+        {
+            map.insert("tool_response".to_owned(), response);
+        }
+    }
+    value
+}
+
 /// Runs the matching hooks of one event concurrently; the results are in configuration
 /// order.
 async fn run_all(
     matching: &[&CompiledHook],
     event: HookEvent,
-    payload: &impl Serialize,
+    inputs: &Inputs,
     cwd: &Path,
     env: &[(String, String)],
     cancel: &CancellationToken,
 ) -> Vec<Result<Finished, HookFailure>> {
-    let input = match serde_json::to_vec(payload) {
-        Ok(input) => input,
-        Err(err) => {
-            let failure = HookFailure::Io(format!("cannot encode the input: {err}"));
-            return matching.iter().map(|_| Err(failure.clone())).collect();
-        }
-    };
-    futures::future::join_all(
-        matching.iter().map(|hook| run_hook(hook, event, &input, cwd, env, cancel)),
-    )
+    futures::future::join_all(matching.iter().map(|hook| async move {
+        let input = inputs.for_hook(hook)?;
+        run_hook(hook, event, input, cwd, env, cancel).await
+    }))
     .await
 }
 
@@ -962,7 +1118,11 @@ fn pre_answer(
             Some(reason.unwrap_or_else(|| format!("denied by hook `{}`", hook.command))),
         ),
     };
-    PreAnswer { verdict, reason, updated_input: directive.updated_input, error: None }
+    let updated_input = match directive.updated_input {
+        Some(input) if hook.claude => Some(tool_input_from_claude(tool_name, &input)),
+        other => other,
+    };
+    PreAnswer { verdict, reason, updated_input, error: None }
 }
 
 /// Combines the answers of one event's hooks (given in configuration order).
@@ -1066,6 +1226,7 @@ mod tests {
             command: "true".to_owned(),
             timeout_ms: default_hook_timeout_ms(),
             on_error: OnError::Allow,
+            format: HookFormat::Auto,
         }
     }
 
@@ -1079,6 +1240,7 @@ mod tests {
                 command: "lint.sh".to_owned(),
                 timeout_ms: 60_000,
                 on_error: OnError::Allow,
+                format: HookFormat::Auto,
             }
         );
         let config: HookConfig =

@@ -79,7 +79,12 @@ pub fn settings_from_config(
         ask: config.permissions.ask.clone(),
         deny: config.permissions.deny.clone(),
     };
-    let policy = Policy::new(&rules, home)?;
+    // Whoever can write a skill file decides what a tool runs: such writes always ask.
+    // Each directory as configured and as resolved, since calls name resolved paths.
+    let mut guarded = config.skills.dirs.clone();
+    guarded.extend(config.skills.dirs.iter().filter_map(|dir| std::fs::canonicalize(dir).ok()));
+    guarded.dedup();
+    let policy = Policy::new(&rules, home)?.guard_writes(guarded);
     let hooks = Hooks::new(&config.hooks.pre_tool_use, &config.hooks.post_tool_use)?;
     Ok(Settings {
         roots: config.workspace.roots.clone(),
@@ -196,7 +201,7 @@ impl DynamicTools {
     /// servers wait for [`DynamicTools::start_upstreams`]. Needs a Tokio runtime.
     pub fn load(registry: &Arc<Registry>, config: &Config) -> DynamicTools {
         let skills = Skills::new(registry.clone());
-        let report = skills.watch(config.skills.dirs.clone());
+        let report = skills.watch(crate::skills::skill_dirs(config));
         tracing::info!(
             loaded = report.loaded.len(),
             skipped = report.skipped.len(),
@@ -215,7 +220,7 @@ impl DynamicTools {
     /// Applies a reloaded configuration: skills rescanned (with the new directories),
     /// upstream servers added, removed or restarted as their entries changed.
     pub fn reload(&self, config: &Config) {
-        self.skills.watch(config.skills.dirs.clone());
+        self.skills.watch(crate::skills::skill_dirs(config));
         self.start_upstreams(config);
     }
 
@@ -484,8 +489,7 @@ pub struct McpCommandOptions {
 /// `toolgate mcp`: one MCP conversation on stdio (or an HTTP endpoint), over the same
 /// engine as the daemon. Returns at the end of input (stdio) or on SIGTERM/SIGINT.
 pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
-    let (config, load_options) = load_config(options.config.clone())?;
-    let mut settings = settings_for(&config, &load_options)?;
+    let (mut config, load_options) = load_config(options.config.clone())?;
     if !options.roots.is_empty() {
         let mut roots = Vec::with_capacity(options.roots.len());
         for root in &options.roots {
@@ -493,8 +497,22 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
                 .map_err(|err| ServeError::Other(format!("--root {}: {err}", root.display())))?;
             roots.push(canonical);
         }
-        settings.roots = roots;
+        // Workspace skills are those of the roots the host named, wherever toolgate
+        // was started; so are their trust and the guard on writing them.
+        let replaced: Vec<PathBuf> = config
+            .workspace
+            .roots
+            .iter()
+            .map(|root| crate::skills::workspace_skill_dir(root))
+            .collect();
+        config.skills.dirs.retain(|dir| !replaced.contains(dir));
+        config
+            .skills
+            .dirs
+            .extend(roots.iter().map(|root| crate::skills::workspace_skill_dir(root)));
+        config.workspace.roots = roots;
     }
+    let mut settings = settings_for(&config, &load_options)?;
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
     }

@@ -16,6 +16,30 @@
 //!   `skill__<name>`, returning the Markdown instructions and the files bundled with
 //!   them.
 //!
+//! **Arguments.** Every string property of a command tool's `input_schema` declares a
+//! `kind` (numbers, booleans, arrays and objects are values of their JSON type):
+//!
+//! - `text`: passed as it is;
+//! - `path`: resolved beneath the session roots like any tool path (symlinks
+//!   followed, never leaving a root; the parent must exist when the file does not),
+//!   and passed as the absolute path that was resolved;
+//! - `url`: must use one of the schemes the property lists in `schemes`.
+//!
+//! A value starting with `-` fills a placeholder at the start of an argv element only
+//! when the property says `allow_options = true` or a literal `--` element comes
+//! before it, so no argument becomes an option of the command. `kind`, `schemes` and
+//! `allow_options` are toolgate's and are removed from the schema tools are listed
+//! with. Arguments the schema does not declare are refused (`additionalProperties`
+//! defaults to false), and two properties whose `TOOLGATE_ARG_*` names would be the
+//! same (`max-count`, `max_count`) make the file fail to load.
+//!
+//! **Trust.** A skill directory inside a workspace root belongs to whoever wrote that
+//! workspace (a cloned repository, say), not to the user: its command tools run as
+//! `side_effect` whatever they declare, so they ask (or are refused in plan mode),
+//! until the user trusts the directory in their own configuration (`[skills] trusted`
+//! in the system or user file, or a `--config` file outside every root; never a file
+//! inside the workspace). Instruction skills only return text and keep `read_only`.
+//!
 //! A broken file is logged with its path and reason and skipped; the others load. A
 //! skill never replaces a built-in, a system tool or a proxied MCP tool: names that
 //! another source holds are refused by the Registry, and the `mcp__` prefix is
@@ -79,6 +103,71 @@ pub struct LoadReport {
     pub skipped: Vec<Skipped>,
 }
 
+/// A skill directory and whether its command tools may run as they declare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkillDir {
+    pub path: PathBuf,
+    /// `false`: every command tool loaded from it is `side_effect`.
+    pub trusted: bool,
+}
+
+impl SkillDir {
+    pub fn trusted(path: impl Into<PathBuf>) -> SkillDir {
+        SkillDir { path: path.into(), trusted: true }
+    }
+
+    pub fn untrusted(path: impl Into<PathBuf>) -> SkillDir {
+        SkillDir { path: path.into(), trusted: false }
+    }
+}
+
+/// The workspace skill directory of a root.
+pub fn workspace_skill_dir(root: &Path) -> PathBuf {
+    root.join(".toolgate").join("skills")
+}
+
+/// Whether `path` (as written, and as resolved when it exists) lies in one of `roots`.
+fn inside_any(path: &Path, roots: &[PathBuf]) -> bool {
+    let resolved = std::fs::canonicalize(path).ok();
+    roots.iter().any(|root| {
+        path.starts_with(root)
+            || resolved.as_ref().is_some_and(|resolved| resolved.starts_with(root))
+    })
+}
+
+/// The configured skill directories with their trust. A directory outside every root
+/// is the user's; one inside a root is trusted only when a `[skills] trusted` entry
+/// covers it and comes from the user's own configuration: the system or user file, or
+/// a `--config` file that lies outside every root.
+pub fn skill_dirs(config: &crate::config::Config) -> Vec<SkillDir> {
+    let roots = &config.workspace.roots;
+    let grants: Vec<&PathBuf> = config
+        .skills
+        .trusted
+        .iter()
+        .filter(|grant| {
+            // A --config file counts only where it can be seen to lie outside the roots.
+            !grant.explicit
+                || (std::fs::canonicalize(&grant.source).is_ok()
+                    && !inside_any(&grant.source, roots))
+        })
+        .map(|grant| &grant.dir)
+        .collect();
+    config
+        .skills
+        .dirs
+        .iter()
+        .map(|dir| {
+            let trusted = !inside_any(dir, roots)
+                || grants.iter().any(|grant| {
+                    dir.starts_with(grant)
+                        || std::fs::canonicalize(dir).is_ok_and(|dir| dir.starts_with(grant))
+                });
+            SkillDir { path: dir.clone(), trusted }
+        })
+        .collect()
+}
+
 /// The skills of the daemon: loads them into the Registry and keeps them in step with
 /// the skill directories.
 pub struct Skills {
@@ -111,7 +200,7 @@ impl Skills {
 
     /// Loads every skill of `dirs` and makes the Registry's skill tools exactly these
     /// (one `tools_list_changed` at most). Broken files are logged and skipped.
-    pub fn load(&self, dirs: &[PathBuf]) -> LoadReport {
+    pub fn load(&self, dirs: &[SkillDir]) -> LoadReport {
         let Scan { found, mut skipped } = scan(dirs);
         let mut tools: Vec<(Arc<dyn Tool>, ToolSource)> = Vec::with_capacity(found.len());
         let mut paths = BTreeMap::new();
@@ -142,7 +231,7 @@ impl Skills {
     /// Loads `dirs`, then reloads whenever a file in them changes (debounced by
     /// [`DEBOUNCE`]). Replaces any earlier watch (a reload with new directories).
     /// Must be called inside a Tokio runtime.
-    pub fn watch(self: &Arc<Skills>, dirs: Vec<PathBuf>) -> LoadReport {
+    pub fn watch(self: &Arc<Skills>, dirs: Vec<SkillDir>) -> LoadReport {
         let report = self.load(&dirs);
         let (events, receiver) = mpsc::channel(1);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -163,7 +252,8 @@ impl Skills {
                 return report;
             }
         };
-        let watched = watch_dirs(&mut watcher, &dirs, &mut Vec::new());
+        let paths: Vec<PathBuf> = dirs.iter().map(|dir| dir.path.clone()).collect();
+        let watched = watch_dirs(&mut watcher, &paths, &mut Vec::new());
         let weak = Arc::downgrade(self);
         let task = tokio::spawn(async move {
             reload_on_change(weak, watcher, dirs, watched, receiver).await;
@@ -190,10 +280,11 @@ impl Skills {
 async fn reload_on_change(
     skills: std::sync::Weak<Skills>,
     mut watcher: notify::RecommendedWatcher,
-    dirs: Vec<PathBuf>,
+    dirs: Vec<SkillDir>,
     mut watched: Vec<PathBuf>,
     mut changes: mpsc::Receiver<()>,
 ) {
+    let paths: Vec<PathBuf> = dirs.iter().map(|dir| dir.path.clone()).collect();
     while changes.recv().await.is_some() {
         // Debounce: wait until nothing has changed for a while (or for long enough).
         let settle_by = tokio::time::Instant::now() + MAX_SETTLE;
@@ -206,7 +297,7 @@ async fn reload_on_change(
         }
         let Some(skills) = skills.upgrade() else { return };
         // A skill directory created since the last look is watched from now on.
-        watched = watch_dirs(&mut watcher, &dirs, &mut watched);
+        watched = watch_dirs(&mut watcher, &paths, &mut watched);
         let report = skills.load(&dirs);
         tracing::debug!(
             loaded = report.loaded.len(),
@@ -258,11 +349,12 @@ struct Scan {
 
 /// Reads every skill of `dirs`, in order (directories as given, entries by name). The
 /// first skill of a name wins; later ones are skipped.
-fn scan(dirs: &[PathBuf]) -> Scan {
+fn scan(dirs: &[SkillDir]) -> Scan {
     let mut found: Vec<(Arc<dyn Tool>, PathBuf)> = Vec::new();
     let mut skipped = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for dir in dirs {
+    for SkillDir { path: dir, trusted } in dirs {
+        let trusted = *trusted;
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
@@ -291,7 +383,8 @@ fn scan(dirs: &[PathBuf]) -> Scan {
                     InstructionSkill::load(&path).map(|tool| Arc::new(tool) as Arc<dyn Tool>);
                 (loaded, skill_md)
             } else if file_name.ends_with(".toml") {
-                let loaded = CommandSkill::load(&path).map(|tool| Arc::new(tool) as Arc<dyn Tool>);
+                let loaded =
+                    CommandSkill::load(&path, trusted).map(|tool| Arc::new(tool) as Arc<dyn Tool>);
                 (loaded, path)
             } else {
                 continue;
@@ -448,36 +541,154 @@ pub fn arg_env_name(name: &str) -> String {
     var
 }
 
+/// What a property's value is, as its `kind` declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A string passed as it is.
+    Text,
+    /// A file path, resolved beneath the session roots.
+    Path,
+    /// A URL with one of these (lower-case) schemes.
+    Url(Vec<String>),
+    /// A number, boolean, array or object (rendered as JSON).
+    Value,
+}
+
+/// One declared argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Param {
+    kind: Kind,
+    /// A value may start with `-` wherever it is placed.
+    allow_options: bool,
+}
+
+/// Takes toolgate's keys (`kind`, `schemes`, `allow_options`) out of one property of
+/// the input schema and checks them against the property's type.
+fn take_param(name: &str, property: &mut Value) -> Result<Param, String> {
+    let Value::Object(map) = property else {
+        return Err(format!("input_schema property {name:?} must be a table"));
+    };
+    let kind = map.remove("kind");
+    let schemes = map.remove("schemes");
+    let allow_options = match map.remove("allow_options") {
+        None => false,
+        Some(Value::Bool(allow)) => allow,
+        Some(_) => return Err(format!("property {name:?}: allow_options must be true or false")),
+    };
+    let declared_type = map.get("type").and_then(Value::as_str);
+    let kind = match kind.as_ref().map(|kind| kind.as_str()) {
+        None => match declared_type {
+            Some("integer" | "number" | "boolean" | "array" | "object") => Kind::Value,
+            _ => {
+                return Err(format!(
+                    "property {name:?}: declare its kind: kind = \"text\", \"path\" or \"url\""
+                ));
+            }
+        },
+        Some(Some(kind)) if declared_type != Some("string") => {
+            return Err(format!("property {name:?}: kind = {kind:?} needs type = \"string\""));
+        }
+        Some(Some("text")) => Kind::Text,
+        Some(Some("path")) => Kind::Path,
+        Some(Some("url")) => {
+            let list = schemes.as_ref().and_then(Value::as_array).ok_or_else(|| {
+                format!("property {name:?}: a url lists the schemes it allows, e.g. schemes = [\"https\"]")
+            })?;
+            let mut allowed = Vec::with_capacity(list.len());
+            for scheme in list {
+                let scheme = scheme.as_str().unwrap_or_default().to_ascii_lowercase();
+                let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c));
+                if !valid {
+                    return Err(format!("property {name:?}: {scheme:?} is not a URL scheme"));
+                }
+                allowed.push(scheme);
+            }
+            if allowed.is_empty() {
+                return Err(format!("property {name:?}: schemes must not be empty"));
+            }
+            Kind::Url(allowed)
+        }
+        Some(other) => {
+            return Err(format!(
+                "property {name:?}: kind must be \"text\", \"path\" or \"url\", not {other:?}",
+                other = other
+                    .map_or_else(|| kind.clone().unwrap_or_default().to_string(), str::to_owned)
+            ));
+        }
+    };
+    if schemes.is_some() && !matches!(kind, Kind::Url(_)) {
+        return Err(format!("property {name:?}: schemes apply to kind = \"url\" only"));
+    }
+    Ok(Param { kind, allow_options })
+}
+
+/// Checks a URL value: `scheme://...` with an allowed scheme, and nothing a command
+/// line or a URL parser could read two ways (whitespace, control characters).
+fn check_url(name: &str, value: &str, schemes: &[String]) -> Result<(), String> {
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("argument {name}: a URL cannot contain spaces or control characters"));
+    }
+    let scheme = value.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme {
+        Some(scheme) if schemes.contains(&scheme) => Ok(()),
+        _ => Err(format!(
+            "argument {name}: only {} URLs are allowed",
+            schemes.iter().map(|scheme| format!("{scheme}://")).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
 /// A tool that runs a declared command with its arguments as argv elements.
 pub struct CommandSkill {
     definition: Definition,
     /// The argv template; element 0 is the program and never holds a placeholder.
-    argv: Vec<Vec<Piece>>,
+    /// With each element: whether a literal `--` element comes before it.
+    argv: Vec<(Vec<Piece>, bool)>,
+    /// Every declared argument, by name.
+    params: BTreeMap<String, Param>,
     /// The folder of the declaring file: relative program paths resolve against it,
     /// and the command sees it as `TOOLGATE_SKILL_DIR`.
     dir: PathBuf,
 }
 
 impl CommandSkill {
-    fn load(path: &Path) -> Result<CommandSkill, String> {
+    fn load(path: &Path, trusted: bool) -> Result<CommandSkill, String> {
         let text = read_capped(path, MAX_TOML_BYTES)?;
         let file: CommandFile = toml::from_str(&text).map_err(|err| err.to_string())?;
         check_name(&file.name, &[PROXY_PREFIX, INSTRUCTION_PREFIX])?;
         if file.description.trim().is_empty() {
             return Err("description must not be empty".to_owned());
         }
-        let schema = match file.input_schema {
-            None => json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        let mut schema = match file.input_schema {
+            None => json!({"type": "object", "properties": {}}),
             Some(schema) => schema,
         };
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err("input_schema must have type = \"object\"".to_owned());
         }
-        let properties: Vec<String> = schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .map(|properties| properties.keys().cloned().collect())
-            .unwrap_or_default();
+        let Value::Object(schema_map) = &mut schema else {
+            return Err("input_schema must be a table".to_owned());
+        };
+        // Unknown arguments are refused unless the author says otherwise.
+        schema_map.entry("additionalProperties").or_insert(Value::Bool(false));
+        let mut params = BTreeMap::new();
+        let mut env_names: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(properties) = schema_map.get_mut("properties") {
+            let Value::Object(properties) = properties else {
+                return Err("input_schema.properties must be a table".to_owned());
+            };
+            for (name, property) in properties.iter_mut() {
+                let param = take_param(name, property)?;
+                let var = arg_env_name(name);
+                if let Some(other) = env_names.insert(var.clone(), name.clone()) {
+                    return Err(format!(
+                        "properties {other:?} and {name:?} would both be passed as {var}; rename one"
+                    ));
+                }
+                params.insert(name.clone(), param);
+            }
+        }
         let Some(program) = file.command.first() else {
             return Err("command must name a program".to_owned());
         };
@@ -485,6 +696,7 @@ impl CommandSkill {
             return Err("command must name a program".to_owned());
         }
         let mut argv = Vec::with_capacity(file.command.len());
+        let mut after_double_dash = false;
         for (idx, element) in file.command.iter().enumerate() {
             let pieces = parse_template(element)?;
             for piece in &pieces {
@@ -492,17 +704,26 @@ impl CommandSkill {
                     if idx == 0 {
                         return Err("the program (command[0]) cannot be a placeholder".to_owned());
                     }
-                    if !properties.contains(name) {
+                    if !params.contains_key(name) {
                         return Err(format!(
                             "placeholder {{{name}}} is not a property of input_schema"
                         ));
                     }
                 }
             }
-            argv.push(pieces);
+            argv.push((pieces, after_double_dash));
+            after_double_dash |= idx > 0 && element == "--";
         }
         if file.timeout_ms == Some(0) {
             return Err("timeout_ms must be greater than zero".to_owned());
+        }
+        let safety = if trusted { file.safety } else { Safety::SideEffect };
+        if !trusted && file.safety != Safety::SideEffect {
+            tracing::info!(
+                path = %path.display(),
+                "a workspace skill declares {:?} but its directory is not trusted: it runs as side_effect",
+                file.safety
+            );
         }
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(CommandSkill {
@@ -510,35 +731,98 @@ impl CommandSkill {
                 name: file.name,
                 description: file.description,
                 input_schema: schema,
-                safety: file.safety,
+                safety,
                 system: false,
                 timeout: file.timeout_ms.map(Duration::from_millis),
             },
             argv,
+            params,
             dir,
         })
     }
 
+    /// Every declared argument of a call, checked and rendered as the command gets it
+    /// (a path as the absolute path it resolved to). Undeclared and null ones are left
+    /// out.
+    fn values(
+        &self,
+        args: &serde_json::Map<String, Value>,
+        env: &crate::tools::Env,
+    ) -> Result<BTreeMap<String, String>, ToolResult> {
+        let invalid = |message: String| ToolResult::failure(ErrorType::InvalidArguments, message);
+        let mut values = BTreeMap::new();
+        for (name, param) in &self.params {
+            let value = match args.get(name) {
+                None | Some(Value::Null) => continue,
+                Some(value) => value,
+            };
+            let text = match (&param.kind, value) {
+                (Kind::Path, Value::String(path)) => match crate::tools::fs::resolve(env, path) {
+                    Ok(resolved) => resolved.path.display().to_string(),
+                    Err(crate::tools::fs::FsError::NotFound(_)) => {
+                        // A path that does not exist (yet): its directory must.
+                        let parent = crate::tools::fs::resolve_parent(
+                            env,
+                            path,
+                            crate::tools::fs::ParentDirs::MustExist,
+                        )
+                        .map_err(|err| {
+                            ToolResult::failure(err.error_type(), format!("argument {name}: {err}"))
+                        })?;
+                        parent.path().display().to_string()
+                    }
+                    Err(err) => {
+                        return Err(ToolResult::failure(
+                            err.error_type(),
+                            format!("argument {name}: {err}"),
+                        ));
+                    }
+                },
+                (Kind::Url(schemes), Value::String(url)) => {
+                    check_url(name, url, schemes).map_err(invalid)?;
+                    url.clone()
+                }
+                (Kind::Path | Kind::Url(_), _) => {
+                    return Err(invalid(format!("argument {name} must be a string")));
+                }
+                (Kind::Text | Kind::Value, value) => render_value(value),
+            };
+            if text.contains('\0') {
+                return Err(invalid(format!(
+                    "argument {name} contains a NUL byte, which no command line can carry"
+                )));
+            }
+            values.insert(name.clone(), text);
+        }
+        Ok(values)
+    }
+
     /// The argv for one call. An element whose placeholder has no value (an optional
-    /// argument left out, or null) is left out as a whole.
-    fn render(&self, args: &serde_json::Map<String, Value>) -> Result<Vec<String>, ToolResult> {
+    /// argument left out, or null) is left out as a whole. A value starting with `-` at
+    /// the start of an element is refused unless its property allows options or a
+    /// `--` element comes before it.
+    fn render(&self, values: &BTreeMap<String, String>) -> Result<Vec<String>, ToolResult> {
         let mut argv = Vec::with_capacity(self.argv.len());
-        'elements: for pieces in &self.argv {
+        'elements: for (pieces, after_double_dash) in &self.argv {
             let mut element = String::new();
-            for piece in pieces {
+            for (position, piece) in pieces.iter().enumerate() {
                 match piece {
                     Piece::Text(text) => element.push_str(text),
-                    Piece::Arg(name) => match args.get(name) {
-                        None | Some(Value::Null) => continue 'elements,
-                        Some(value) => element.push_str(&render_value(value)),
-                    },
+                    Piece::Arg(name) => {
+                        let Some(value) = values.get(name) else { continue 'elements };
+                        let allowed = *after_double_dash
+                            || self.params.get(name).is_some_and(|param| param.allow_options);
+                        if position == 0 && value.starts_with('-') && !allowed {
+                            return Err(ToolResult::failure(
+                                ErrorType::InvalidArguments,
+                                format!(
+                                    "argument {name} starts with `-`, which the command would read as an option"
+                                ),
+                            ));
+                        }
+                        element.push_str(value);
+                    }
                 }
-            }
-            if element.contains('\0') {
-                return Err(ToolResult::failure(
-                    ErrorType::InvalidArguments,
-                    "an argument contains a NUL byte, which no command line can carry",
-                ));
             }
             argv.push(element);
         }
@@ -567,24 +851,16 @@ impl Tool for CommandSkill {
             Value::Object(map) => map,
             _ => serde_json::Map::new(),
         };
-        let argv = match self.render(&args) {
+        let values = match self.values(&args, &ctx.env) {
+            Ok(values) => values,
+            Err(res) => return res,
+        };
+        let argv = match self.render(&values) {
             Ok(argv) => argv,
             Err(res) => return res,
         };
-        let mut arg_env = Vec::with_capacity(args.len());
-        for (name, value) in &args {
-            if value.is_null() {
-                continue;
-            }
-            let value = render_value(value);
-            if value.contains('\0') {
-                return ToolResult::failure(
-                    ErrorType::InvalidArguments,
-                    format!("argument {name} contains a NUL byte"),
-                );
-            }
-            arg_env.push((arg_env_name(name), value));
-        }
+        let arg_env: Vec<(String, String)> =
+            values.iter().map(|(name, value)| (arg_env_name(name), value.clone())).collect();
         let Some((program, rest)) = argv.split_first() else {
             return ToolResult::failure(ErrorType::InternalError, "the command is empty");
         };

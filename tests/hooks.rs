@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate::hooks::{
-    HookConfig, HookEvent, HookFailure, HookRunError, HookVerdict, Hooks, OnError, PostOutcome,
-    PreOutcome, ToolCallInput,
+    HookConfig, HookEvent, HookFailure, HookFormat, HookRunError, HookVerdict, Hooks, OnError,
+    PostOutcome, PreOutcome, ToolCallInput,
 };
 use toolgate::tools::{Env, ErrorType, ToolResult};
 
@@ -45,6 +45,7 @@ impl Fixture {
             command: self.script(name, body),
             timeout_ms: 30_000,
             on_error: OnError::Allow,
+            format: HookFormat::Auto,
         }
     }
 
@@ -625,4 +626,316 @@ async fn large_output_and_unread_large_input_do_not_stall() {
     let deaf = fx.hook("deaf.sh", "echo 'too big to read' >&2\nexit 2");
     let res = run_post(&[deaf], &fx.call("read_file"), &big).await;
     assert_eq!(res.feedback.as_deref(), Some("too big to read"));
+}
+
+// --- Claude Code hook scripts, run as they are written for Claude Code --------------
+
+/// The interpreter behind `python3`, so a script's `#!` line works whatever the hooks'
+/// environment finds on `PATH`.
+fn python() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+impl Fixture {
+    /// Writes an executable script with its own `#!` line and returns a command that
+    /// runs it.
+    fn program(&self, name: &str, text: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.root.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        format!("'{}'", path.display())
+    }
+
+    fn claude_hook(&self, matcher: &str, name: &str, text: &str) -> HookConfig {
+        HookConfig {
+            matcher: matcher.to_owned(),
+            command: self.program(name, text),
+            timeout_ms: 30_000,
+            on_error: OnError::Allow,
+            format: HookFormat::Auto,
+        }
+    }
+
+    fn call_with(&self, tool: &str, input: Value) -> ToolCallInput {
+        let mut env = Env::for_root(&self.root).unwrap();
+        env.session_id = "s1".to_owned();
+        ToolCallInput::new(&env, "c1", tool, input)
+    }
+}
+
+/// A PreToolUse script as Claude Code's documentation writes them: reads the event
+/// from stdin and blocks dangerous Bash commands with exit status 2.
+const PYTHON_BASH_GUARD: &str = r#"
+import json
+import sys
+
+data = json.load(sys.stdin)
+if data.get("tool_name") == "Bash":
+    command = data.get("tool_input", {}).get("command", "")
+    if "rm -rf" in command:
+        print("Blocked: rm -rf is not allowed", file=sys.stderr)
+        sys.exit(2)
+sys.exit(0)
+"#;
+
+/// An Edit|Write guard reading `tool_input.file_path`, answering with Claude Code's
+/// `hookSpecificOutput` JSON.
+const PYTHON_PATH_GUARD: &str = r#"
+import json
+import sys
+
+data = json.load(sys.stdin)
+path = data["tool_input"].get("file_path", "")
+if path.endswith(".env") or "/.git/" in path:
+    print(json.dumps({
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": "protected file: " + path,
+        }
+    }))
+sys.exit(0)
+"#;
+
+#[tokio::test]
+async fn claude_code_matchers_select_the_tools_they_stand_for() {
+    let fx = Fixture::new();
+    let bash = HookConfig { matcher: "Bash".to_owned(), ..fx.hook("b.sh", "exit 0") };
+    let edits = HookConfig { matcher: "Edit|Write".to_owned(), ..fx.hook("e.sh", "exit 0") };
+    let reads = HookConfig { matcher: "Read|Grep|Glob".to_owned(), ..fx.hook("r.sh", "exit 0") };
+    let cases: [(&HookConfig, &[&str], &[&str]); 3] = [
+        (&bash, &["run_command", "Bash"], &["read_file", "write_file", "edit_file"]),
+        (&edits, &["write_file", "edit_file"], &["run_command", "read_file"]),
+        (&reads, &["read_file", "search_code", "find_files"], &["run_command", "write_file"]),
+    ];
+    for (hook, matching, other) in cases {
+        let hooks = Hooks::new(std::slice::from_ref(hook), std::slice::from_ref(hook)).unwrap();
+        for tool in matching {
+            assert!(
+                hooks.has_pre(tool) && hooks.has_post(tool),
+                "{} should match {tool}",
+                hook.matcher
+            );
+        }
+        for tool in other {
+            assert!(!hooks.has_pre(tool), "{} should not match {tool}", hook.matcher);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_python_bash_guard_blocks_run_command() {
+    let fx = Fixture::new();
+    let script = format!("#!{}\n{PYTHON_BASH_GUARD}", python());
+    let hook = fx.claude_hook("Bash", "bash_guard.py", &script);
+    let blocked = run_pre(
+        std::slice::from_ref(&hook),
+        &fx.call_with("run_command", json!({"command": "rm -rf build"})),
+    )
+    .await;
+    assert_eq!(blocked, outcome(HookVerdict::Block, Some("Blocked: rm -rf is not allowed")));
+    let fine = run_pre(&[hook], &fx.call_with("run_command", json!({"command": "ls -la"}))).await;
+    assert_eq!(fine, outcome(HookVerdict::Continue, None));
+}
+
+#[tokio::test]
+async fn a_jq_bash_blocker_blocks_run_command() {
+    if std::process::Command::new("jq").arg("--version").output().is_err() {
+        println!("skipped: jq is not installed (the Python guards cover the same input)");
+        return;
+    }
+    let fx = Fixture::new();
+    // The shape of Claude Code's documented Bash validators.
+    let script = r#"#!/bin/bash
+input=$(cat)
+tool=$(echo "$input" | jq -r '.tool_name')
+command=$(echo "$input" | jq -r '.tool_input.command // empty')
+if [ "$tool" = "Bash" ] && echo "$command" | grep -qE '(^|[;&| ])(rm|dd|mkfs)( |$)'; then
+  echo "Blocked dangerous command: $command" >&2
+  exit 2
+fi
+exit 0
+"#;
+    let hook = fx.claude_hook("Bash", "jq_guard.sh", script);
+    let blocked = run_pre(
+        std::slice::from_ref(&hook),
+        &fx.call_with("run_command", json!({"command": "rm -rf /"})),
+    )
+    .await;
+    assert_eq!(blocked, outcome(HookVerdict::Block, Some("Blocked dangerous command: rm -rf /")));
+    let fine =
+        run_pre(&[hook], &fx.call_with("run_command", json!({"command": "git status"}))).await;
+    assert_eq!(fine, outcome(HookVerdict::Continue, None));
+}
+
+#[tokio::test]
+async fn an_edit_write_guard_reads_file_path() {
+    let fx = Fixture::new();
+    let script = format!("#!{}\n{PYTHON_PATH_GUARD}", python());
+    let hook = fx.claude_hook("Edit|Write", "path_guard.py", &script);
+    let env_file = fx.path(".env").display().to_string();
+    for tool in ["write_file", "edit_file"] {
+        let input = json!({"path": env_file, "content": "x", "old_string": "a", "new_string": "b"});
+        let denied = run_pre(std::slice::from_ref(&hook), &fx.call_with(tool, input)).await;
+        let reason = format!("protected file: {env_file}");
+        assert_eq!(denied, outcome(HookVerdict::Deny, Some(&reason)), "{tool}");
+    }
+    let fine = run_pre(
+        std::slice::from_ref(&hook),
+        &fx.call_with("write_file", json!({"path": "src/lib.rs", "content": "x"})),
+    )
+    .await;
+    assert_eq!(fine, outcome(HookVerdict::Continue, None));
+    // Not a tool the matcher stands for: the hook does not run at all.
+    let hooks = Hooks::new(&[hook], &[]).unwrap();
+    assert!(!hooks.has_pre("read_file"));
+}
+
+#[tokio::test]
+async fn claude_format_input_and_updated_input_use_claude_code_names() {
+    let fx = Fixture::new();
+    let seen = fx.path("seen.json");
+    // Records its input, then rewrites the path the way a Claude Code hook would.
+    let script = format!(
+        "#!{}\nimport json, sys\ndata = json.load(sys.stdin)\nopen({:?}, 'w').write(json.dumps(data))\nprint(json.dumps({{'hookSpecificOutput': {{'hookEventName': 'PreToolUse', 'permissionDecision': 'allow', 'updatedInput': {{'file_path': 'safe.txt', 'content': data['tool_input']['content']}}}}}}))\n",
+        python(),
+        seen.display().to_string(),
+    );
+    let hook = HookConfig {
+        format: HookFormat::Claude,
+        matcher: "*".to_owned(),
+        ..fx.claude_hook("", "rewrite.py", &script)
+    };
+    let call = fx
+        .call_with("write_file", json!({"path": "notes.txt", "content": "hi"}))
+        .with_permission_mode("accept_edits");
+    let res = run_pre(&[hook], &call).await;
+    assert_eq!(res.verdict, HookVerdict::Allow);
+    assert_eq!(res.updated_input, Some(json!({"path": "safe.txt", "content": "hi"})));
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(input["hook_event_name"], "PreToolUse");
+    assert_eq!(input["tool_name"], "Write");
+    assert_eq!(input["tool_input"], json!({"file_path": "notes.txt", "content": "hi"}));
+    assert_eq!(input["permission_mode"], "acceptEdits");
+    assert_eq!(input["session_id"], "s1");
+
+    // A hook written for toolgate's names keeps them.
+    let native = fx.path("native.json");
+    let hook = HookConfig {
+        matcher: "write_file".to_owned(),
+        ..fx.hook("native.sh", &format!("cat > '{}'", native.display()))
+    };
+    run_pre(&[hook], &call).await;
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(&native).unwrap()).unwrap();
+    assert_eq!(input["tool_name"], "write_file");
+    assert_eq!(input["tool_input"], json!({"path": "notes.txt", "content": "hi"}));
+}
+
+#[tokio::test]
+async fn a_claude_post_hook_gets_the_tool_response() {
+    let fx = Fixture::new();
+    let seen = fx.path("post.json");
+    let hook = HookConfig {
+        matcher: "Bash".to_owned(),
+        ..fx.hook("post.sh", &format!("cat > '{}'", seen.display()))
+    };
+    let call = fx.call_with("run_command", json!({"command": "ls", "timeout_ms": 5000}));
+    run_post(&[hook], &call, &ToolResult::success("a\nb\n")).await;
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(input["hook_event_name"], "PostToolUse");
+    assert_eq!(input["tool_name"], "Bash");
+    assert_eq!(input["tool_input"], json!({"command": "ls", "timeout": 5000}));
+    assert_eq!(input["tool_response"]["content"], "a\nb\n");
+}
+
+/// The real daemon with a Claude Code `Bash` hook configured: the hook fires for
+/// `run_command` and its exit status 2 blocks the command, even in bypass mode.
+#[test]
+fn a_claude_code_bash_hook_blocks_run_command_in_the_daemon() {
+    use std::io::{BufRead, Write};
+    let fx = Fixture::new();
+    let workspace = fx.path("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let script = format!("#!{}\n{PYTHON_BASH_GUARD}", python());
+    let hook = fx.program("bash_guard.py", &script);
+    let config = fx.path("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroots = [{:?}]\n\n[permissions]\nmode = \"bypass\"\n\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\ncommand = {hook:?}\n",
+            workspace.display().to_string()
+        ),
+    )
+    .unwrap();
+    let socket = fx.path("run/toolgate.sock");
+    let _daemon = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&workspace)
+            .env("XDG_CONFIG_HOME", fx.path("config-home"))
+            .env("XDG_STATE_HOME", fx.path("state-home"))
+            .env("XDG_RUNTIME_DIR", fx.path("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (blocked, allowed) = {
+        let deadline = std::time::Instant::now() + SAFETY_TIMEOUT;
+        let stream = loop {
+            if let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket) {
+                break stream;
+            }
+            assert!(std::time::Instant::now() < deadline, "the daemon did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stream.set_read_timeout(Some(SAFETY_TIMEOUT)).unwrap();
+        let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        let mut call = |id: u64, command: &str| {
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "run_command", "arguments": {"command": command}}});
+            writer.write_all(format!("{request}\n").as_bytes()).unwrap();
+            loop {
+                let mut line = String::new();
+                assert!(
+                    reader.read_line(&mut line).unwrap() > 0,
+                    "the daemon closed the connection"
+                );
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == id {
+                    return message["result"].clone();
+                }
+            }
+        };
+        let blocked = call(1, "rm -rf victim; touch ran");
+        let allowed = call(2, "touch fine");
+        (blocked, allowed)
+    };
+    assert_eq!(blocked["error_type"], "hook_blocked", "{blocked}");
+    assert!(blocked["error"].as_str().unwrap().contains("Blocked: rm -rf"), "{blocked}");
+    assert!(!workspace.join("ran").exists(), "the blocked command ran");
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    assert!(workspace.join("fine").exists());
+}
+
+/// A child process killed (and reaped) when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -72,6 +72,7 @@ fn options() -> UpstreamOptions {
         ping_interval: Duration::from_secs(3600),
         ping_timeout: Duration::from_secs(10),
         stop_grace: Duration::from_millis(500),
+        ..UpstreamOptions::default()
     }
 }
 
@@ -337,9 +338,15 @@ async fn list_changed_resyncs_the_tools() {
 
     let toggled = call(&registry, "mcp__fx__toggle", json!({})).await;
     assert_eq!(toggled.content, "extra is True");
-    wait_for("the new tool", || registry.contains("mcp__fx__extra")).await;
-    assert!(*changes.borrow() > before);
+    // The change notification follows the change itself: wait for both, not for one
+    // and then assert the other.
+    wait_for("the new tool and its notification", || {
+        registry.contains("mcp__fx__extra") && *changes.borrow() > before
+    })
+    .await;
     assert_eq!(registry.safety("mcp__fx__extra"), Some(Safety::ReadOnly));
+    // The status and the registry change in one step: whoever sees one sees the other.
+    assert_eq!(status_of(&upstreams, "fx").tools, 9);
     assert_eq!(call(&registry, "mcp__fx__extra", json!({})).await.content, "extra");
 
     call(&registry, "mcp__fx__toggle", json!({})).await;
@@ -762,5 +769,160 @@ async fn the_servers_stderr_goes_to_the_log_line_by_line() {
     assert!(started_line.contains("server=fx"), "{started_line}");
     let crash_line = text.lines().find(|line| line.contains("crashing on request")).unwrap();
     assert!(crash_line.contains("server=fx"), "{crash_line}");
+    upstreams.shutdown().await;
+}
+
+/// Waits until the server is failed with a reason containing `needle`; returns it.
+async fn wait_failed_with(upstreams: &Upstreams, name: &str, needle: &str) -> UpstreamStatus {
+    let mut last = None;
+    wait_for(&format!("{name} to fail because {needle}"), || {
+        let status = status_of(upstreams, name);
+        let failed = status.state == UpstreamState::Failed
+            && status.reason.as_deref().is_some_and(|reason| reason.contains(needle));
+        last = Some(status);
+        failed
+    })
+    .await;
+    last.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_pages_forever_is_failed_after_the_page_limit() {
+    let registry = Arc::new(Registry::new());
+    let mut fixture = Fixture::stdio("pager", false);
+    fixture.config.env.insert("FIXTURE_ENDLESS_PAGES".to_owned(), "1".to_owned());
+    let upstreams = started(&registry, &[&fixture]);
+    let limit = UpstreamOptions::default().max_list_pages;
+    let status = wait_failed_with(&upstreams, "pager", &format!("more than {limit} pages")).await;
+    assert_eq!(status.tools, 0, "{status:?}");
+    assert!(registry.names().is_empty(), "{:?}", registry.names());
+    // The first listing stopped at the limit (later lines belong to restarts, each
+    // starting again at page 0).
+    let pages = fixture.lines("pages.log");
+    let first: Vec<&str> = pages
+        .iter()
+        .enumerate()
+        .take_while(|(index, page)| *index == 0 || *page != "0")
+        .map(|(_, page)| page.as_str())
+        .collect();
+    let expected: Vec<String> = (0..limit).map(|page| page.to_string()).collect();
+    assert_eq!(first, expected);
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_too_many_tools_or_bytes_is_failed() {
+    let registry = Arc::new(Registry::new());
+    let mut many = Fixture::stdio("many", false);
+    many.config.env.insert("FIXTURE_MANY_TOOLS".to_owned(), "50".to_owned());
+    let mut big = Fixture::stdio("big", false);
+    big.config.env.insert("FIXTURE_BIG_DESCRIPTION".to_owned(), "70000".to_owned());
+    let fine = Fixture::stdio("fine", false);
+    let upstreams = Upstreams::new(
+        registry.clone(),
+        UpstreamOptions { max_tools: 40, max_tool_bytes: 64 * 1024, ..options() },
+    );
+    upstreams.apply(
+        &[many.config.clone(), big.config.clone(), fine.config.clone()],
+        &EnvPolicy::default(),
+    );
+    wait_failed_with(&upstreams, "many", "more than 40 tools").await;
+    wait_failed_with(&upstreams, "big", "more than 65536 bytes").await;
+    wait_ready(&upstreams, "fine").await;
+    // Nothing of a refused server is registered; the others are unaffected.
+    let names = registry.names();
+    assert!(names.iter().all(|name| name.starts_with("mcp__fine__")), "{names:?}");
+    assert_eq!(status_of(&upstreams, "fine").tools, 8);
+    upstreams.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_name_with_a_double_underscore_is_never_started() {
+    let registry = Arc::new(Registry::new());
+    // `gh__enterprise` would own `mcp__gh__enterprise__*`, which is server gh's tool
+    // `enterprise__*`: the squatter is refused, gh keeps its namespace.
+    let squatter = Fixture::stdio("gh__enterprise", false);
+    let mut gh = Fixture::stdio("gh", false);
+    gh.config.env.insert("FIXTURE_EXTRA_TOOL".to_owned(), "enterprise__create_issue".to_owned());
+    let upstreams = started(&registry, &[&squatter, &gh]);
+    wait_failed_with(&upstreams, "gh__enterprise", "may not contain `__`").await;
+    wait_ready(&upstreams, "gh").await;
+    assert!(squatter.lines("starts.log").is_empty(), "the squatter was started");
+    assert_eq!(
+        registry.source("mcp__gh__enterprise__create_issue"),
+        Some(ToolSource::Mcp("gh".to_owned()))
+    );
+    assert_eq!(toolgate::upstream::server_of("mcp__gh__enterprise__create_issue"), Some("gh"));
+    for name in ["gh__enterprise", "_gh", "gh_", "a b", ""] {
+        assert!(toolgate::upstream::check_server_name(name).is_err(), "{name:?}");
+    }
+    for name in ["gh", "git-hub", "my_server", "s3"] {
+        assert!(toolgate::upstream::check_server_name(name).is_ok(), "{name:?}");
+    }
+    upstreams.shutdown().await;
+}
+
+/// Configuration loading refuses the name too, with the file and line.
+#[test]
+fn check_config_refuses_a_server_name_with_a_double_underscore() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[workspace]\nroots = [\".\"]\n\n[[mcp_servers]]\nname = \"gh__enterprise\"\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(tmp.path())
+        .env("XDG_CONFIG_HOME", tmp.path().join("config-home"))
+        .env("XDG_STATE_HOME", tmp.path().join("state-home"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{}:5", config.display())), "{stderr}");
+    assert!(stderr.contains("may not contain `__`"), "{stderr}");
+}
+
+/// Whoever reads the registry and then the status (or the other way round) never sees
+/// them disagree, while the server's tools change under them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_never_disagrees_with_the_registry() {
+    let registry = Arc::new(Registry::new());
+    let fixture = Fixture::stdio("fx", false);
+    let upstreams = started(&registry, &[&fixture]);
+    wait_ready(&upstreams, "fx").await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let observer = {
+        let (registry, upstreams, done) = (registry.clone(), upstreams.clone(), done.clone());
+        tokio::spawn(async move {
+            let changes = registry.subscribe_changes();
+            let mut compared = 0u32;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                // A reading between two equal generations saw no change in between.
+                let before = *changes.borrow();
+                let extra = registry.contains("mcp__fx__extra");
+                let status = status_of(&upstreams, "fx");
+                let after = *changes.borrow();
+                if before == after && status.state == UpstreamState::Ready {
+                    assert_eq!(status.tools, 8 + usize::from(extra), "{status:?}");
+                    compared += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            compared
+        })
+    };
+    for round in 0..20 {
+        call(&registry, "mcp__fx__toggle", json!({})).await;
+        let present = round % 2 == 0;
+        wait_for("the toggled tool", || registry.contains("mcp__fx__extra") == present).await;
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let compared = observer.await.unwrap();
+    assert!(compared > 0, "the observer never compared");
     upstreams.shutdown().await;
 }

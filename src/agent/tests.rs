@@ -519,6 +519,7 @@ fn hook(matcher: &str, command: &str) -> HookConfig {
         command: command.to_owned(),
         timeout_ms: 10_000,
         on_error: OnError::Allow,
+        format: Default::default(),
     }
 }
 

@@ -52,7 +52,7 @@ use serde_json::Value;
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
-pub use rule::{RuleError, RuleProblem};
+pub use rule::{RuleError, RuleProblem, claude_code_aliases};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
 use shell::{Analysis, Hazard, ShellWord};
@@ -368,12 +368,15 @@ pub struct Policy {
     rules: Arc<RuleIndex>,
     /// Resolves `~/` in rules, including session grants added later.
     home: Option<Arc<Path>>,
+    /// Directories whose files decide what runs (the skill directories): a file tool
+    /// writing beneath one asks in every mode but bypass, whatever the rules allow.
+    guarded: Arc<[PathBuf]>,
 }
 
 impl Default for Policy {
     /// No rules and no home directory: the modes alone decide.
     fn default() -> Policy {
-        Policy { rules: Arc::new(RuleIndex::empty()), home: None }
+        Policy { rules: Arc::new(RuleIndex::empty()), home: None, guarded: Arc::from([]) }
     }
 }
 
@@ -407,7 +410,18 @@ impl Policy {
                 rules.push((list, rule));
             }
         }
-        Ok(Policy { rules: Arc::new(RuleIndex::build(rules)?), home: home.map(Arc::from) })
+        Ok(Policy {
+            rules: Arc::new(RuleIndex::build(rules)?),
+            home: home.map(Arc::from),
+            guarded: Arc::from([]),
+        })
+    }
+
+    /// Makes writes beneath `dirs` (absolute) ask in every mode but bypass, above allow
+    /// rules, session grants and accept_edits; deny rules still refuse first.
+    pub fn guard_writes(mut self, dirs: Vec<PathBuf>) -> Policy {
+        self.guarded = Arc::from(dirs);
+        self
     }
 }
 
@@ -619,6 +633,22 @@ impl PermissionEngine {
                     format!("plan mode only runs read-only tools, and {name} has side effects"),
                 );
             }
+            _ if mode != Mode::Bypass
+                && let Some(dir) = subject.written_dir(name, &self.policy.guarded) =>
+            {
+                let decision = Decision::new(
+                    Verdict::Ask,
+                    Layer::Mode,
+                    format!(
+                        "{name} writes into the skill directory {}, which needs approval in every mode but bypass",
+                        dir.display()
+                    ),
+                );
+                return match mode {
+                    Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
+                    _ => decision,
+                };
+            }
             Matched::Ask { rule, part } => {
                 let reason = match part {
                     Some(part) => format!("`{part}` matches the ask rule {rule}"),
@@ -766,6 +796,19 @@ impl Subject {
             }
             None => Subject::Path(None),
         }
+    }
+
+    /// The guarded directory a file tool's call would write beneath, if any.
+    fn written_dir<'a>(&self, tool: &str, guarded: &'a [PathBuf]) -> Option<&'a PathBuf> {
+        if !EDIT_TOOLS.contains(&tool) {
+            return None;
+        }
+        let paths: &[PathBuf] = match self {
+            Subject::Path(Some(path)) => std::slice::from_ref(path),
+            Subject::Paths(paths) => paths,
+            _ => return None,
+        };
+        guarded.iter().find(|dir| paths.iter().any(|path| path.starts_with(dir)))
     }
 
     fn path_inside(&self, roots: &[PathBuf]) -> bool {

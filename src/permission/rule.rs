@@ -60,6 +60,12 @@ const ALIASES: &[(&str, &[&str])] = &[
     ("Grep", &["search_code"]),
 ];
 
+/// Claude Code's tool names with the built-in tools each stands for (the alias table
+/// rules use); hook matchers use it too.
+pub fn claude_code_aliases() -> &'static [(&'static str, &'static [&'static str])] {
+    ALIASES
+}
+
 /// What is wrong with a rule.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -16,12 +16,15 @@ use futures::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerResult, Tool as McpTool,
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, PaginatedRequestParams,
+    PingRequest, ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerResult,
+    Tool as McpTool,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient};
-use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ServerNotification};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ServiceExt};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
@@ -36,6 +39,34 @@ use crate::tools::{EnvPolicy, OutputSink, OutputStream};
 /// Longest stderr line of an upstream logged as it is; longer lines are cut (a server
 /// dumping a binary blob must not flood the log or grow our memory).
 const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// How much of a server's tool list is accepted (see [`Connection::list_tools`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListLimits {
+    pub(crate) max_pages: usize,
+    pub(crate) max_tools: usize,
+    /// Bytes of tool definitions (names, descriptions and schemas as JSON).
+    pub(crate) max_bytes: usize,
+}
+
+/// The length of a value's JSON encoding, without building it.
+fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
 
 /// The state of one configured server that its proxied tools and its supervisor share.
 pub(crate) struct Link {
@@ -118,8 +149,14 @@ impl Link {
         status.restarts = status.restarts.saturating_add(1);
     }
 
-    pub(crate) fn set_tool_count(&self, tools: usize) {
-        self.status_lock().tools = tools;
+    /// Changes the Registry and this server's status as one step: `change` runs with
+    /// the status locked and returns the new status fields, so a reader that saw the
+    /// Registry change and then asks for the status sees the status of that change
+    /// (and one that saw the status first finds the Registry already changed). The
+    /// Registry never locks a status, so the lock order is always status → Registry.
+    pub(crate) fn publish<R>(&self, change: impl FnOnce(&mut UpstreamStatus) -> R) -> R {
+        let mut status = self.status_lock();
+        change(&mut status)
     }
 
     pub(crate) async fn tools_changed(&self) {
@@ -177,13 +214,7 @@ struct Handler {
 }
 
 impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.link.progress(&params);
-    }
+    // Progress is delivered by `ProgressTap`, in the order the messages arrive.
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.link.tools_changed.notify_one();
@@ -196,6 +227,43 @@ impl ClientHandler for Handler {
         )
         // The `initialize` handshake is the one every server generation answers.
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+}
+
+/// Hands the server's progress notifications to their calls as the transport reads
+/// them. rmcp runs each notification's handler as a task of its own, so a handler
+/// could run after the answer that followed it and find its call gone, losing the
+/// last lines of live output; here a notification is delivered before the next
+/// message (the answer among them) is even read.
+struct ProgressTap<T> {
+    inner: T,
+    link: Arc<Link>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for ProgressTap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(JsonRpcNotification {
+            notification: ServerNotification::ProgressNotification(progress),
+            ..
+        }) = &message
+        {
+            self.link.progress(&progress.params);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -256,8 +324,12 @@ impl Connection {
                 };
                 // rmcp's line transport caps one message (16 MiB by default), so a
                 // server that never sends a newline cannot grow our memory.
+                let transport = ProgressTap {
+                    inner: AsyncRwTransport::new_client(stdout, stdin),
+                    link: link.clone(),
+                };
                 let running = handler
-                    .serve_with_ct((stdout, stdin), service.clone())
+                    .serve_with_ct(transport, service.clone())
                     .await
                     .map_err(|err| format!("initialize failed: {err}"));
                 match running {
@@ -282,9 +354,12 @@ impl Connection {
                         .map_err(|_| format!("the value of header {name:?} is not valid"))?;
                     custom.insert(header, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
-                    StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom),
-                );
+                let transport = ProgressTap {
+                    inner: StreamableHttpClientTransport::from_config(
+                        StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom),
+                    ),
+                    link: link.clone(),
+                };
                 let running = handler
                     .serve_with_ct(transport, service.clone())
                     .await
@@ -321,9 +396,49 @@ impl Connection {
         &self.peer
     }
 
-    /// Every tool the server offers (all pages).
-    pub(crate) async fn list_tools(&self) -> Result<Vec<McpTool>, String> {
-        self.peer.list_all_tools().await.map_err(|err| format!("tools/list failed: {err}"))
+    /// Every tool the server offers (all pages), within `limits`: a server that
+    /// pages forever, or offers more tools or definition bytes than a prompt could
+    /// ever use, is refused as a whole (a partial list would change meaning silently).
+    pub(crate) async fn list_tools(&self, limits: &ListLimits) -> Result<Vec<McpTool>, String> {
+        let mut tools = Vec::new();
+        let mut bytes = 0usize;
+        let mut cursor = None;
+        let mut pages = 0usize;
+        loop {
+            if pages == limits.max_pages {
+                return Err(format!(
+                    "tools/list goes on for more than {} pages (the limit per server)",
+                    limits.max_pages
+                ));
+            }
+            pages += 1;
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let page = self
+                .peer
+                .list_tools(Some(params))
+                .await
+                .map_err(|err| format!("tools/list failed: {err}"))?;
+            for tool in page.tools {
+                if tools.len() == limits.max_tools {
+                    return Err(format!(
+                        "tools/list offers more than {} tools (the limit per server)",
+                        limits.max_tools
+                    ));
+                }
+                bytes = bytes.saturating_add(json_size(&tool));
+                if bytes > limits.max_bytes {
+                    return Err(format!(
+                        "tools/list offers more than {} bytes of tool definitions (the limit per server)",
+                        limits.max_bytes
+                    ));
+                }
+                tools.push(tool);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), String> {

@@ -29,9 +29,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::McpServerConfig;
 use crate::tools::{EnvPolicy, Registry, ToolSource};
 
-pub use proxy::{PROXY_PREFIX, proxied_name};
+pub use proxy::{PROXY_PREFIX, check_server_name, proxied_name, server_of};
 
-use self::connection::{Connection, Link};
+use self::connection::{Connection, Link, ListLimits};
 
 /// What a supervisor is doing with its server, as `daemon/status` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -96,6 +96,12 @@ pub struct UpstreamOptions {
     /// How long a stopping child may take to exit after its stdin closed, and again
     /// after SIGTERM, before its process group is killed.
     pub stop_grace: Duration,
+    /// Most `tools/list` pages read from one server per listing.
+    pub max_list_pages: usize,
+    /// Most tools taken from one server.
+    pub max_tools: usize,
+    /// Most bytes of tool definitions (JSON) taken from one server.
+    pub max_tool_bytes: usize,
 }
 
 impl Default for UpstreamOptions {
@@ -112,6 +118,12 @@ impl Default for UpstreamOptions {
             ping_timeout: Duration::from_secs(10),
             // MCP's stdio shutdown: close stdin, wait, SIGTERM, wait, SIGKILL.
             stop_grace: Duration::from_secs(2),
+            // Far beyond what a real server offers (the largest list a few hundred
+            // tools, well under a megabyte), and small enough that a server paging
+            // forever costs a few megabytes before it is refused.
+            max_list_pages: 100,
+            max_tools: 1000,
+            max_tool_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -285,6 +297,15 @@ struct Supervisor {
 impl Supervisor {
     async fn run(self) {
         let name = self.config.name.clone();
+        if let Err(reason) = check_server_name(&name) {
+            // Configuration loading refuses such names; a server built some other way
+            // is shown as failed and never started.
+            tracing::warn!(server = %name, %reason, "MCP server not started");
+            self.link.set_state(UpstreamState::Failed, Some(reason));
+            self.stop.cancelled().await;
+            self.link.set_state(UpstreamState::Stopped, None);
+            return;
+        }
         let mut backoff = self.options.backoff_initial;
         let mut first = true;
         loop {
@@ -322,12 +343,16 @@ impl Supervisor {
             backoff = (backoff * 2).min(self.options.backoff_max);
         }
         self.link.go_down();
-        let report = self.registry.sync(&ToolSource::Mcp(name.clone()), Vec::new());
-        self.link.set_tool_count(0);
+        let report = self.link.publish(|status| {
+            let report = self.registry.sync(&ToolSource::Mcp(name.clone()), Vec::new());
+            status.tools = 0;
+            status.state = UpstreamState::Stopped;
+            status.reason = None;
+            report
+        });
         if report.changed_anything() {
             tracing::info!(server = %name, removed = report.removed.len(), "MCP server tools removed");
         }
-        self.link.set_state(UpstreamState::Stopped, None);
     }
 
     /// Connects, initializes and registers the server's tools, all within the
@@ -355,7 +380,12 @@ impl Supervisor {
 
     /// Lists the server's tools and makes the Registry match them.
     async fn sync_tools(&self, connection: &Connection) -> Result<(), String> {
-        let listed = connection.list_tools().await?;
+        let limits = ListLimits {
+            max_pages: self.options.max_list_pages,
+            max_tools: self.options.max_tools,
+            max_bytes: self.options.max_tool_bytes,
+        };
+        let listed = connection.list_tools(&limits).await?;
         let source = ToolSource::Mcp(self.config.name.clone());
         let mut tools = Vec::with_capacity(listed.len());
         for tool in listed {
@@ -368,15 +398,23 @@ impl Supervisor {
                 }
             }
         }
-        let report = self.registry.sync(&source, tools);
+        // Live before the tools appear, so that a client seeing them can call them.
+        self.link.go_live(connection.peer().clone());
+        let report = self.link.publish(|status| {
+            let report = self.registry.sync(&source, tools);
+            status.tools = self
+                .registry
+                .sources()
+                .values()
+                .filter(|registered| **registered == source)
+                .count();
+            status.state = UpstreamState::Ready;
+            status.reason = None;
+            report
+        });
         for (tool, err) in &report.refused {
             tracing::warn!(server = %self.config.name, %tool, %err, "MCP tool not registered");
         }
-        let count =
-            self.registry.sources().values().filter(|registered| **registered == source).count();
-        self.link.set_tool_count(count);
-        self.link.go_live(connection.peer().clone());
-        self.link.set_state(UpstreamState::Ready, None);
         Ok(())
     }
 

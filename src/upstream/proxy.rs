@@ -23,6 +23,36 @@ pub fn proxied_name(server: &str, tool: &str) -> String {
     format!("{PROXY_PREFIX}{server}__{tool}")
 }
 
+/// Checks a configured server's name. Letters, digits, `_` and `-`, but no `__` and no
+/// `_` at either end: then the server's part of every proxied name ends at the first
+/// `__` after the prefix, so no server can take a name in another server's namespace
+/// (a server `gh__enterprise` would own `mcp__gh__enterprise__x`, which server `gh`
+/// reaches with a tool named `enterprise__x`), and rules written for one server never
+/// match another's tools.
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    let valid =
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(format!(
+            "{name:?} is not a valid server name: use letters, digits, `_` and `-`"
+        ));
+    }
+    if name.contains("__") || name.starts_with('_') || name.ends_with('_') {
+        return Err(format!(
+            "{name:?} is not a valid server name: `__` separates the server from the tool in \
+             mcp__<server>__<tool>, so a server name may not contain `__` or start or end with `_`"
+        ));
+    }
+    Ok(())
+}
+
+/// The server a proxied tool name belongs to: what comes between the prefix and the
+/// first `__` after it.
+pub fn server_of(proxied: &str) -> Option<&str> {
+    let rest = proxied.strip_prefix(PROXY_PREFIX)?;
+    rest.find("__").map(|end| &rest[..end])
+}
+
 /// Longest upstream tool name accepted; MCP names are short identifiers, and a longer
 /// one would not fit the name limits of model APIs once prefixed.
 const MAX_TOOL_NAME: usize = 128;
@@ -49,6 +79,13 @@ impl ProxyTool {
         if !name_ok {
             return Err(format!("{upstream_name:?} is not a usable tool name"));
         }
+        let name = proxied_name(&config.name, &upstream_name);
+        if server_of(&name) != Some(config.name.as_str()) {
+            return Err(format!(
+                "{name:?} would fall in another server's namespace (mcp__{}__...)",
+                server_of(&name).unwrap_or_default()
+            ));
+        }
         let read_only_hint = tool.annotations.as_ref().and_then(|a| a.read_only_hint);
         let safety = if config.trust_annotations && read_only_hint == Some(true) {
             Safety::ReadOnly
@@ -62,7 +99,7 @@ impl ProxyTool {
         };
         Ok(ProxyTool {
             definition: Definition {
-                name: proxied_name(&config.name, &upstream_name),
+                name,
                 description,
                 input_schema: Value::Object((*tool.input_schema).clone()),
                 safety,

@@ -21,8 +21,10 @@ use toolgate::tools::{
 /// A safety net only: every wait in these tests ends on an event, never on time.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Prints lines to live output, writes its process group id to `pid_file`, then
-/// sleeps until canceled (which kills the group).
+/// Prints lines to live output, then writes its process group id to `pid_file` once
+/// every line has been handed to the call's live output (so a test that sees the file
+/// knows the lines are on their way), then sleeps until canceled (which kills the
+/// group).
 pub struct Streamer(Definition);
 
 impl Streamer {
@@ -52,10 +54,7 @@ impl Tool for Streamer {
     async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
         let lines = args["lines"].as_u64().unwrap_or(1);
         let pid_file = ctx.env.cwd.join(args["pid_file"].as_str().unwrap_or("pid"));
-        let script = format!(
-            "for i in $(seq 1 {lines}); do echo line-$i; done; echo $$ > '{}'; exec sleep 300",
-            pid_file.display()
-        );
+        let script = format!("for i in $(seq 1 {lines}); do echo line-$i; done; exec sleep 300");
         let mut child = match tokio::process::Command::new("sh")
             .arg("-c")
             .arg(script)
@@ -74,10 +73,27 @@ impl Tool for Streamer {
         };
         let mut reader = BufReader::new(stdout).lines();
         let cancel = ctx.cancel.clone();
+        let write_pid = || {
+            let partial = pid_file.with_extension("partial");
+            std::fs::write(&partial, format!("{pgid}\n"))
+                .and_then(|()| std::fs::rename(&partial, &pid_file))
+        };
+        let mut emitted = 0;
+        if lines == 0
+            && let Err(err) = write_pid()
+        {
+            return ToolResult::failure(ErrorType::IoError, err.to_string());
+        }
         loop {
             tokio::select! {
                 line = reader.next_line() => match line {
-                    Ok(Some(line)) => ctx.output.emit(OutputStream::Stdout, &format!("{line}\n")),
+                    Ok(Some(line)) => {
+                        ctx.output.emit(OutputStream::Stdout, &format!("{line}\n"));
+                        emitted += 1;
+                        if emitted == lines && let Err(err) = write_pid() {
+                            return ToolResult::failure(ErrorType::IoError, err.to_string());
+                        }
+                    }
                     _ => break,
                 },
                 () = cancel.cancelled() => {
