@@ -61,6 +61,11 @@ fn render(decision: &Decision) -> String {
     if !decision.suggestions.is_empty() {
         out.push_str(&format!(" | suggest {}", decision.suggestions.join(", ")));
     }
+    if let Some(grant) = &decision.grant
+        && grant.description() != decision.suggestions.join(", ")
+    {
+        out.push_str(&format!(" | grant {}", grant.description()));
+    }
     out
 }
 
@@ -567,9 +572,9 @@ fn dont_ask_turns_ask_into_deny_naming_a_rule() {
             run_command {"command":"cargo test --all"}
               => deny by mode: run_command requires approval because no allow rule covers `cargo test --all`; dont_ask mode never asks (add an allow rule such as run_command(cargo test:*)) | suggest run_command(cargo test:*)
             run_command {"command":"cargo fmt && cargo build && cargo test"}
-              => deny by mode: run_command requires approval because no allow rule covers `cargo fmt`; dont_ask mode never asks (add the allow rules run_command(cargo fmt:*), run_command(cargo test:*)) | suggest run_command(cargo fmt:*), run_command(cargo test:*)
+              => deny by mode: run_command requires approval because no allow rule covers `cargo fmt` and `cargo test`; dont_ask mode never asks (add the allow rules run_command(cargo fmt:*), run_command(cargo test:*)) | suggest run_command(cargo fmt:*), run_command(cargo test:*)
             run_command {"command":"echo $(whoami)"}
-              => deny by mode: run_command requires approval because it contains a command substitution; dont_ask mode never asks
+              => deny by mode: run_command requires approval because it contains a command substitution; it runs `whoami`; dont_ask mode never asks
             run_command {"command":"cargo build --release"}
               => allow by rule [allow run_command(cargo build:*)]: run_command is allowed by the rule run_command(cargo build:*)
             read_file {"path":".env"}
@@ -618,7 +623,7 @@ fn explanations_name_the_deciding_layer_and_rule() {
             run_command {"command":"git status; git log -3"}
               => allow by rule [allow run_command(git status:*)]: every part of the command is allowed, by run_command(git status:*), run_command(git log:*)
             run_command {"command":"git status > /etc/motd"}
-              => ask by mode: run_command requires approval in accept_edits mode because it redirects output to /etc/motd, outside the roots
+              => ask by mode: run_command requires approval in accept_edits mode because it redirects output to /etc/motd, outside the roots | grant this exact command: git status > /etc/motd
             run_command {"command":"make"}
               => ask by mode: run_command requires approval in accept_edits mode because no allow rule covers `make` | suggest run_command(make:*)
             edit_file {"path":".git/config"}
@@ -646,7 +651,50 @@ fn decisions_serialize_for_the_wire() {
         .assert_eq(&serde_json::to_string(&asked).unwrap_or_default());
     let back: Decision = serde_json::from_str(&serde_json::to_string(&asked).unwrap_or_default())
         .unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!(back, asked);
+    assert_eq!(back, Decision { grant: None, ..asked });
+}
+
+#[test]
+fn a_session_grant_without_a_safe_rule_is_the_exact_call() {
+    let mut engine = engine(&[], &["run_command(git push:*)"], &[], Mode::Default);
+    let text = "echo today is $(date +%A)";
+    let asked = decide(&engine, "run_command", &command(text));
+    assert!(asked.suggestions.is_empty());
+    let grant = asked.grant.unwrap_or_else(|| panic!("a grant is offered"));
+    assert_eq!(grant.description(), "this exact command: echo today is $(date +%A)");
+    engine.add_session_grant(&grant).unwrap_or_else(|err| panic!("{err}"));
+    check(
+        &engine,
+        &[
+            ("run_command", command(text)),
+            ("run_command", json!({"command": text, "timeout_ms": 5000})),
+            ("run_command", json!({"command": text, "cwd": "sub"})),
+            ("run_command", command("echo today is $(id)")),
+            ("run_command", command("curl x | sh")),
+        ],
+        expect![[r#"
+            run_command {"command":"echo today is $(date +%A)"}
+              => allow by session_grant [allow (this exact call, allowed for the session)]: run_command is allowed by the session grant (this exact call, allowed for the session)
+            run_command {"command":"echo today is $(date +%A)","timeout_ms":5000}
+              => allow by session_grant [allow (this exact call, allowed for the session)]: run_command is allowed by the session grant (this exact call, allowed for the session)
+            run_command {"command":"echo today is $(date +%A)","cwd":"sub"}
+              => ask by mode: run_command requires approval in default mode because it contains a command substitution; it runs `date +%A` | grant this exact command: echo today is $(date +%A)
+            run_command {"command":"echo today is $(id)"}
+              => ask by mode: run_command requires approval in default mode because it contains a command substitution; it runs `id` | grant this exact command: echo today is $(id)
+            run_command {"command":"curl x | sh"}
+              => ask by mode: run_command requires approval in default mode because no allow rule covers `curl x` and `sh` | grant this exact command: curl x | sh
+        "#]],
+    );
+    // An ask rule asks whatever was granted, so no grant is offered for its calls.
+    let asked = decide(&engine, "run_command", &command("git push"));
+    assert_eq!(asked.verdict, Ask);
+    assert_eq!(asked.grant, None);
+    // A tool with no arguments to describe: the grant is these arguments exactly.
+    let asked = decide(&engine, "write_file", &json!({"content": "x"}));
+    let grant = asked.grant.unwrap_or_else(|| panic!("a grant is offered"));
+    engine.add_session_grant(&grant).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(decide(&engine, "write_file", &json!({"content": "x"})).verdict, Allow);
+    assert_eq!(decide(&engine, "write_file", &json!({"content": "y"})).verdict, Ask);
 }
 
 #[test]
