@@ -221,11 +221,12 @@ fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), Client
     })
 }
 
-/// Loads every configuration layer, checks it, and prints the effective result.
+/// Loads every configuration layer, makes every check `serve` makes before it starts
+/// ([`crate::server::preflight`]), and prints the effective result.
 pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    match crate::server::load_config(explicit).and_then(|(config, options)| {
-        crate::server::settings_from_config(&config, options.home.as_deref()).map(|_| config)
-    }) {
+    match crate::server::load_config(explicit)
+        .and_then(|(config, options)| crate::server::preflight(&config, &options).map(|_| config))
+    {
         Ok(config) => {
             let sources: Vec<String> =
                 config.sources.iter().map(|path| path.display().to_string()).collect();

@@ -89,6 +89,24 @@ pub fn settings_from_config(
     })
 }
 
+/// Every check `serve` (and `mcp`) makes before starting anything, in one place so
+/// that `check-config` makes exactly the same ones: the rules, hooks and mode
+/// ([`settings_from_config`]; the files' ownership and modes were checked by
+/// [`Config::load`]) and the token file of each HTTP endpoint configured. Returns the
+/// runtime settings.
+pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
+    let settings = settings_from_config(config, options.home.as_deref())?;
+    if config.server.tcp.is_some()
+        && let Some(path) = &config.server.token_file
+    {
+        rpc::tcp::TokenSet::load(path).map_err(|err| ServeError::Other(err.to_string()))?;
+    }
+    if config.server.mcp_http.is_some() {
+        mcp_options(config)?;
+    }
+    Ok(settings)
+}
+
 /// Loads the configuration the way the process was asked to.
 pub fn load_config(explicit: Option<PathBuf>) -> Result<(Config, LoadOptions), ServeError> {
     let options = LoadOptions::from_process(explicit)?;
@@ -198,7 +216,7 @@ impl Core {
 /// Runs the daemon until SIGTERM/SIGINT (or EOF in `--stdio` mode).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
-    let settings = settings_from_config(&config, load_options.home.as_deref())?;
+    let settings = preflight(&config, &load_options)?;
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     let max_message = config.server.max_message_bytes;
 
@@ -387,7 +405,7 @@ pub struct McpCommandOptions {
 /// engine as the daemon. Returns at the end of input (stdio) or on SIGTERM/SIGINT.
 pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
-    let mut settings = settings_from_config(&config, load_options.home.as_deref())?;
+    let mut settings = preflight(&config, &load_options)?;
     if !options.roots.is_empty() {
         let mut roots = Vec::with_capacity(options.roots.len());
         for root in &options.roots {

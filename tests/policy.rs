@@ -403,3 +403,200 @@ fn the_approval_prompt_shows_the_dangerous_part_on_a_real_terminal() {
     // Every question was answered "no": nothing ran.
     assert!(daemon.path("workspace/victim").is_dir());
 }
+
+/// Runs `toolgate ARGS` in a test directory and returns its output.
+fn toolgate(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(dir.join("workspace"))
+        .envs(test_env(dir))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `check-config --config FILE` and `serve --config FILE` must both refuse it and say
+/// `expected` on stderr. A `serve` that starts anyway is stopped and the test fails.
+fn both_refuse(dir: &Path, config: &Path, expected: &[&str]) {
+    let config = config.to_str().unwrap();
+    let checked = toolgate(dir, &["check-config", "--config", config]);
+    let socket = dir.join("run").join("refused.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", config, "--socket", socket.to_str().unwrap()])
+        .current_dir(dir.join("workspace"))
+        .envs(test_env(dir))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exited = loop {
+        if serve.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if socket.exists() || Instant::now() > deadline {
+            let _ = serve.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let served = serve.wait_with_output().unwrap();
+    assert!(exited, "serve started with {config}");
+    for (what, output) in [("check-config", checked), ("serve", served)] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{what} accepted it: {stderr}");
+        for needle in expected {
+            assert!(stderr.contains(needle), "{what} does not say {needle:?}: {stderr}");
+        }
+    }
+}
+
+fn test_dir() -> tempfile::TempDir {
+    let dir = private_tempdir();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    dir
+}
+
+#[test]
+fn rules_naming_no_tool_are_errors_with_file_and_line() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(
+        &config,
+        "[permissions]\nallow = [\"Bash(git status:*)\"]\ndeny = [\n  \"mcp__db__query(DROP *)\",\n  \"run_comand(rm:*)\",\n]\n",
+    );
+    let shown = config.display().to_string();
+    both_refuse(dir.path(), &config, &[&format!("{shown}:5:"), "run_comand", "could never apply"]);
+    write_private(&config, "[permissions]\ndeny = [\"Bsh(rm:*)\"]\n");
+    both_refuse(dir.path(), &config, &[&format!("{shown}:2:"), "Bsh"]);
+    // Known names, aliases, `mcp__` patterns and skill tools load.
+    let skills = dir.path().join("config-home/toolgate/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    write_private(
+        &skills.join("say.toml"),
+        "name = \"say\"\ndescription = \"x\"\ncommand = [\"echo\", \"{text}\"]\n[input_schema]\ntype = \"object\"\n",
+    );
+    write_private(
+        &config,
+        "[permissions]\nallow = [\"Bash(ls:*)\", \"mcp__git__*\"]\ndeny = [\"mcp__db__query(DROP *)\", \"say(text=*secret*)\"]\n",
+    );
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+}
+
+#[test]
+fn a_specifier_on_a_skill_tool_matches_its_arguments() {
+    let daemon = TestDaemon::start_with(
+        "[permissions]\nmode = \"bypass\"\ndeny = [\"say(text=*secret*)\"]\n",
+        |dir| {
+            let skills = dir.join("config-home/toolgate/skills");
+            std::fs::create_dir_all(&skills).unwrap();
+            write_private(
+                &skills.join("say.toml"),
+                "name = \"say\"\ndescription = \"Echoes.\"\ncommand = [\"echo\", \"{text}\"]\n\
+                 [input_schema]\ntype = \"object\"\n[input_schema.properties]\ntext = { type = \"string\" }\n",
+            );
+        },
+    );
+    let mut client = daemon.connect();
+    let call = |client: &mut Client, text: &str| {
+        client.result("tools/call", json!({"name": "say", "arguments": {"text": text}}))
+    };
+    let denied = call(&mut client, "the SECRET plan");
+    assert_eq!(denied["error_type"], "permission_denied", "{denied}");
+    let allowed = call(&mut client, "hello");
+    assert_eq!(allowed["ok"], true, "{allowed}");
+}
+
+#[test]
+fn check_config_makes_every_check_serve_makes() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    let missing = dir.path().join("no-such-tokens");
+    write_private(
+        &config,
+        &format!("[server]\ntcp = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n", missing.display()),
+    );
+    both_refuse(dir.path(), &config, &[missing.to_str().unwrap()]);
+}
+
+#[test]
+fn configuration_others_can_write_is_refused() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, "[permissions]\nmode = \"bypass\"\n");
+    let shown = config.to_str().unwrap();
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+
+    chmod(&config, 0o666);
+    both_refuse(dir.path(), &config, &[shown, "writable by every user", "chmod go-w"]);
+    chmod(&config, 0o620);
+    both_refuse(dir.path(), &config, &[shown, "writable by its group"]);
+    chmod(&config, 0o600);
+
+    // A directory on its path that others can write.
+    let open_dir = dir.path().join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    let inside = open_dir.join("config.toml");
+    write_private(&inside, "");
+    chmod(&open_dir, 0o777);
+    both_refuse(
+        dir.path(),
+        &inside,
+        &[inside.to_str().unwrap(), open_dir.to_str().unwrap(), "chmod go-w"],
+    );
+
+    // The user's own config.toml, found without --config.
+    let user_dir = dir.path().join("config-home/toolgate");
+    std::fs::create_dir_all(&user_dir).unwrap();
+    let user_config = user_dir.join("config.toml");
+    write_private(&user_config, "");
+    chmod(&user_config, 0o666);
+    let checked = toolgate(dir.path(), &["check-config"]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success(), "{stderr}");
+    assert!(stderr.contains(user_config.to_str().unwrap()), "{stderr}");
+    chmod(&user_config, 0o600);
+
+    // Owned by another user: only root can set that up.
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&config, Some(65534), None).unwrap();
+        both_refuse(dir.path(), &config, &[shown, "owned by uid 65534", "chown"]);
+        std::os::unix::fs::chown(&config, Some(0), None).unwrap();
+    } else {
+        eprintln!("SKIPPED: a configuration owned by another user needs root to set up");
+    }
+    let checked = toolgate(dir.path(), &["check-config", "--config", shown]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+}
+
+#[test]
+fn skill_files_others_can_write_do_not_load() {
+    let skill = "name = \"NAME\"\ndescription = \"x\"\ncommand = [\"true\"]\n[input_schema]\ntype = \"object\"\n";
+    let daemon = TestDaemon::start_with("", |dir| {
+        let skills = dir.join("config-home/toolgate/skills");
+        std::fs::create_dir_all(&skills).unwrap();
+        write_private(&skills.join("kept.toml"), &skill.replace("NAME", "kept"));
+        let writable = skills.join("writable.toml");
+        write_private(&writable, &skill.replace("NAME", "writable"));
+        std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let open = dir.join("open-skills");
+        std::fs::create_dir(&open).unwrap();
+        write_private(&open.join("in_open_dir.toml"), &skill.replace("NAME", "in_open_dir"));
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let config = dir.join("config.toml");
+        write_private(
+            &config,
+            &format!("[skills]\ndirs = [\"{}\", \"{}\"]\n", skills.display(), open.display()),
+        );
+    });
+    let mut client = daemon.connect();
+    let listed = client.result("tools/list", json!({}));
+    let names: Vec<&str> =
+        listed["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"kept"), "{names:?}");
+    assert!(!names.contains(&"writable") && !names.contains(&"in_open_dir"), "{names:?}");
+}

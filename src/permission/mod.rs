@@ -54,7 +54,7 @@ use serde_json::Value;
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
-pub use rule::{RuleError, RuleProblem};
+pub use rule::{RuleError, RuleProblem, check_rule};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
 use shell::{Analysis, Hazard, ShellWord};
@@ -588,7 +588,7 @@ impl PermissionEngine {
         let subject = Subject::of(tool.name, args, ctx);
         let exact = !self.exact.is_empty()
             && self.exact.contains(&(tool.name.to_owned(), exact_key(tool.name, args)));
-        let matched = self.match_rules(tool.name, &subject, exact, ctx);
+        let matched = self.match_rules(tool.name, &subject, args, exact, ctx);
         let mut decision = self.apply_mode(self.mode, tool, &subject, &matched, ctx);
         if !self.mode.is_at_most(self.configured) {
             // Only for the incomparable pair: the ceiling's verdict may be stricter.
@@ -618,6 +618,7 @@ impl PermissionEngine {
         &self,
         tool: &str,
         subject: &Subject,
+        args: &Value,
         exact: bool,
         ctx: &CallContext<'_>,
     ) -> Matched {
@@ -635,7 +636,10 @@ impl PermissionEngine {
                 match_simple(&configured, &granted, exact, find)
             }
             Subject::Other => {
-                match_simple(&configured, &granted, exact, |rules, list| rules.whole(list))
+                let find = |rules: &ToolRules<'_>, list| {
+                    earliest(rules.whole(list), rules.arguments(list, args))
+                };
+                match_simple(&configured, &granted, exact, find)
             }
         }
     }
@@ -775,7 +779,7 @@ enum Subject {
     /// A file tool: its `path`, resolved lexically; `None` when the call names none
     /// (only bare rules can match then).
     Path(Option<PathBuf>),
-    /// Any other tool: only bare rules apply.
+    /// Any other tool: bare rules, and argument patterns over its arguments.
     Other,
 }
 

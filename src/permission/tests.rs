@@ -305,13 +305,65 @@ fn mcp_tool_wildcards() {
         ("mcp__github__create_issue", Ask),
         ("mcp__git__delete_branch", Deny),
         ("mcp__fs__delete_file", Deny),
-        // A specifier on a tool with no specifier kind never matches.
-        ("mcp__db__query", Ask),
+        // Allowed: every string argument matches `select *`.
+        ("mcp__db__query", Allow),
         ("mcp__db__rows_read", Allow),
     ];
     for (tool, verdict) in table {
         let decision = decide(&engine, tool, &json!({"sql": "select *"}));
         assert_eq!(decision.verdict, *verdict, "{tool}: {}", render(&decision));
+    }
+}
+
+#[test]
+fn specifiers_match_the_arguments_of_any_tool() {
+    let engine = engine(
+        &["mcp__db__query(SELECT *)", "mcp__gh__issue(repo=me/*)"],
+        &["mcp__db__query(sql=* users*)"],
+        &["mcp__db__query(DROP *)", "mcp__fs__write(path=/etc/*)"],
+        Mode::Default,
+    );
+    let table: &[(&str, Value, Verdict)] = &[
+        ("mcp__db__query", json!({"sql": "SELECT 1"}), Allow),
+        // Deny and ask rules ignore case and surrounding blanks; allow rules do not.
+        ("mcp__db__query", json!({"sql": "  drop table x"}), Deny),
+        ("mcp__db__query", json!({"sql": "select 1"}), Ask),
+        ("mcp__db__query", json!({"sql": "SELECT * FROM Users"}), Ask),
+        // An allow rule needs every value to match; a deny rule any of them, at any depth.
+        ("mcp__db__query", json!({"sql": "SELECT 1", "then": "DELETE x"}), Ask),
+        ("mcp__db__query", json!({"batch": [{"sql": "SELECT 1"}, {"sql": "DROP x"}]}), Deny),
+        ("mcp__db__query", json!({}), Ask),
+        ("mcp__gh__issue", json!({"repo": "me/x", "title": "anything"}), Allow),
+        ("mcp__gh__issue", json!({"repo": "you/x"}), Ask),
+        ("mcp__fs__write", json!({"path": "/etc/passwd", "content": "x"}), Deny),
+        ("mcp__fs__write", json!({"path": "/tmp/x", "content": "/etc/y"}), Ask),
+    ];
+    for (tool, args, verdict) in table {
+        let decision = decide(&engine, tool, args);
+        assert_eq!(decision.verdict, *verdict, "{tool} {args}: {}", render(&decision));
+    }
+}
+
+#[test]
+fn rules_naming_no_known_tool_are_refused() {
+    let extra = ["my_skill".to_owned()];
+    for text in [
+        "run_command(rm:*)",
+        "Bash(rm:*)",
+        "Edit",
+        "todo_write",
+        "mcp__db__query(DROP *)",
+        "mcp__*",
+        "skill__docs",
+        "my_skill(x=1)",
+        "*",
+        "read_*",
+    ] {
+        assert_eq!(check_rule(text, None, &extra), Ok(()), "{text}");
+    }
+    for text in ["run_comand(rm:*)", "Bsh(rm:*)", "bash", "Readfile", "nothing_*"] {
+        let err = check_rule(text, None, &extra).err();
+        assert!(matches!(err, Some(RuleProblem::UnknownTool { .. })), "{text}: {err:?}");
     }
 }
 
