@@ -23,7 +23,7 @@ const SEGMENT_TAIL: usize = 16;
 /// Blanks in a row shown as they are; longer runs become a marker.
 const MAX_BLANK_RUN: usize = 8;
 
-/// Longest string argument (other than a command) shown, in lines.
+/// Longest string argument (other than a command or a plan) shown, in lines.
 const MAX_VALUE_LINES: usize = 12;
 
 /// Characters that separate simple commands or words in a shell: never elided.
@@ -224,6 +224,13 @@ pub fn question(question: &Question<'_>) -> String {
             let others = question.arguments.as_object().into_iter().flatten();
             for (key, value) in others.filter(|(key, _)| key.as_str() != "command") {
                 push_argument(&mut out, key, value);
+            }
+        }
+        ("exit_plan_mode", _) => {
+            let plan = question.arguments.get("plan").and_then(Value::as_str).unwrap_or("");
+            let _ = writeln!(out, "toolgate: leave plan mode and carry out this plan?");
+            for line in command_lines(plan) {
+                let _ = writeln!(out, "  | {line}");
             }
         }
         _ => {

@@ -600,6 +600,12 @@ impl PermissionEngine {
         if decision.verdict == Verdict::Ask {
             decision.grant = session_grant(tool.name, args, &matched, &decision.suggestions);
         }
+        // Parts and paths from the call are already folded; this catches any hidden
+        // character left (a path in a hazard, a tool name), so a reason is always safe
+        // to print.
+        if decision.explanation.reason.contains(display::is_hidden) {
+            decision.explanation.reason = display::visible(&decision.explanation.reason);
+        }
         decision
     }
 
@@ -656,7 +662,9 @@ impl PermissionEngine {
         match matched {
             Matched::Deny { rule, part } => {
                 let reason = match part {
-                    Some(part) => format!("`{part}` matches the deny rule {rule}"),
+                    Some(part) => {
+                        format!("`{}` matches the deny rule {rule}", display::inline(part))
+                    }
                     None => format!("{name} is denied by the rule {rule}"),
                 };
                 return Decision::new(Verdict::Deny, Layer::Rule, reason)
@@ -671,7 +679,9 @@ impl PermissionEngine {
             }
             Matched::Ask { rule, part } => {
                 let reason = match part {
-                    Some(part) => format!("`{part}` matches the ask rule {rule}"),
+                    Some(part) => {
+                        format!("`{}` matches the ask rule {rule}", display::inline(part))
+                    }
                     None => format!("{name} requires approval by the rule {rule}"),
                 };
                 let decision =

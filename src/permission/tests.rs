@@ -707,6 +707,21 @@ fn decisions_serialize_for_the_wire() {
 }
 
 #[test]
+fn reasons_never_carry_hidden_characters() {
+    let engine = engine(&["run_command(git status:*)"], &[], &["run_command(rm:*)"], Mode::Default);
+    for text in [
+        "rm -rf '\u{1b}[2J'",
+        "git status > '/tmp/\u{1b}c\u{202e}'",
+        "ls '\u{9b}'; git status",
+        "echo $(printf '\r')",
+    ] {
+        let decision = decide(&engine, "run_command", &command(text));
+        let reason = &decision.explanation.reason;
+        assert!(!reason.contains(display::is_hidden), "{text:?}: {reason:?}");
+    }
+}
+
+#[test]
 fn a_session_grant_without_a_safe_rule_is_the_exact_call() {
     let mut engine = engine(&[], &["run_command(git push:*)"], &[], Mode::Default);
     let text = "echo today is $(date +%A)";
