@@ -315,21 +315,42 @@ fn pyte_python() -> Option<PathBuf> {
         eprintln!("SKIPPED: the terminal-emulator checks need python3, which is not installed");
         return None;
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("pyte-venv");
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let venv = target.join("pyte-venv");
     let python = venv.join("bin").join("python");
     let has_pyte = |python: &Path| {
         Command::new(python).args(["-c", "import pyte"]).status().is_ok_and(|s| s.success())
     };
-    if !has_pyte(&python) {
-        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
-        assert!(made.success(), "python3 -m venv {} failed", venv.display());
+    if has_pyte(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
+    if made.success() {
         let installed = Command::new(venv.join("bin").join("pip"))
             .args(["install", "--quiet", "pyte==0.8.2"])
             .status()
             .unwrap();
-        assert!(installed.success(), "pip install pyte failed");
-        assert!(has_pyte(&python), "pyte is not importable after installing it");
+        assert!(installed.success(), "pip install pyte into {} failed", venv.display());
+    } else {
+        // No venv module (Debian without python3-venv): a private library directory,
+        // found through a wrapper script.
+        let lib = target.join("pyte-lib");
+        let installed = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--target"])
+            .arg(&lib)
+            .arg("pyte==0.8.2")
+            .status()
+            .unwrap();
+        assert!(installed.success(), "neither python3 -m venv nor pip install --target worked");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            &python,
+            format!("#!/bin/sh\nPYTHONPATH='{}' exec python3 \"$@\"\n", lib.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    assert!(has_pyte(&python), "pyte is not importable after installing it");
     Some(python)
 }
 

@@ -71,9 +71,12 @@ pub(crate) const DYNAMIC_PREFIXES: &[&str] = &["mcp__", "skill__"];
 /// tool, a Claude Code alias, an `mcp__`/`skill__` tool, one of `extra` (skill command
 /// tools found at load time), or a wildcard matching any of these.
 pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(), RuleProblem> {
+    /// The built-in tools' names, read from their definitions once.
+    static BUILTINS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        crate::tools::builtin::all().iter().map(|tool| tool.definition().name.clone()).collect()
+    });
     let rule = Rule::parse(text, home)?;
-    let builtins: Vec<String> =
-        crate::tools::builtin::all().iter().map(|tool| tool.definition().name.clone()).collect();
+    let builtins: &[String] = &BUILTINS;
     let fixed = builtins
         .iter()
         .map(String::as_str)
@@ -97,7 +100,7 @@ pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(
         return Ok(());
     }
     let name = text.trim().split('(').next().unwrap_or_default().trim().to_owned();
-    let mut names: Vec<String> = builtins;
+    let mut names: Vec<String> = builtins.to_vec();
     names.extend(ALIASES.iter().map(|(alias, _)| (*alias).to_owned()));
     Err(RuleProblem::UnknownTool { name, known: names.join(", ") })
 }
