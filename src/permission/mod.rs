@@ -357,10 +357,16 @@ impl Decision {
         let mut reason = std::mem::take(&mut self.explanation.reason);
         reason.push_str("; ");
         reason.push_str(why);
+        // Suggestions hold names from the call (a file name may carry an escape).
         match self.suggestions.as_slice() {
             [] => {}
-            [one] => reason.push_str(&format!(" (add an allow rule such as {one})")),
-            several => reason.push_str(&format!(" (add the allow rules {})", several.join(", "))),
+            [one] => {
+                reason.push_str(&format!(" (add an allow rule such as {})", display::inline(one)));
+            }
+            several => reason.push_str(&format!(
+                " (add the allow rules {})",
+                display::inline(&several.join(", "))
+            )),
         }
         self.explanation.reason = reason;
         self.verdict = Verdict::Deny;

@@ -719,6 +719,11 @@ fn reasons_never_carry_hidden_characters() {
         let reason = &decision.explanation.reason;
         assert!(!reason.contains(display::is_hidden), "{text:?}: {reason:?}");
     }
+    // Nor when a call nobody can approve is refused naming the rule to add.
+    let refused = decide(&engine, "write_file", &path("a\u{1b}cb.txt")).refuse_unasked("nobody");
+    assert_eq!(refused.verdict, Deny);
+    let reason = &refused.explanation.reason;
+    assert!(!reason.contains(display::is_hidden) && reason.contains("\\x1bc"), "{reason:?}");
 }
 
 #[test]
