@@ -10,6 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use crate::permission::display;
 use crate::protocol::method;
 
 /// Why a client command failed.
@@ -181,7 +182,10 @@ pub async fn call(
         let event = &message["params"]["result"];
         match event["type"].as_str() {
             Some("tool_output") => {
-                write!(std::io::stderr(), "{}", event["text"].as_str().unwrap_or(""))?;
+                // A command's output must not be able to redraw the terminal (and so
+                // fake the next question).
+                let text = display::visible_lines(event["text"].as_str().unwrap_or(""));
+                write!(std::io::stderr(), "{text}")?;
             }
             Some("permission_request") => {
                 let (decision, scope) = ask_on_terminal(event)?;
@@ -195,39 +199,55 @@ pub async fn call(
             _ => {}
         }
     };
-    outln!("{}", serde_json::to_string_pretty(&result)?)?;
+    let shown = serde_json::to_string_pretty(&result)?;
+    if std::io::stdout().is_terminal() {
+        outln!("{}", display::visible_lines(&shown))?;
+    } else {
+        outln!("{shown}")?;
+    }
     Ok(if result["ok"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Shows a permission request and reads the person's answer.
+/// Shows a permission request (rendered as every face renders it: the whole command,
+/// folded, every hidden character visible) and reads the person's answer.
 fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), ClientError> {
+    let suggestions: Vec<String> = event["suggestions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|rule| rule.as_str().map(str::to_owned))
+        .collect();
+    let session_grant = event["session_grant"].as_str();
+    let text = display::question(&display::Question {
+        tool: event["tool"].as_str().unwrap_or("?"),
+        arguments: &event["arguments"],
+        reason: event["explanation"]["reason"].as_str().unwrap_or(""),
+        suggestions: &suggestions,
+        session_grant,
+    });
     let mut stderr = std::io::stderr();
-    writeln!(
-        stderr,
-        "\n{} wants to run with {}\n  why: {}",
-        event["tool"].as_str().unwrap_or("?"),
-        event["arguments"],
-        event["explanation"]["reason"].as_str().unwrap_or("")
-    )?;
-    if let Some(rule) = event["suggestions"].get(0).and_then(Value::as_str) {
-        writeln!(stderr, "  a rule that would allow it: {rule}")?;
+    writeln!(stderr, "\n{text}")?;
+    if session_grant.is_some() {
+        write!(stderr, "Allow? [y]es once / [a]lways this session / [N]o: ")?;
+    } else {
+        write!(stderr, "Allow? [y]es once / [N]o: ")?;
     }
-    write!(stderr, "Allow? [y]es once / [a]lways this session / [N]o: ")?;
     stderr.flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(match answer.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" => ("allow", "once"),
-        "a" | "always" => ("allow", "session"),
+        "a" | "always" if session_grant.is_some() => ("allow", "session"),
         _ => ("deny", "once"),
     })
 }
 
-/// Loads every configuration layer, checks it, and prints the effective result.
+/// Loads every configuration layer, makes every check `serve` makes before it starts
+/// ([`crate::server::preflight`]), and prints the effective result.
 pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    match crate::server::load_config(explicit).and_then(|(config, options)| {
-        crate::server::check_config(&config, options.home.as_deref()).map(|_| config)
-    }) {
+    match crate::server::load_config(explicit)
+        .and_then(|(config, options)| crate::server::preflight(&config, &options).map(|_| config))
+    {
         Ok(config) => {
             let sources: Vec<String> =
                 config.sources.iter().map(|path| path.display().to_string()).collect();

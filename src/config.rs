@@ -91,6 +91,16 @@ pub enum ConfigError {
     /// The merged configuration could not be encoded for validation or for a dump.
     #[error("cannot encode the configuration as TOML: {0}")]
     Encode(String),
+    /// A file toolgate would take instructions from (configuration, skill, hook) could
+    /// be changed by someone other than root or the daemon's user.
+    #[error("{}: {problem}; {fix}", path.display())]
+    Untrusted {
+        /// The file, or the directory on its path, that is at fault.
+        path: PathBuf,
+        problem: String,
+        /// The command that makes it safe.
+        fix: String,
+    },
 }
 
 fn render_invalid(
@@ -415,6 +425,7 @@ impl Config {
         for path in optional {
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
+                    check_trusted(&path, options.uid)?;
                     layers.push(Layer::parse(path.display().to_string(), &text)?);
                     sources.push(path);
                 }
@@ -425,6 +436,7 @@ impl Config {
         if let Some(path) = &options.explicit {
             let text = std::fs::read_to_string(path)
                 .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            check_trusted(path, options.uid)?;
             layers.push(Layer::parse(path.display().to_string(), &text)?);
             sources.push(path.clone());
         }
@@ -695,6 +707,71 @@ impl Layers {
     }
 }
 
+/// Refuses a file toolgate takes instructions from (configuration, skill, hook) that
+/// someone other than root or the daemon's user could change, as OpenSSH does: the
+/// file and every directory on its path (symlinks followed) must be owned by root or
+/// the daemon's user and writable by nobody else. A directory writable by everyone but
+/// sticky and owned by root (such as `/tmp`) is fine: nobody else can replace what is
+/// in it. The error names the file or directory and the command that fixes it.
+pub fn check_trusted_file(path: &Path) -> Result<(), ConfigError> {
+    check_trusted(path, rustix::process::geteuid().as_raw())
+}
+
+/// [`check_trusted_file`] for a daemon running as `uid`.
+pub fn check_trusted(path: &Path, uid: u32) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+
+    let canonical = std::fs::canonicalize(path)
+        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    let mut current = Some(canonical.as_path());
+    let mut is_file = true;
+    while let Some(at) = current {
+        let meta = std::fs::metadata(at)
+            .map_err(|source| ConfigError::Read { path: at.to_path_buf(), source })?;
+        let mode = meta.mode() & 0o7777;
+        let owner = meta.uid();
+        let shown = path.to_path_buf();
+        let what = if is_file {
+            String::new()
+        } else {
+            format!("the directory {} on its path ", at.display())
+        };
+        if owner != 0 && owner != uid {
+            return Err(ConfigError::Untrusted {
+                problem: format!(
+                    "{what}is owned by uid {owner}, not by root or uid {uid} (the user \
+                     toolgate runs as), so its owner could change what toolgate runs"
+                ),
+                fix: format!("run `chown {} {}`", user_name(uid), at.display()),
+                path: shown,
+            });
+        }
+        let sticky_root_dir = !is_file && owner == 0 && mode & 0o1000 != 0;
+        if mode & 0o022 != 0 && !sticky_root_dir {
+            let who = if mode & 0o002 != 0 { "every user" } else { "its group" };
+            return Err(ConfigError::Untrusted {
+                problem: format!(
+                    "{what}is writable by {who} (mode {mode:04o}), so others could change \
+                     what toolgate runs"
+                ),
+                fix: format!("run `chmod go-w {}`", at.display()),
+                path: shown,
+            });
+        }
+        is_file = false;
+        current = at.parent();
+    }
+    Ok(())
+}
+
+/// The name of a user for a message, else the number.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name)
+}
+
 /// Deep merge: tables merge key by key, anything else replaces.
 fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     for (key, value) in over {
@@ -894,8 +971,7 @@ impl RawConfig {
         }
 
         validate_limits(&self.limits, layers)?;
-        validate_permissions(&self.permissions, layers)?;
-        validate_hooks(&self.hooks, layers)?;
+        validate_hooks(&self.hooks, options, layers)?;
         let mut mcp_servers = self.mcp_servers;
         validate_mcp_servers(&mut mcp_servers, &self.limits, options, layers)?;
         validate_env(&self.env, layers)?;
@@ -955,6 +1031,9 @@ impl RawConfig {
                 trusted.push(TrustedSkillDir { dir, source, explicit });
             }
         }
+
+        // Rules last: a rule may name a skill's tool, found in the skill directories.
+        validate_permissions(&self.permissions, &skill_tool_names(&dirs), options, layers)?;
 
         Ok(Config {
             server,
@@ -1043,8 +1122,32 @@ fn validate_limits(limits: &LimitsConfig, layers: &Layers) -> Result<(), ConfigE
     Ok(())
 }
 
+/// The tool names the command skills of `dirs` declare (`name` in each `*.toml`), so
+/// that rules may name them. Files that cannot be read are left to the skill loader
+/// to report.
+fn skill_tool_names(dirs: &[PathBuf]) -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|ext| ext != "toml") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let Ok(table) = text.parse::<toml::Table>() else { continue };
+            if let Some(name) = table.get("name").and_then(toml::Value::as_str) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+}
+
 fn validate_permissions(
     permissions: &PermissionsConfig,
+    skill_tools: &[String],
+    options: &LoadOptions,
     layers: &Layers,
 ) -> Result<(), ConfigError> {
     if !PERMISSION_MODES.contains(&permissions.mode.as_str()) {
@@ -1061,17 +1164,24 @@ fn validate_permissions(
         [("allow", &permissions.allow), ("ask", &permissions.ask), ("deny", &permissions.deny)]
     {
         for (idx, rule) in rules.iter().enumerate() {
+            let mut path = key_path(&["permissions", key]);
+            path.push(Seg::Index(idx));
             if rule.trim().is_empty() {
-                let mut path = key_path(&["permissions", key]);
-                path.push(Seg::Index(idx));
                 return Err(layers.invalid(&path, "a rule must not be empty"));
             }
+            crate::permission::check_rule(rule, options.home.as_deref(), skill_tools).map_err(
+                |problem| layers.invalid(&path, format!("invalid rule {rule:?}: {problem}")),
+            )?;
         }
     }
     Ok(())
 }
 
-fn validate_hooks(hooks: &HooksConfig, layers: &Layers) -> Result<(), ConfigError> {
+fn validate_hooks(
+    hooks: &HooksConfig,
+    options: &LoadOptions,
+    layers: &Layers,
+) -> Result<(), ConfigError> {
     for (event, list) in
         [("pre_tool_use", &hooks.pre_tool_use), ("post_tool_use", &hooks.post_tool_use)]
     {
@@ -1101,9 +1211,42 @@ fn validate_hooks(hooks: &HooksConfig, layers: &Layers) -> Result<(), ConfigErro
             if hook.timeout_ms == 0 {
                 return Err(layers.invalid(&path("timeout_ms"), "must be greater than zero"));
             }
+            for file in hook_command_files(&hook.command, options.home.as_deref()) {
+                check_trusted(&file, options.uid)?;
+            }
         }
     }
     Ok(())
+}
+
+/// The files a hook command runs that exist now: its program when named by a path, and
+/// the script an interpreter runs (`python3 ~/hooks/x.py`). Programs looked up in
+/// `PATH` are left to the system's own permissions.
+fn hook_command_files(command: &str, home: Option<&Path>) -> Vec<PathBuf> {
+    const INTERPRETERS: &[&str] =
+        &["sh", "bash", "dash", "zsh", "python", "python3", "node", "perl", "ruby", "deno", "bun"];
+    let expand = |word: &str| -> Option<PathBuf> {
+        let word = word.trim_matches(['"', '\'']);
+        let path = match (word.strip_prefix("~/"), home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            (Some(_), None) => return None,
+            (None, _) if word.starts_with('/') || word.starts_with("./") => PathBuf::from(word),
+            (None, _) => return None,
+        };
+        path.is_file().then_some(path)
+    };
+    let mut words = command.split_whitespace();
+    let mut files = Vec::new();
+    if let Some(program) = words.next() {
+        files.extend(expand(program));
+        let name = program.rsplit('/').next().unwrap_or(program);
+        if INTERPRETERS.contains(&name)
+            && let Some(script) = words.find(|word| !word.starts_with('-'))
+        {
+            files.extend(expand(script));
+        }
+    }
+    files
 }
 
 fn validate_mcp_servers(

@@ -174,7 +174,7 @@ SHARED = "system"
 [limits]
 default_timeout_ms = 2000
 [permissions]
-allow = ["a"]
+allow = ["mcp__a"]
 [env.set]
 SHARED = "user"
 "#,
@@ -183,7 +183,7 @@ SHARED = "user"
         &fixture.root.join("explicit.toml"),
         r#"
 [permissions]
-allow = ["b", "c"]
+allow = ["mcp__b", "mcp__c"]
 mode = "plan"
 "#,
     );
@@ -196,7 +196,7 @@ mode = "plan"
         config.permissions,
         PermissionsConfig {
             mode: "plan".to_owned(),
-            allow: vec!["b".to_owned(), "c".to_owned()],
+            allow: vec!["mcp__b".to_owned(), "mcp__c".to_owned()],
             ask: vec![],
             deny: vec!["write_file(.git/**)".to_owned()],
         }
@@ -823,4 +823,54 @@ fn from_process_reads_only_absolute_xdg_directories() {
         assert!(dir.is_absolute(), "{}", dir.display());
     }
     assert_eq!(options.uid, rustix::process::getuid().as_raw());
+}
+
+#[test]
+fn rules_naming_no_tool_are_located_errors() {
+    let fixture = Fixture::new();
+    fixture.user_file("[permissions]\ndeny = [\n  \"Bash(rm:*)\",\n  \"run_comand(rm:*)\",\n]\n");
+    let err = Config::load(&fixture.options()).err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(err.contains("config.toml:4:3: [permissions] deny #2: invalid rule"), "{err}");
+    assert!(err.contains("\"run_comand\""), "{err}");
+}
+
+#[test]
+fn trusted_files_follow_openssh() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = Fixture::new();
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = fixture.root.join("trust");
+    std::fs::create_dir(&dir).unwrap();
+    let file = fixture.write(&dir.join("config.toml"), "");
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let check = || check_trusted(&file, uid).err().map(|err| err.to_string());
+    chmod(&dir, 0o755);
+    chmod(&file, 0o644);
+    assert_eq!(check(), None);
+    chmod(&file, 0o646);
+    let err = check().unwrap_or_default();
+    assert!(err.contains("writable by every user (mode 0646)"), "{err}");
+    assert!(err.contains(&format!("run `chmod go-w {}`", file.display())), "{err}");
+    chmod(&file, 0o600);
+    chmod(&dir, 0o775);
+    let err = check().unwrap_or_default();
+    assert!(err.contains(&format!("the directory {} on its path", dir.display())), "{err}");
+    // A sticky directory owned by root, such as /tmp, is fine.
+    chmod(&dir, 0o755);
+    if uid == 0 {
+        chmod(&dir, 0o1777);
+        assert_eq!(check(), None);
+        chmod(&dir, 0o755);
+        // Another owner, for a daemon running as root.
+        std::os::unix::fs::chown(&file, Some(65534), None).unwrap();
+        let err = check().unwrap_or_default();
+        assert!(err.contains("is owned by uid 65534, not by root or uid 0"), "{err}");
+    }
+    // The same file is another user's for a daemon running as someone else.
+    if uid != 12345 {
+        let err = check_trusted(&file, 12345).err().map(|err| err.to_string()).unwrap_or_default();
+        assert!(err.contains("owned by uid"), "{err}");
+    }
 }

@@ -103,18 +103,6 @@ pub fn settings_from_config(
     })
 }
 
-/// Everything `serve` checks before it listens, short of binding: the settings
-/// (rules, hooks, mode) and the token file the network faces would load. What
-/// `check-config` runs.
-pub fn check_config(
-    config: &Config,
-    home: Option<&std::path::Path>,
-) -> Result<Settings, ServeError> {
-    let settings = settings_from_config(config, home)?;
-    configured_tokens(config)?;
-    Ok(settings)
-}
-
 /// The tokens of `[server] token_file`, if one is set, with every check of
 /// [`crate::auth::TokenSet::load`].
 fn configured_tokens(config: &Config) -> Result<Option<crate::auth::TokenSet>, ServeError> {
@@ -167,6 +155,17 @@ pub fn settings_for(config: &Config, options: &LoadOptions) -> Result<Settings, 
     let settings = settings_from_config(config, options.home.as_deref())?;
     let own = crate::own_files::own_paths(config, options);
     settings.access.replace(&Access::new(own, Some(Arc::new(settings.policy.clone()))));
+    Ok(settings)
+}
+
+/// Every check `serve` (and `mcp`) makes before starting anything, in one place so
+/// that `check-config` makes exactly the same ones: the rules, hooks and mode
+/// ([`settings_from_config`]; the files' ownership and modes were checked by
+/// [`Config::load`]), toolgate's own files, and the token file the network faces would
+/// load. Returns the runtime settings.
+pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
+    let settings = settings_for(config, options)?;
+    configured_tokens(config)?;
     Ok(settings)
 }
 
@@ -303,7 +302,7 @@ fn warn_about_privileges(mode: Mode) {
 /// Runs the daemon until SIGTERM/SIGINT (or EOF in `--stdio` mode).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
-    let settings = settings_for(&config, &load_options)?;
+    let settings = preflight(&config, &load_options)?;
     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     let max_message = config.server.max_message_bytes;
@@ -512,7 +511,7 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
             .extend(roots.iter().map(|root| crate::skills::workspace_skill_dir(root)));
         config.workspace.roots = roots;
     }
-    let mut settings = settings_for(&config, &load_options)?;
+    let mut settings = preflight(&config, &load_options)?;
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
     }

@@ -373,6 +373,17 @@ fn scan(dirs: &[SkillDir]) -> Scan {
             if file_name.starts_with('.') {
                 continue;
             }
+            if (file_name.ends_with(".toml") || path.join("SKILL.md").is_file())
+                && let Err(err) = crate::config::check_trusted_file(&if path.is_dir() {
+                    path.join("SKILL.md")
+                } else {
+                    path.clone()
+                })
+            {
+                tracing::warn!(path = %path.display(), %err, "skipping an untrusted skill");
+                skipped.push(Skipped { path, reason: err.to_string() });
+                continue;
+            }
             // The file a skill comes from: named in logs, reports and `tools/list`.
             let (loaded, source) = if path.is_dir() {
                 let skill_md = path.join("SKILL.md");

@@ -22,6 +22,10 @@ struct TestDaemon {
 }
 
 impl TestDaemon {
+    fn start(config: &str) -> TestDaemon {
+        TestDaemon::start_with(config, |_| {})
+    }
+
     /// Starts a daemon after `prepare` has set up the directory.
     fn start_with(config: &str, prepare: impl FnOnce(&Path)) -> TestDaemon {
         let dir = private_tempdir();
@@ -146,6 +150,21 @@ impl Client {
         response["result"].clone()
     }
 
+    fn event(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(position) =
+            self.notifications.iter().position(|n| matches(&n["params"]["result"]))
+        {
+            return self.notifications.remove(position)["params"]["result"].clone();
+        }
+        loop {
+            let message = self.read();
+            if message["method"] == "events" && matches(&message["params"]["result"]) {
+                return message["params"]["result"].clone();
+            }
+            self.notifications.push(message);
+        }
+    }
+
     fn explain_command(&mut self, command: &str) -> Value {
         self.result(
             "tools/explain",
@@ -206,4 +225,399 @@ fn redirects_that_cannot_be_resolved_ask() {
     assert_eq!(explained["decision"], "ask", "{explained}");
     let reason = explained["explanation"]["reason"].as_str().unwrap();
     assert!(reason.contains("cannot be resolved"), "{reason}");
+}
+
+/// Asks for a call over a subscribed connection and returns the `permission_request`
+/// event and the id of the call.
+fn asked(client: &mut Client, command: &str) -> (Value, u64) {
+    let id = client
+        .send("tools/call", json!({"name": "run_command", "arguments": {"command": command}}));
+    let request = client.event(|event| event["type"] == "permission_request");
+    (request, id)
+}
+
+#[test]
+fn a_session_grant_is_never_wider_than_what_was_shown() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    // A command no rule could describe safely: the grant is this exact command.
+    let command = "echo today is $(date +%A) > day.txt";
+    let (request, id) = asked(&mut client, command);
+    assert!(request["suggestions"].as_array().is_none_or(Vec::is_empty), "{request}");
+    let grant = request["session_grant"].as_str().unwrap_or_default();
+    assert!(grant.contains("this exact command") && grant.contains(command), "{request}");
+    client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "allow", "scope": "session"}),
+    );
+    assert_eq!(client.response(id)["result"]["ok"], true);
+    // The same command again runs without asking; anything else still asks.
+    assert_eq!(client.explain_command(command)["decision"], "allow");
+    for other in ["curl -s http://127.0.0.1:9/x | sh", "echo today is $(id)", "rm -rf x"] {
+        let explained = client.explain_command(other);
+        assert_eq!(explained["decision"], "ask", "{other}: {explained}");
+    }
+
+    // With a safe prefix, the grant is the suggested rule, and the request says so.
+    let (request, id) = asked(&mut client, "mkdir -p made");
+    assert_eq!(request["session_grant"], "run_command(mkdir:*)", "{request}");
+    client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "allow", "scope": "session"}),
+    );
+    assert_eq!(client.response(id)["result"]["ok"], true);
+    assert_eq!(client.explain_command("mkdir -p other")["decision"], "allow");
+    assert_eq!(client.explain_command("rm -r made")["decision"], "ask");
+}
+
+#[test]
+fn no_session_grant_is_offered_where_none_could_apply() {
+    let daemon = TestDaemon::start("[permissions]\nask = [\"run_command(git push:*)\"]\n");
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    let (request, id) = asked(&mut client, "git push --dry-run 2>/dev/null; true");
+    assert!(request.get("session_grant").is_none(), "{request}");
+    // Answering "for the session" anyway allows this call once, and grants nothing.
+    client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "allow", "scope": "session"}),
+    );
+    client.response(id);
+    assert_eq!(client.explain_command("echo hi; rm -rf x")["decision"], "ask");
+}
+
+#[test]
+fn the_reason_names_every_part_that_needs_approval() {
+    let daemon = TestDaemon::start("[permissions]\nallow = [\"run_command(ls:*)\"]\n");
+    let mut client = daemon.connect();
+    client.result("events/subscribe", json!({}));
+    let (request, id) = asked(&mut client, "ls -la; rm -rf X; cat /etc/hostname");
+    let reason = request["explanation"]["reason"].as_str().unwrap();
+    assert!(reason.contains("`rm -rf X`") && reason.contains("`cat /etc/hostname`"), "{reason}");
+    client.result(
+        "permission/respond",
+        json!({"request_id": request["request_id"], "decision": "deny"}),
+    );
+    client.response(id);
+    // Hidden characters in a part are shown, not sent to the terminal.
+    let explained = client.explain_command("ls; rm -rf '\u{1b}[2J\u{202e}X'");
+    let reason = explained["explanation"]["reason"].as_str().unwrap();
+    assert!(reason.contains("rm -rf \\x1b[2J<U+202E>X"), "{reason}");
+    assert!(!reason.contains('\u{1b}') && !reason.contains('\u{202e}'), "{reason}");
+}
+
+/// A Python with pyte, in a virtual environment under `target/` (made on first use).
+/// `None`, with the reason printed, when there is no Python to make it with.
+fn pyte_python() -> Option<PathBuf> {
+    let python3 = Command::new("python3").arg("--version").output();
+    if !python3.is_ok_and(|out| out.status.success()) {
+        eprintln!("SKIPPED: the terminal-emulator checks need python3, which is not installed");
+        return None;
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let venv = target.join("pyte-venv");
+    let python = venv.join("bin").join("python");
+    let has_pyte = |python: &Path| {
+        Command::new(python).args(["-c", "import pyte"]).status().is_ok_and(|s| s.success())
+    };
+    if has_pyte(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
+    if made.success() {
+        let installed = Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "pyte==0.8.2"])
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install pyte into {} failed", venv.display());
+    } else {
+        // No venv module (Debian without python3-venv): a private library directory,
+        // found through a wrapper script.
+        let lib = target.join("pyte-lib");
+        let installed = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--target"])
+            .arg(&lib)
+            .arg("pyte==0.8.2")
+            .status()
+            .unwrap();
+        assert!(installed.success(), "neither python3 -m venv nor pip install --target worked");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(
+            &python,
+            format!("#!/bin/sh\nPYTHONPATH='{}' exec python3 \"$@\"\n", lib.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert!(has_pyte(&python), "pyte is not importable after installing it");
+    Some(python)
+}
+
+/// The screens `toolgate call` shows for each case, as a person's terminal renders
+/// them (80x24), each captured when the approval prompt appears.
+fn prompt_screens(python: &Path, daemon: &TestDaemon, cases: &Value) -> Vec<Value> {
+    let cases_file = daemon.path("cases.json");
+    std::fs::write(&cases_file, cases.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompt_screen.py");
+    let output = Command::new(python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .arg(&daemon.socket)
+        .arg(&cases_file)
+        .envs(test_env(daemon.dir.path()))
+        .env("TERM", "xterm")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "the terminal driver failed");
+    serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
+}
+
+#[test]
+fn the_approval_prompt_shows_the_dangerous_part_on_a_real_terminal() {
+    let Some(python) = pyte_python() else { return };
+    let daemon = TestDaemon::start_with("", |dir| {
+        std::fs::create_dir(dir.join("workspace/victim")).unwrap();
+    });
+    let run = |command: String| json!({"tool": "run_command", "arguments": {"command": command}});
+    let cases = json!([
+        run("ls '\u{1b}[2J\u{1b}[3J\u{1b}[H<fake \"ls -la\" prompt>'; rm -rf victim".to_owned()),
+        run(format!("rm -rf victim;{}ls -la", " ".repeat(4000))),
+        run(format!("rm -rf victim{}ls -la", "\n".repeat(60))),
+        run("rm -rf victim # \rls -la                    ".to_owned()),
+        run("ls '\u{9b}2J\u{9b}H'; rm -rf victim".to_owned()),
+        run("ls; rm -rf victim \u{202e}txt.md".to_owned()),
+        run("ls $CMD'\u{1b}[2J'; rm -rf victim".to_owned()),
+        json!({"tool": "write_file", "arguments": {"path": "a\u{1b}cb.txt", "content": "x"}}),
+    ]);
+    let screens = prompt_screens(&python, &daemon, &cases);
+    assert_eq!(screens.len(), cases.as_array().unwrap().len());
+    for (case, shown) in cases.as_array().unwrap().iter().zip(&screens) {
+        let Some(lines) = shown["screen"].as_array() else {
+            panic!("no approval prompt for {case}: {shown}");
+        };
+        let screen: String = lines
+            .iter()
+            .map(|line| line.as_str().unwrap().trim_end())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let expected = if case["tool"] == "write_file" { "a\\x1bcb.txt" } else { "rm -rf victim" };
+        assert!(
+            screen.contains(expected),
+            "{expected:?} is not on the screen for {case}:\n{screen}"
+        );
+        assert!(screen.contains("Allow?"), "{screen}");
+    }
+    let screen_of = |idx: usize| {
+        screens[idx]["screen"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect::<String>()
+    };
+    assert!(screen_of(0).contains("\\x1b[2J"), "{}", screen_of(0));
+    assert!(screen_of(3).contains("\\r"), "{}", screen_of(3));
+    assert!(screen_of(4).contains("<U+009B>"), "{}", screen_of(4));
+    assert!(screen_of(5).contains("<U+202E>"), "{}", screen_of(5));
+    // Every question was answered "no": nothing ran.
+    assert!(daemon.path("workspace/victim").is_dir());
+}
+
+/// Runs `toolgate ARGS` in a test directory and returns its output.
+fn toolgate(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(dir.join("workspace"))
+        .envs(test_env(dir))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `check-config --config FILE` and `serve --config FILE` must both refuse it and say
+/// `expected` on stderr. A `serve` that starts anyway is stopped and the test fails.
+fn both_refuse(dir: &Path, config: &Path, expected: &[&str]) {
+    let config = config.to_str().unwrap();
+    let checked = toolgate(dir, &["check-config", "--config", config]);
+    let socket = dir.join("run").join("refused.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", config, "--socket", socket.to_str().unwrap()])
+        .current_dir(dir.join("workspace"))
+        .envs(test_env(dir))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exited = loop {
+        if serve.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if socket.exists() || Instant::now() > deadline {
+            let _ = serve.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let served = serve.wait_with_output().unwrap();
+    assert!(exited, "serve started with {config}");
+    for (what, output) in [("check-config", checked), ("serve", served)] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{what} accepted it: {stderr}");
+        for needle in expected {
+            assert!(stderr.contains(needle), "{what} does not say {needle:?}: {stderr}");
+        }
+    }
+}
+
+fn test_dir() -> tempfile::TempDir {
+    let dir = private_tempdir();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    dir
+}
+
+#[test]
+fn rules_naming_no_tool_are_errors_with_file_and_line() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(
+        &config,
+        "[permissions]\nallow = [\"Bash(git status:*)\"]\ndeny = [\n  \"mcp__db__query(DROP *)\",\n  \"run_comand(rm:*)\",\n]\n",
+    );
+    let shown = config.display().to_string();
+    both_refuse(dir.path(), &config, &[&format!("{shown}:5:"), "run_comand", "could never apply"]);
+    write_private(&config, "[permissions]\ndeny = [\"Bsh(rm:*)\"]\n");
+    both_refuse(dir.path(), &config, &[&format!("{shown}:2:"), "Bsh"]);
+    // Known names, aliases, `mcp__` patterns and skill tools load.
+    let skills = dir.path().join("config-home/toolgate/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    write_private(
+        &skills.join("say.toml"),
+        "name = \"say\"\ndescription = \"x\"\ncommand = [\"echo\", \"{text}\"]\n[input_schema]\ntype = \"object\"\n",
+    );
+    write_private(
+        &config,
+        "[permissions]\nallow = [\"Bash(ls:*)\", \"mcp__git__*\"]\ndeny = [\"mcp__db__query(DROP *)\", \"say(text=*secret*)\"]\n",
+    );
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+}
+
+#[test]
+fn a_specifier_on_a_skill_tool_matches_its_arguments() {
+    let daemon = TestDaemon::start_with(
+        "[permissions]\nmode = \"bypass\"\ndeny = [\"say(text=*secret*)\"]\n",
+        |dir| {
+            let skills = dir.join("config-home/toolgate/skills");
+            std::fs::create_dir_all(&skills).unwrap();
+            write_private(
+                &skills.join("say.toml"),
+                "name = \"say\"\ndescription = \"Echoes.\"\ncommand = [\"echo\", \"{text}\"]\n\
+                 [input_schema]\ntype = \"object\"\n[input_schema.properties]\ntext = { type = \"string\" }\n",
+            );
+        },
+    );
+    let mut client = daemon.connect();
+    let call = |client: &mut Client, text: &str| {
+        client.result("tools/call", json!({"name": "say", "arguments": {"text": text}}))
+    };
+    let denied = call(&mut client, "the SECRET plan");
+    assert_eq!(denied["error_type"], "permission_denied", "{denied}");
+    let allowed = call(&mut client, "hello");
+    assert_eq!(allowed["ok"], true, "{allowed}");
+}
+
+#[test]
+fn check_config_makes_every_check_serve_makes() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    let missing = dir.path().join("no-such-tokens");
+    write_private(
+        &config,
+        &format!("[server]\ntcp = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n", missing.display()),
+    );
+    both_refuse(dir.path(), &config, &[missing.to_str().unwrap()]);
+}
+
+#[test]
+fn configuration_others_can_write_is_refused() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, "[permissions]\nmode = \"bypass\"\n");
+    let shown = config.to_str().unwrap();
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+
+    chmod(&config, 0o666);
+    both_refuse(dir.path(), &config, &[shown, "writable by every user", "chmod go-w"]);
+    chmod(&config, 0o620);
+    both_refuse(dir.path(), &config, &[shown, "writable by its group"]);
+    chmod(&config, 0o600);
+
+    // A directory on its path that others can write.
+    let open_dir = dir.path().join("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    let inside = open_dir.join("config.toml");
+    write_private(&inside, "");
+    chmod(&open_dir, 0o777);
+    both_refuse(
+        dir.path(),
+        &inside,
+        &[inside.to_str().unwrap(), open_dir.to_str().unwrap(), "chmod go-w"],
+    );
+
+    // The user's own config.toml, found without --config.
+    let user_dir = dir.path().join("config-home/toolgate");
+    std::fs::create_dir_all(&user_dir).unwrap();
+    let user_config = user_dir.join("config.toml");
+    write_private(&user_config, "");
+    chmod(&user_config, 0o666);
+    let checked = toolgate(dir.path(), &["check-config"]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success(), "{stderr}");
+    assert!(stderr.contains(user_config.to_str().unwrap()), "{stderr}");
+    chmod(&user_config, 0o600);
+
+    // Owned by another user: only root can set that up.
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&config, Some(65534), None).unwrap();
+        both_refuse(dir.path(), &config, &[shown, "owned by uid 65534", "chown"]);
+        std::os::unix::fs::chown(&config, Some(0), None).unwrap();
+    } else {
+        eprintln!("SKIPPED: a configuration owned by another user needs root to set up");
+    }
+    let checked = toolgate(dir.path(), &["check-config", "--config", shown]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+}
+
+#[test]
+fn skill_files_others_can_write_do_not_load() {
+    let skill = "name = \"NAME\"\ndescription = \"x\"\ncommand = [\"true\"]\n[input_schema]\ntype = \"object\"\n";
+    let daemon = TestDaemon::start_with("", |dir| {
+        let skills = dir.join("config-home/toolgate/skills");
+        std::fs::create_dir_all(&skills).unwrap();
+        write_private(&skills.join("kept.toml"), &skill.replace("NAME", "kept"));
+        let writable = skills.join("writable.toml");
+        write_private(&writable, &skill.replace("NAME", "writable"));
+        std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let open = dir.join("open-skills");
+        std::fs::create_dir(&open).unwrap();
+        write_private(&open.join("in_open_dir.toml"), &skill.replace("NAME", "in_open_dir"));
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let config = dir.join("config.toml");
+        write_private(
+            &config,
+            &format!("[skills]\ndirs = [\"{}\", \"{}\"]\n", skills.display(), open.display()),
+        );
+    });
+    let mut client = daemon.connect();
+    let listed = client.result("tools/list", json!({}));
+    let names: Vec<&str> =
+        listed["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"kept"), "{names:?}");
+    assert!(!names.contains(&"writable") && !names.contains(&"in_open_dir"), "{names:?}");
 }

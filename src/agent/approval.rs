@@ -24,6 +24,9 @@ pub struct PermissionRequest {
     pub explanation: Explanation,
     /// Rules that would allow such a call without asking.
     pub suggestions: Vec<String>,
+    /// What an "allow for this session" answer grants, as shown to the person; `None`
+    /// when that answer allows this call only once.
+    pub session_grant: Option<String>,
     /// What is being asked: running a tool, or a control-plane request such as leaving
     /// plan mode (then `tool` names the system tool).
     pub kind: RequestKind,
@@ -33,6 +36,20 @@ pub struct PermissionRequest {
 pub enum RequestKind {
     RunTool,
     ExitPlanMode,
+}
+
+impl PermissionRequest {
+    /// The question as every face shows it to a person
+    /// ([`crate::permission::display::question`]).
+    pub fn question(&self) -> crate::permission::display::Question<'_> {
+        crate::permission::display::Question {
+            tool: &self.tool,
+            arguments: &self.arguments,
+            reason: &self.explanation.reason,
+            suggestions: &self.suggestions,
+            session_grant: self.session_grant.as_deref(),
+        }
+    }
 }
 
 /// A broker's answer.

@@ -43,6 +43,10 @@ pub enum Event {
         explanation: Explanation,
         /// Rules that would allow this call without asking.
         suggestions: Vec<String>,
+        /// What answering with scope `session` grants; absent when such an answer
+        /// allows this call once only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_grant: Option<String>,
     },
     PermissionResolved {
         session_id: String,

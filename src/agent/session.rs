@@ -16,7 +16,8 @@ use super::approval::{
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
 use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
-    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, Policy, ToolFacts, Verdict,
+    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, Policy, SessionGrant,
+    ToolFacts, Verdict,
 };
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, Registry, SessionControl, Todo,
@@ -252,6 +253,14 @@ impl Session {
         let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let decision = self.decide(tool.definition(), &args);
         (verdict_name(&decision.verdict).to_owned(), Some(decision.explanation))
+    }
+
+    /// The whole decision the engine would take on a call now (suggestions and the
+    /// session grant included); `None` for an unknown tool.
+    pub fn decision(&self, call: &Call) -> Option<Decision> {
+        let tool = self.registry.get(&call.name)?;
+        let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        Some(self.decide(tool.definition(), &args))
     }
 
     /// Runs one model turn. Consecutive calls that are known, read_only, allowed in the
@@ -593,6 +602,7 @@ impl Session {
         let asked_by_rules = decision.verdict == Verdict::Ask;
         let suggestions = decision.suggestions;
         let explanation = decision.explanation;
+        let grant = decision.grant;
         if self.mode() == Mode::DontAsk {
             let reason = format!(
                 "{} requires approval and the session is in dont_ask mode{}",
@@ -633,13 +643,16 @@ impl Session {
             arguments: arguments.clone(),
             explanation: explanation.clone(),
             suggestions: suggestions.clone(),
+            session_grant: grant.as_ref().map(|grant| grant.description().to_owned()),
             kind: RequestKind::RunTool,
         };
         let answer = self.put_question(&request, cancel).await;
         match answer {
             Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. }) => {
-                if scope == ApprovalScope::Session {
-                    self.grant_for_session(definition, &suggestions);
+                if scope == ApprovalScope::Session
+                    && let Some(grant) = &grant
+                {
+                    self.grant_for_session(grant);
                 }
                 Ok(verdict("ask→allow", Some(explanation)))
             }
@@ -683,19 +696,12 @@ impl Session {
         }
     }
 
-    /// Remembers an "allow for this session" answer as session rules: the suggested
-    /// rules when there are any, else the bare tool name.
-    fn grant_for_session(&self, definition: &Definition, suggestions: &[String]) {
-        let mut state = self.lock();
-        let rules: Vec<&str> = if suggestions.is_empty() {
-            vec![definition.name.as_str()]
-        } else {
-            suggestions.iter().map(String::as_str).collect()
-        };
-        for rule in rules {
-            if let Err(err) = state.engine.add_session_rule(rule) {
-                tracing::warn!(session = %self.id, %err, "could not record a session grant");
-            }
+    /// Remembers an "allow for this session" answer: exactly the grant the request
+    /// showed (the suggested rules, else this exact call). Without one, the answer
+    /// allows this call once.
+    fn grant_for_session(&self, grant: &SessionGrant) {
+        if let Err(err) = self.lock().engine.add_session_grant(grant) {
+            tracing::warn!(session = %self.id, %err, "could not record a session grant");
         }
     }
 
@@ -717,6 +723,7 @@ impl Session {
             arguments: request.arguments.clone(),
             explanation: request.explanation.clone(),
             suggestions: request.suggestions.clone(),
+            session_grant: request.session_grant.clone(),
         });
         let asked = tokio::select! {
             answer = pending => Asked::Answer(answer),
@@ -810,6 +817,7 @@ impl SessionControl for Session {
                 reason: "leaving plan mode needs the user's approval".to_owned(),
             },
             suggestions: Vec::new(),
+            session_grant: None,
             kind: RequestKind::ExitPlanMode,
         };
         match self.put_question(&request, cancel).await {

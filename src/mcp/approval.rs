@@ -128,16 +128,10 @@ pub fn question_text(request: &PermissionRequest) -> String {
     match request.kind {
         RequestKind::ExitPlanMode => {
             let plan = request.arguments.get("plan").and_then(Value::as_str).unwrap_or("");
+            let plan = crate::permission::display::visible_lines(plan);
             format!("toolgate: leave plan mode and carry out this plan?\n\n{plan}")
         }
-        RequestKind::RunTool => {
-            let arguments =
-                serde_json::to_string(&request.arguments).unwrap_or_else(|_| "{}".to_owned());
-            format!(
-                "toolgate: allow {} {arguments}? ({})",
-                request.tool, request.explanation.reason
-            )
-        }
+        RequestKind::RunTool => crate::permission::display::question(&request.question()),
     }
 }
 
@@ -221,6 +215,7 @@ mod tests {
                 reason: "default mode".into(),
             },
             suggestions: vec!["run_command(ls:*)".into()],
+            session_grant: Some("run_command(ls:*)".into()),
             kind: RequestKind::RunTool,
         }
     }

@@ -368,13 +368,24 @@ impl Progress {
 
 /// The question the agent layer would put for this call (for the up-front round).
 fn question_for(session: &Session, call: &Call, arguments: &Value) -> PermissionRequest {
-    let (_, explanation) = session.explain(call);
-    let explanation = explanation.unwrap_or_else(|| crate::permission::Explanation {
-        layer: crate::permission::Layer::Mode,
-        rule: None,
-        list: None,
-        reason: format!("{} mode", session.mode()),
-    });
+    let decision = session.decision(call);
+    let (explanation, suggestions, session_grant) = match decision {
+        Some(decision) => (
+            decision.explanation,
+            decision.suggestions,
+            decision.grant.map(|grant| grant.description().to_owned()),
+        ),
+        None => (
+            crate::permission::Explanation {
+                layer: crate::permission::Layer::Mode,
+                rule: None,
+                list: None,
+                reason: format!("{} mode", session.mode()),
+            },
+            Vec::new(),
+            None,
+        ),
+    };
     PermissionRequest {
         session_id: session.id().to_owned(),
         request_id: format!("p-{}-{}", session.id(), call.id),
@@ -382,7 +393,8 @@ fn question_for(session: &Session, call: &Call, arguments: &Value) -> Permission
         tool: call.name.clone(),
         arguments: arguments.clone(),
         explanation,
-        suggestions: Vec::new(),
+        suggestions,
+        session_grant,
         kind: crate::agent::RequestKind::RunTool,
     }
 }

@@ -33,6 +33,7 @@
 //! once; a decision does one hash lookup per rule index and a few glob-set matches.
 //! Only `run_command` pays for parsing the command text.
 
+pub mod display;
 mod path;
 mod resolve;
 mod rule;
@@ -40,6 +41,7 @@ mod shell;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -52,7 +54,7 @@ use serde_json::Value;
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
-pub use rule::{RuleError, RuleProblem, claude_code_aliases};
+pub use rule::{RuleError, RuleProblem, check_rule, claude_code_aliases};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
 use shell::{Analysis, Hazard, ShellWord};
@@ -267,7 +269,61 @@ pub struct Decision {
     /// something no pattern can vouch for).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suggestions: Vec<String>,
+    /// What an "allow for this session" answer would grant; filled when the call asks
+    /// and such a grant could settle later calls. Never wider than what the person is
+    /// shown: the suggested rules, else this exact call.
+    #[serde(skip)]
+    pub grant: Option<SessionGrant>,
 }
+
+/// What "allow for this session" adds to a session. Its [`SessionGrant::description`]
+/// is shown in the approval request, so the person sees what they grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionGrant {
+    kind: GrantKind,
+    description: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum GrantKind {
+    /// Allow rules (the call's suggestions).
+    Rules(Vec<String>),
+    /// Exactly this call again: the tool and the key of its arguments.
+    Exact { tool: String, key: String },
+}
+
+impl SessionGrant {
+    /// One line for a person: the rules granted, or the exact call.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The grant of exactly this call, when no safe rule can describe it.
+    fn exact(tool: &str, args: &Value) -> SessionGrant {
+        let shown = match (tool, args.get("command").and_then(Value::as_str)) {
+            (RUN_COMMAND, Some(command)) => format!("this exact command: {command}"),
+            _ => format!("{tool} with exactly these arguments: {args}"),
+        };
+        SessionGrant {
+            kind: GrantKind::Exact { tool: tool.to_owned(), key: exact_key(tool, args) },
+            description: display::inline(&shown),
+        }
+    }
+}
+
+/// What makes two calls "the same call" for an exact grant: for `run_command` its
+/// command text and directory (a different timeout is the same command), for any
+/// other tool all of its arguments.
+fn exact_key(tool: &str, args: &Value) -> String {
+    if tool == RUN_COMMAND {
+        serde_json::json!([args.get("command"), args.get("cwd")]).to_string()
+    } else {
+        args.to_string()
+    }
+}
+
+/// The text explanations name an exact grant by.
+const EXACT_GRANT: &str = "(this exact call, allowed for the session)";
 
 impl Decision {
     fn new(verdict: Verdict, layer: Layer, reason: String) -> Decision {
@@ -275,6 +331,7 @@ impl Decision {
             verdict,
             explanation: Explanation { layer, rule: None, list: None, reason },
             suggestions: Vec::new(),
+            grant: None,
         }
     }
 
@@ -300,10 +357,16 @@ impl Decision {
         let mut reason = std::mem::take(&mut self.explanation.reason);
         reason.push_str("; ");
         reason.push_str(why);
+        // Suggestions hold names from the call (a file name may carry an escape).
         match self.suggestions.as_slice() {
             [] => {}
-            [one] => reason.push_str(&format!(" (add an allow rule such as {one})")),
-            several => reason.push_str(&format!(" (add the allow rules {})", several.join(", "))),
+            [one] => {
+                reason.push_str(&format!(" (add an allow rule such as {})", display::inline(one)));
+            }
+            several => reason.push_str(&format!(
+                " (add the allow rules {})",
+                display::inline(&several.join(", "))
+            )),
         }
         self.explanation.reason = reason;
         self.verdict = Verdict::Deny;
@@ -472,6 +535,8 @@ pub struct PermissionEngine {
     policy: Policy,
     /// Allow rules granted during the session.
     grants: Arc<RuleIndex>,
+    /// Exact calls granted during the session: (tool, key of the arguments).
+    exact: Arc<HashSet<(String, String)>>,
     /// The configured mode: the ceiling no request can raise.
     configured: Mode,
     /// The session's mode, already restricted by the ceiling.
@@ -493,7 +558,13 @@ impl PermissionEngine {
     /// An engine for a new session: `mode` is both its starting mode and its ceiling
     /// (narrow it afterwards with [`PermissionEngine::set_mode`]).
     pub fn new(policy: Policy, mode: Mode) -> PermissionEngine {
-        PermissionEngine { policy, grants: Arc::new(RuleIndex::empty()), configured: mode, mode }
+        PermissionEngine {
+            policy,
+            grants: Arc::new(RuleIndex::empty()),
+            exact: Arc::new(HashSet::new()),
+            configured: mode,
+            mode,
+        }
     }
 
     /// The session's effective mode.
@@ -531,6 +602,23 @@ impl PermissionEngine {
         Ok(())
     }
 
+    /// Adds what an "allow for this session" answer grants (see [`Decision::grant`]).
+    pub fn add_session_grant(&mut self, grant: &SessionGrant) -> Result<(), RuleError> {
+        match &grant.kind {
+            GrantKind::Rules(rules) => {
+                for rule in rules {
+                    self.add_session_rule(rule)?;
+                }
+            }
+            GrantKind::Exact { tool, key } => {
+                let mut exact = (*self.exact).clone();
+                exact.insert((tool.clone(), key.clone()));
+                self.exact = Arc::new(exact);
+            }
+        }
+        Ok(())
+    }
+
     /// The session grants, in the order they were added.
     pub fn session_rules(&self) -> Vec<String> {
         self.grants.rules().map(|(_, rule)| rule.text.clone()).collect()
@@ -558,18 +646,27 @@ impl PermissionEngine {
             );
         }
         let subject = Subject::of(tool.name, args, ctx);
-        let matched = self.match_rules(tool.name, &subject, ctx);
-        let decision = self.apply_mode(self.mode, tool, &subject, &matched, ctx);
-        if self.mode.is_at_most(self.configured) {
-            return decision;
+        let exact = !self.exact.is_empty()
+            && self.exact.contains(&(tool.name.to_owned(), exact_key(tool.name, args)));
+        let matched = self.match_rules(tool.name, &subject, args, exact, ctx);
+        let mut decision = self.apply_mode(self.mode, tool, &subject, &matched, ctx);
+        if !self.mode.is_at_most(self.configured) {
+            // Only for the incomparable pair: the ceiling's verdict may be stricter.
+            let ceiling = self.apply_mode(self.configured, tool, &subject, &matched, ctx);
+            if ceiling.verdict.strictness() < decision.verdict.strictness() {
+                decision = ceiling;
+            }
         }
-        // Only for the incomparable pair: the ceiling's verdict may be stricter.
-        let ceiling = self.apply_mode(self.configured, tool, &subject, &matched, ctx);
-        if ceiling.verdict.strictness() < decision.verdict.strictness() {
-            ceiling
-        } else {
-            decision
+        if decision.verdict == Verdict::Ask {
+            decision.grant = session_grant(tool.name, args, &matched, &decision.suggestions);
         }
+        // Parts and paths from the call are already folded; this catches any hidden
+        // character left (a path in a hazard, a tool name), so a reason is always safe
+        // to print.
+        if decision.explanation.reason.contains(display::is_hidden) {
+            decision.explanation.reason = display::visible(&decision.explanation.reason);
+        }
+        decision
     }
 
     /// Allow rules a user could add so this call runs without asking (empty when the
@@ -583,11 +680,18 @@ impl PermissionEngine {
         self.decide(tool, args, ctx).suggestions
     }
 
-    fn match_rules(&self, tool: &str, subject: &Subject, ctx: &CallContext<'_>) -> Matched {
+    fn match_rules(
+        &self,
+        tool: &str,
+        subject: &Subject,
+        args: &Value,
+        exact: bool,
+        ctx: &CallContext<'_>,
+    ) -> Matched {
         let configured = self.policy.rules.for_tool(tool);
         let granted = self.grants.for_tool(tool);
         match subject {
-            Subject::Command(analysis) => match_command(&configured, &granted, analysis),
+            Subject::Command(analysis) => match_command(&configured, &granted, exact, analysis),
             Subject::Path(target) => {
                 let target =
                     target.as_deref().map(|absolute| PathTarget { absolute, roots: ctx.roots });
@@ -595,7 +699,13 @@ impl PermissionEngine {
                     let by_path = target.as_ref().and_then(|target| rules.path(list, target));
                     earliest(rules.whole(list), by_path)
                 };
-                match_simple(&configured, &granted, find)
+                match_simple(&configured, &granted, exact, find)
+            }
+            Subject::Other => {
+                let find = |rules: &ToolRules<'_>, list| {
+                    earliest(rules.whole(list), rules.arguments(list, args))
+                };
+                match_simple(&configured, &granted, exact, find)
             }
             Subject::Paths(paths) => {
                 let targets: Vec<PathTarget<'_>> = paths
@@ -604,7 +714,6 @@ impl PermissionEngine {
                     .collect();
                 match_paths(&configured, &granted, &targets)
             }
-            Subject::Other => match_simple(&configured, &granted, |rules, list| rules.whole(list)),
         }
     }
 
@@ -620,7 +729,9 @@ impl PermissionEngine {
         match matched {
             Matched::Deny { rule, part } => {
                 let reason = match part {
-                    Some(part) => format!("`{part}` matches the deny rule {rule}"),
+                    Some(part) => {
+                        format!("`{}` matches the deny rule {rule}", display::inline(part))
+                    }
                     None => format!("{name} is denied by the rule {rule}"),
                 };
                 return Decision::new(Verdict::Deny, Layer::Rule, reason)
@@ -651,7 +762,9 @@ impl PermissionEngine {
             }
             Matched::Ask { rule, part } => {
                 let reason = match part {
-                    Some(part) => format!("`{part}` matches the ask rule {rule}"),
+                    Some(part) => {
+                        format!("`{}` matches the ask rule {rule}", display::inline(part))
+                    }
                     None => format!("{name} requires approval by the rule {rule}"),
                 };
                 let decision =
@@ -731,9 +844,17 @@ impl PermissionEngine {
                 if let Matched::Nothing(why) = matched {
                     match why {
                         Unmatched::NoRule => {}
-                        Unmatched::Hazard(hazard) => reason.push_str(&format!(" because {hazard}")),
-                        Unmatched::Uncovered { part, .. } => {
-                            reason.push_str(&format!(" because no allow rule covers `{part}`"));
+                        Unmatched::Hazard { hazard, parts } => {
+                            reason.push_str(&format!(" because {hazard}"));
+                            if !parts.is_empty() {
+                                reason.push_str(&format!("; it runs {}", name_parts(parts)));
+                            }
+                        }
+                        Unmatched::Uncovered { parts, .. } => {
+                            reason.push_str(&format!(
+                                " because no allow rule covers {}",
+                                name_parts(parts)
+                            ));
                         }
                     }
                 }
@@ -758,7 +879,7 @@ enum Subject {
     /// `apply_patch`: every path its patch names, resolved lexically. A deny or ask
     /// rule matching any of them decides; an allow needs every one allowed.
     Paths(Vec<PathBuf>),
-    /// Any other tool: only bare rules apply.
+    /// Any other tool: bare rules, and argument patterns over its arguments.
     Other,
 }
 
@@ -847,12 +968,16 @@ enum Matched {
 /// Why no allow rule applied, for the reason sentence and the suggestions.
 enum Unmatched {
     NoRule,
-    /// The command holds something no pattern can vouch for.
-    Hazard(Hazard),
-    /// Parts of a compound command no rule covers (indexes into the analysis), the
-    /// first of them shown.
+    /// The command holds something no pattern can vouch for; `parts` are the
+    /// commands in it no allow rule covers (nested ones included), for the reason.
+    Hazard {
+        hazard: Hazard,
+        parts: Vec<String>,
+    },
+    /// Parts of a compound command no rule covers (indexes into the analysis, and
+    /// their texts), every one named in the reason.
     Uncovered {
-        part: String,
+        parts: Vec<String>,
         commands: Vec<usize>,
     },
 }
@@ -862,6 +987,7 @@ enum Unmatched {
 fn match_simple(
     configured: &ToolRules<'_>,
     granted: &ToolRules<'_>,
+    exact: bool,
     find: impl Fn(&ToolRules<'_>, RuleList) -> Option<usize>,
 ) -> Matched {
     if let Some(id) = find(configured, RuleList::Deny) {
@@ -872,6 +998,9 @@ fn match_simple(
     }
     if let Some(id) = find(configured, RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
+    }
+    if exact {
+        return Matched::Allow { rules: vec![EXACT_GRANT.to_owned()], session: true };
     }
     if let Some(id) = find(granted, RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
@@ -938,6 +1067,7 @@ fn configured_text(rules: &ToolRules<'_>, id: usize) -> String {
 fn match_command(
     configured: &ToolRules<'_>,
     granted: &ToolRules<'_>,
+    exact: bool,
     analysis: &Analysis,
 ) -> Matched {
     for list in [RuleList::Deny, RuleList::Ask] {
@@ -964,11 +1094,28 @@ fn match_command(
     if let Some(id) = configured.whole(RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(configured, id)], session: false };
     }
+    if exact {
+        return Matched::Allow { rules: vec![EXACT_GRANT.to_owned()], session: true };
+    }
     if let Some(id) = granted.whole(RuleList::Allow) {
         return Matched::Allow { rules: vec![configured_text(granted, id)], session: true };
     }
     if let Some(hazard) = analysis.hazards.first() {
-        return Matched::Nothing(Unmatched::Hazard(hazard.clone()));
+        let covered = |words: &[ShellWord]| {
+            configured.command(RuleList::Allow, words).is_some()
+                || granted.command(RuleList::Allow, words).is_some()
+        };
+        let mut parts: Vec<String> = Vec::new();
+        for command in &analysis.commands {
+            if command.harmless || covered(&command.words) {
+                continue;
+            }
+            let text = command.text();
+            if !parts.contains(&text) {
+                parts.push(text);
+            }
+        }
+        return Matched::Nothing(Unmatched::Hazard { hazard: hazard.clone(), parts });
     }
 
     let mut rules: Vec<String> = Vec::new();
@@ -996,9 +1143,15 @@ fn match_command(
             None => uncovered.push(idx),
         }
     }
-    if let Some(&first) = uncovered.first() {
-        let part = analysis.commands[first].text();
-        return Matched::Nothing(Unmatched::Uncovered { part, commands: uncovered });
+    if !uncovered.is_empty() {
+        let mut parts: Vec<String> = Vec::new();
+        for &idx in &uncovered {
+            let text = analysis.commands[idx].text();
+            if !parts.contains(&text) {
+                parts.push(text);
+            }
+        }
+        return Matched::Nothing(Unmatched::Uncovered { parts, commands: uncovered });
     }
     if rules.is_empty() {
         // Nothing but harmless builtins (or nothing at all): no rule vouched for it.
@@ -1007,16 +1160,48 @@ fn match_command(
     Matched::Allow { rules, session }
 }
 
+/// Names command parts in a sentence: `a`, `b` and `c`, each shown folded and with
+/// hidden characters visible.
+fn name_parts(parts: &[String]) -> String {
+    let quoted: Vec<String> =
+        parts.iter().map(|part| format!("`{}`", display::inline(part))).collect();
+    match quoted.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// What "allow for this session" grants for an asking call: the suggested rules, else
+/// exactly this call. Nothing when a grant could not settle such a call anyway (an
+/// ask rule, or a command too long to check, asks whatever is granted).
+fn session_grant(
+    tool: &str,
+    args: &Value,
+    matched: &Matched,
+    suggestions: &[String],
+) -> Option<SessionGrant> {
+    match matched {
+        Matched::Ask { .. } | Matched::Unchecked | Matched::Deny { .. } => None,
+        _ if suggestions.is_empty() => Some(SessionGrant::exact(tool, args)),
+        _ => Some(SessionGrant {
+            kind: GrantKind::Rules(suggestions.to_vec()),
+            description: display::inline(&suggestions.join(", ")),
+        }),
+    }
+}
+
 /// Rules that would let an asking call through, or none when no rule can.
 fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'_>) -> Vec<String> {
     match (subject, matched) {
         (Subject::Command(analysis), Matched::Nothing(Unmatched::Uncovered { commands, .. })) => {
             let mut rules = Vec::new();
-            let found = commands
-                .iter()
-                .filter_map(|&idx| analysis.commands.get(idx))
-                .filter_map(|command| command_suggestion(&command.words));
-            for rule in found {
+            for command in commands.iter().filter_map(|&idx| analysis.commands.get(idx)) {
+                // A part no prefix can safely describe: no set of rules covers the
+                // command, so none is suggested (and a session grant is this command).
+                let Some(rule) = command_suggestion(&command.words) else {
+                    return Vec::new();
+                };
                 if !rules.contains(&rule) {
                     rules.push(rule);
                 }
@@ -1047,6 +1232,9 @@ fn suggest(tool: &str, subject: &Subject, matched: &Matched, ctx: &CallContext<'
 /// reads like a subcommand (`cargo test`, `git status`) rather than an option or path.
 fn command_suggestion(words: &[ShellWord]) -> Option<String> {
     let program = words.first()?.literal()?;
+    if shell::runs_any_code(program) {
+        return None;
+    }
     let mut picked = vec![program];
     if let Some(second) = words.get(1).and_then(ShellWord::literal) {
         let looks_like_subcommand = second.starts_with(|c: char| c.is_ascii_alphabetic())

@@ -16,9 +16,19 @@
 //!   (`*.md`, `.env*`); `//abs/path/**` is absolute and `~/...` is under the home
 //!   directory. As in gitignore, a pattern that matches a directory covers everything
 //!   beneath it.
-//! - any other tool: no specifier kind is known, so such a rule is accepted but never
-//!   matches; write the bare name to match every call. A specifier on a wildcard name
-//!   is an error, since what it would mean depends on the tool.
+//! - any other tool (proxied `mcp__` tools, skills): a text pattern matched against
+//!   the call's arguments, where `*` matches any text. `name=pattern` looks at the
+//!   top-level argument `name` only (its text when it is a string, its JSON
+//!   otherwise); a plain `pattern` looks at every string value in the arguments, at
+//!   any depth. Values are trimmed first. A deny or ask rule applies when any value
+//!   looked at matches, ignoring ASCII case (`DROP *` catches `drop table x`); an
+//!   allow rule only when every value looked at matches, exactly, and there is at
+//!   least one (so it never allows a value it does not describe).
+//!
+//! A specifier on a wildcard name is an error, since what it would mean depends on
+//! the tool. Configuration loading also refuses a rule whose name is no known tool,
+//! alias, `mcp__` or `skill__` pattern (see [`check_rule`]): such a rule could never
+//! apply, which for a deny rule is a silent hole.
 //!
 //! [`RuleIndex`] groups compiled rules by tool and list, with path globs of one group in
 //! a single `GlobSet`, so a decision does one hash lookup and a few set matches however
@@ -66,6 +76,51 @@ pub fn claude_code_aliases() -> &'static [(&'static str, &'static [&'static str]
     ALIASES
 }
 
+/// The system tools: always allowed, but a rule may still name them.
+pub(crate) const SYSTEM_TOOLS: &[&str] = &["exit_plan_mode", "todo_write"];
+
+/// Prefixes of tool families that come and go at run time (proxied MCP tools and
+/// instruction skills); a rule may name any tool of them.
+pub(crate) const DYNAMIC_PREFIXES: &[&str] = &["mcp__", "skill__"];
+
+/// Whether a configured rule names something that can exist: a built-in or system
+/// tool, a Claude Code alias, an `mcp__`/`skill__` tool, one of `extra` (skill command
+/// tools found at load time), or a wildcard matching any of these.
+pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(), RuleProblem> {
+    /// The built-in tools' names, read from their definitions once.
+    static BUILTINS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        crate::tools::builtin::all().iter().map(|tool| tool.definition().name.clone()).collect()
+    });
+    let rule = Rule::parse(text, home)?;
+    let builtins: &[String] = &BUILTINS;
+    let fixed = builtins
+        .iter()
+        .map(String::as_str)
+        .chain(SYSTEM_TOOLS.iter().copied())
+        .chain(extra.iter().map(String::as_str));
+    let known = |name: &str| {
+        DYNAMIC_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+            || fixed.clone().any(|known| known == name)
+    };
+    let ok = match &rule.tools {
+        ToolMatch::Names(names) => names.iter().all(|name| known(name)),
+        ToolMatch::Wildcard(wildcard) => {
+            DYNAMIC_PREFIXES.iter().any(|prefix| {
+                wildcard.segments.first().is_some_and(|first| {
+                    first.starts_with(prefix) || prefix.starts_with(first.as_str())
+                })
+            }) || fixed.clone().any(|name| wildcard.is_match(name))
+        }
+    };
+    if ok {
+        return Ok(());
+    }
+    let name = text.trim().split('(').next().unwrap_or_default().trim().to_owned();
+    let mut names: Vec<String> = builtins.to_vec();
+    names.extend(ALIASES.iter().map(|(alias, _)| (*alias).to_owned()));
+    Err(RuleProblem::UnknownTool { name, known: names.join(", ") })
+}
+
 /// What is wrong with a rule.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -88,6 +143,13 @@ pub enum RuleProblem {
     BadGlob(String),
     #[error("`~` needs the home directory, which is not known")]
     NoHome,
+    #[error(
+        "no tool is named {name:?}, so the rule could never apply; name a tool ({known}), an \
+         `mcp__<server>__<tool>` or `skill__<name>` pattern, or a skill's tool"
+    )]
+    UnknownTool { name: String, known: String },
+    #[error("the argument name before `=` is empty")]
+    EmptyArgumentName,
     #[error(
         "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
     )]
@@ -112,7 +174,7 @@ pub struct RuleError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Wildcard {
     /// The literal text between the stars; one segment means no star.
-    segments: Vec<String>,
+    pub(crate) segments: Vec<String>,
 }
 
 impl Wildcard {
@@ -120,7 +182,13 @@ impl Wildcard {
         Wildcard { segments: pattern.split('*').map(str::to_owned).collect() }
     }
 
-    fn is_match(&self, text: &str) -> bool {
+    /// The same pattern matching ASCII letters of either case (the pattern and the
+    /// text are both lowered before matching).
+    fn lowered(&self) -> Wildcard {
+        Wildcard { segments: self.segments.iter().map(|s| s.to_ascii_lowercase()).collect() }
+    }
+
+    pub(crate) fn is_match(&self, text: &str) -> bool {
         let [first, middle @ .., last] = self.segments.as_slice() else {
             return self.segments.first().is_some_and(|only| only == text);
         };
@@ -330,6 +398,73 @@ impl PathPattern {
     }
 }
 
+/// A specifier of a tool with no command or path kind: a text pattern over the call's
+/// arguments (see the module documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ArgumentPattern {
+    /// The top-level argument looked at; `None` looks at every string value.
+    key: Option<String>,
+    exact: Wildcard,
+    /// The same pattern, lowered, for deny and ask rules.
+    folded: Wildcard,
+}
+
+impl ArgumentPattern {
+    fn parse(spec: &str) -> Result<ArgumentPattern, RuleProblem> {
+        let spec = spec.trim();
+        let (key, pattern) = match spec.split_once('=') {
+            Some((key, pattern))
+                if key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
+            {
+                if key.is_empty() {
+                    return Err(RuleProblem::EmptyArgumentName);
+                }
+                (Some(key.to_owned()), pattern.trim())
+            }
+            _ => (None, spec),
+        };
+        if pattern.is_empty() {
+            return Err(RuleProblem::EmptySpecifier);
+        }
+        let exact = Wildcard::new(pattern);
+        let folded = exact.lowered();
+        Ok(ArgumentPattern { key, exact, folded })
+    }
+
+    /// Whether the rule applies to a call with these arguments, as a rule of `list`.
+    pub(crate) fn matches(&self, list: RuleList, args: &serde_json::Value) -> bool {
+        let mut values: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+        match &self.key {
+            Some(key) => match args.get(key) {
+                Some(serde_json::Value::String(text)) => values.push(text.as_str().into()),
+                Some(other) => values.push(other.to_string().into()),
+                None => {}
+            },
+            None => collect_strings(args, &mut values),
+        }
+        match list {
+            RuleList::Allow => {
+                !values.is_empty() && values.iter().all(|value| self.exact.is_match(value.trim()))
+            }
+            RuleList::Ask | RuleList::Deny => {
+                values.iter().any(|value| self.folded.is_match(&value.trim().to_ascii_lowercase()))
+            }
+        }
+    }
+}
+
+/// Every string value in a JSON value, at any depth (object keys excluded).
+fn collect_strings<'a>(value: &'a serde_json::Value, out: &mut Vec<std::borrow::Cow<'a, str>>) {
+    match value {
+        serde_json::Value::String(text) => out.push(text.as_str().into()),
+        serde_json::Value::Array(items) => items.iter().for_each(|item| collect_strings(item, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|item| collect_strings(item, out)),
+        _ => {}
+    }
+}
+
 fn build_glob(glob: &str) -> Result<Glob, globset::Error> {
     GlobBuilder::new(glob).literal_separator(true).backslash_escape(true).build()
 }
@@ -349,8 +484,8 @@ pub(crate) enum Spec {
     Whole,
     Command(CommandPattern),
     Path(PathPattern),
-    /// A specifier on a tool with no known specifier kind: never matches.
-    Inert,
+    /// A text pattern over the arguments of any other tool.
+    Arguments(ArgumentPattern),
 }
 
 /// One parsed rule.
@@ -401,7 +536,7 @@ impl Rule {
                 } else if PATH_TOOLS.contains(&first) {
                     Spec::Path(PathPattern::parse(inner, home)?)
                 } else {
-                    Spec::Inert
+                    Spec::Arguments(ArgumentPattern::parse(inner)?)
                 }
             }
         };
@@ -472,6 +607,8 @@ struct ListIndex {
     whole: Option<RuleId>,
     /// Command-pattern rules, in configured order.
     commands: Vec<RuleId>,
+    /// Argument-pattern rules, in configured order.
+    arguments: Vec<RuleId>,
     paths: Option<PathIndex>,
 }
 
@@ -528,7 +665,7 @@ impl RuleIndex {
                             group.push((pattern.absolute, glob, id));
                         }
                     }
-                    Spec::Inert => {}
+                    Spec::Arguments(_) => entry.arguments.push(id),
                 }
             }
         }
@@ -587,7 +724,10 @@ impl ToolRules<'_> {
         let slot = list_slot(list);
         let own = self.lists.is_some_and(|lists| {
             let rules = &lists[slot];
-            rules.whole.is_some() || !rules.commands.is_empty() || rules.paths.is_some()
+            rules.whole.is_some()
+                || !rules.commands.is_empty()
+                || !rules.arguments.is_empty()
+                || rules.paths.is_some()
         });
         own || self.whole(list).is_some()
     }
@@ -598,6 +738,17 @@ impl ToolRules<'_> {
         lists[list_slot(list)].commands.iter().copied().find(|&id| {
             match &self.index.rules[id].1.spec {
                 Spec::Command(pattern) => pattern.matches(words),
+                _ => false,
+            }
+        })
+    }
+
+    /// The first argument-pattern rule in `list` applying to these arguments.
+    pub(crate) fn arguments(&self, list: RuleList, args: &serde_json::Value) -> Option<RuleId> {
+        let lists = self.lists?;
+        lists[list_slot(list)].arguments.iter().copied().find(|&id| {
+            match &self.index.rules[id].1.spec {
+                Spec::Arguments(pattern) => pattern.matches(list, args),
                 _ => false,
             }
         })
@@ -731,8 +882,8 @@ mod tests {
             ("Write", &["write_file"], "whole"),
             ("Glob(src/**)", &["find_files"], "path"),
             ("Grep(src/**)", &["search_code"], "path"),
-            ("mcp__git__status(anything)", &["mcp__git__status"], "inert"),
-            ("bash(x)", &["bash"], "inert"),
+            ("mcp__git__status(anything)", &["mcp__git__status"], "arguments"),
+            ("bash(x)", &["bash"], "arguments"),
         ];
         for (text, names, kind) in table {
             let rule = Rule::parse(text, None).unwrap_or_else(|err| panic!("{text}: {err}"));
@@ -742,7 +893,7 @@ mod tests {
                 Spec::Whole => "whole",
                 Spec::Command(_) => "command",
                 Spec::Path(_) => "path",
-                Spec::Inert => "inert",
+                Spec::Arguments(_) => "arguments",
             };
             assert_eq!(actual_kind, *kind, "{text}");
         }

@@ -149,6 +149,41 @@ const DANGEROUS_VARIABLES: &[&str] = &[
 const DANGEROUS_PREFIXES: &[&str] =
     &["LD_", "DYLD_", "GIT_", "CARGO_", "RUSTC", "NPM_CONFIG_", "BASH_FUNC_", "PIP_", "DOCKER_"];
 
+/// Interpreters whose arguments are a program: a prefix rule naming one would allow
+/// any code at all.
+const INTERPRETERS: &[&str] = &[
+    "python",
+    "python2",
+    "python3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "Rscript",
+    "pwsh",
+    "powershell",
+    "busybox",
+    "osascript",
+    "tclsh",
+    "wish",
+    "expect",
+];
+
+/// Whether a prefix rule for `program` would allow any code: a shell, a wrapper that
+/// runs its arguments as a command, an interpreter, or a builtin that runs text.
+pub(crate) fn runs_any_code(program: &str) -> bool {
+    let name = file_name(program);
+    SHELLS.contains(&name)
+        || WRAPPERS.contains(&name)
+        || OPAQUE_BUILTINS.contains(&name)
+        || INTERPRETERS.contains(&name)
+        || name.starts_with("python3.")
+}
+
 /// Whether assigning `name` in front of a command could change what that command runs.
 pub(crate) fn is_dangerous_variable(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();

@@ -61,6 +61,11 @@ fn render(decision: &Decision) -> String {
     if !decision.suggestions.is_empty() {
         out.push_str(&format!(" | suggest {}", decision.suggestions.join(", ")));
     }
+    if let Some(grant) = &decision.grant
+        && grant.description() != decision.suggestions.join(", ")
+    {
+        out.push_str(&format!(" | grant {}", grant.description()));
+    }
     out
 }
 
@@ -300,13 +305,65 @@ fn mcp_tool_wildcards() {
         ("mcp__github__create_issue", Ask),
         ("mcp__git__delete_branch", Deny),
         ("mcp__fs__delete_file", Deny),
-        // A specifier on a tool with no specifier kind never matches.
-        ("mcp__db__query", Ask),
+        // Allowed: every string argument matches `select *`.
+        ("mcp__db__query", Allow),
         ("mcp__db__rows_read", Allow),
     ];
     for (tool, verdict) in table {
         let decision = decide(&engine, tool, &json!({"sql": "select *"}));
         assert_eq!(decision.verdict, *verdict, "{tool}: {}", render(&decision));
+    }
+}
+
+#[test]
+fn specifiers_match_the_arguments_of_any_tool() {
+    let engine = engine(
+        &["mcp__db__query(SELECT *)", "mcp__gh__issue(repo=me/*)"],
+        &["mcp__db__query(sql=* users*)"],
+        &["mcp__db__query(DROP *)", "mcp__fs__write(path=/etc/*)"],
+        Mode::Default,
+    );
+    let table: &[(&str, Value, Verdict)] = &[
+        ("mcp__db__query", json!({"sql": "SELECT 1"}), Allow),
+        // Deny and ask rules ignore case and surrounding blanks; allow rules do not.
+        ("mcp__db__query", json!({"sql": "  drop table x"}), Deny),
+        ("mcp__db__query", json!({"sql": "select 1"}), Ask),
+        ("mcp__db__query", json!({"sql": "SELECT * FROM Users"}), Ask),
+        // An allow rule needs every value to match; a deny rule any of them, at any depth.
+        ("mcp__db__query", json!({"sql": "SELECT 1", "then": "DELETE x"}), Ask),
+        ("mcp__db__query", json!({"batch": [{"sql": "SELECT 1"}, {"sql": "DROP x"}]}), Deny),
+        ("mcp__db__query", json!({}), Ask),
+        ("mcp__gh__issue", json!({"repo": "me/x", "title": "anything"}), Allow),
+        ("mcp__gh__issue", json!({"repo": "you/x"}), Ask),
+        ("mcp__fs__write", json!({"path": "/etc/passwd", "content": "x"}), Deny),
+        ("mcp__fs__write", json!({"path": "/tmp/x", "content": "/etc/y"}), Ask),
+    ];
+    for (tool, args, verdict) in table {
+        let decision = decide(&engine, tool, args);
+        assert_eq!(decision.verdict, *verdict, "{tool} {args}: {}", render(&decision));
+    }
+}
+
+#[test]
+fn rules_naming_no_known_tool_are_refused() {
+    let extra = ["my_skill".to_owned()];
+    for text in [
+        "run_command(rm:*)",
+        "Bash(rm:*)",
+        "Edit",
+        "todo_write",
+        "mcp__db__query(DROP *)",
+        "mcp__*",
+        "skill__docs",
+        "my_skill(x=1)",
+        "*",
+        "read_*",
+    ] {
+        assert_eq!(check_rule(text, None, &extra), Ok(()), "{text}");
+    }
+    for text in ["run_comand(rm:*)", "Bsh(rm:*)", "bash", "Readfile", "nothing_*"] {
+        let err = check_rule(text, None, &extra).err();
+        assert!(matches!(err, Some(RuleProblem::UnknownTool { .. })), "{text}: {err:?}");
     }
 }
 
@@ -567,9 +624,9 @@ fn dont_ask_turns_ask_into_deny_naming_a_rule() {
             run_command {"command":"cargo test --all"}
               => deny by mode: run_command requires approval because no allow rule covers `cargo test --all`; dont_ask mode never asks (add an allow rule such as run_command(cargo test:*)) | suggest run_command(cargo test:*)
             run_command {"command":"cargo fmt && cargo build && cargo test"}
-              => deny by mode: run_command requires approval because no allow rule covers `cargo fmt`; dont_ask mode never asks (add the allow rules run_command(cargo fmt:*), run_command(cargo test:*)) | suggest run_command(cargo fmt:*), run_command(cargo test:*)
+              => deny by mode: run_command requires approval because no allow rule covers `cargo fmt` and `cargo test`; dont_ask mode never asks (add the allow rules run_command(cargo fmt:*), run_command(cargo test:*)) | suggest run_command(cargo fmt:*), run_command(cargo test:*)
             run_command {"command":"echo $(whoami)"}
-              => deny by mode: run_command requires approval because it contains a command substitution; dont_ask mode never asks
+              => deny by mode: run_command requires approval because it contains a command substitution; it runs `whoami`; dont_ask mode never asks
             run_command {"command":"cargo build --release"}
               => allow by rule [allow run_command(cargo build:*)]: run_command is allowed by the rule run_command(cargo build:*)
             read_file {"path":".env"}
@@ -618,7 +675,7 @@ fn explanations_name_the_deciding_layer_and_rule() {
             run_command {"command":"git status; git log -3"}
               => allow by rule [allow run_command(git status:*)]: every part of the command is allowed, by run_command(git status:*), run_command(git log:*)
             run_command {"command":"git status > /etc/motd"}
-              => ask by mode: run_command requires approval in accept_edits mode because it redirects output to /etc/motd, outside the roots
+              => ask by mode: run_command requires approval in accept_edits mode because it redirects output to /etc/motd, outside the roots | grant this exact command: git status > /etc/motd
             run_command {"command":"make"}
               => ask by mode: run_command requires approval in accept_edits mode because no allow rule covers `make` | suggest run_command(make:*)
             edit_file {"path":".git/config"}
@@ -646,7 +703,70 @@ fn decisions_serialize_for_the_wire() {
         .assert_eq(&serde_json::to_string(&asked).unwrap_or_default());
     let back: Decision = serde_json::from_str(&serde_json::to_string(&asked).unwrap_or_default())
         .unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!(back, asked);
+    assert_eq!(back, Decision { grant: None, ..asked });
+}
+
+#[test]
+fn reasons_never_carry_hidden_characters() {
+    let engine = engine(&["run_command(git status:*)"], &[], &["run_command(rm:*)"], Mode::Default);
+    for text in [
+        "rm -rf '\u{1b}[2J'",
+        "git status > '/tmp/\u{1b}c\u{202e}'",
+        "ls '\u{9b}'; git status",
+        "echo $(printf '\r')",
+    ] {
+        let decision = decide(&engine, "run_command", &command(text));
+        let reason = &decision.explanation.reason;
+        assert!(!reason.contains(display::is_hidden), "{text:?}: {reason:?}");
+    }
+    // Nor when a call nobody can approve is refused naming the rule to add.
+    let refused = decide(&engine, "write_file", &path("a\u{1b}cb.txt")).refuse_unasked("nobody");
+    assert_eq!(refused.verdict, Deny);
+    let reason = &refused.explanation.reason;
+    assert!(!reason.contains(display::is_hidden) && reason.contains("\\x1bc"), "{reason:?}");
+}
+
+#[test]
+fn a_session_grant_without_a_safe_rule_is_the_exact_call() {
+    let mut engine = engine(&[], &["run_command(git push:*)"], &[], Mode::Default);
+    let text = "echo today is $(date +%A)";
+    let asked = decide(&engine, "run_command", &command(text));
+    assert!(asked.suggestions.is_empty());
+    let grant = asked.grant.unwrap_or_else(|| panic!("a grant is offered"));
+    assert_eq!(grant.description(), "this exact command: echo today is $(date +%A)");
+    engine.add_session_grant(&grant).unwrap_or_else(|err| panic!("{err}"));
+    check(
+        &engine,
+        &[
+            ("run_command", command(text)),
+            ("run_command", json!({"command": text, "timeout_ms": 5000})),
+            ("run_command", json!({"command": text, "cwd": "sub"})),
+            ("run_command", command("echo today is $(id)")),
+            ("run_command", command("curl x | sh")),
+        ],
+        expect![[r#"
+            run_command {"command":"echo today is $(date +%A)"}
+              => allow by session_grant [allow (this exact call, allowed for the session)]: run_command is allowed by the session grant (this exact call, allowed for the session)
+            run_command {"command":"echo today is $(date +%A)","timeout_ms":5000}
+              => allow by session_grant [allow (this exact call, allowed for the session)]: run_command is allowed by the session grant (this exact call, allowed for the session)
+            run_command {"command":"echo today is $(date +%A)","cwd":"sub"}
+              => ask by mode: run_command requires approval in default mode because it contains a command substitution; it runs `date +%A` | grant this exact command: echo today is $(date +%A)
+            run_command {"command":"echo today is $(id)"}
+              => ask by mode: run_command requires approval in default mode because it contains a command substitution; it runs `id` | grant this exact command: echo today is $(id)
+            run_command {"command":"curl x | sh"}
+              => ask by mode: run_command requires approval in default mode because no allow rule covers `curl x` and `sh` | grant this exact command: curl x | sh
+        "#]],
+    );
+    // An ask rule asks whatever was granted, so no grant is offered for its calls.
+    let asked = decide(&engine, "run_command", &command("git push"));
+    assert_eq!(asked.verdict, Ask);
+    assert_eq!(asked.grant, None);
+    // A tool with no arguments to describe: the grant is these arguments exactly.
+    let asked = decide(&engine, "write_file", &json!({"content": "x"}));
+    let grant = asked.grant.unwrap_or_else(|| panic!("a grant is offered"));
+    engine.add_session_grant(&grant).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(decide(&engine, "write_file", &json!({"content": "x"})).verdict, Allow);
+    assert_eq!(decide(&engine, "write_file", &json!({"content": "y"})).verdict, Ask);
 }
 
 #[test]
