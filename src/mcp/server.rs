@@ -33,11 +33,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, elicitation_json};
 use super::{Face, fixtures, mapping};
-use crate::agent::{Event, EventSink, PermissionRequest, Session};
+use crate::agent::{Event, EventSink, Session};
+use crate::agent::{Preflight, Question};
 use crate::daemon::{ConnectionGuard, SessionEntry};
-use crate::permission::Mode;
 use crate::protocol::SessionOpenParams;
-use crate::tools::{Call, ToolResult};
+use crate::tools::Call;
 
 /// Live-output chunks queued per call before they become progress notifications;
 /// past this, chunks are dropped (progress is advisory: the full output is in the
@@ -234,20 +234,20 @@ impl McpHandler {
         });
     }
 
-    /// Runs one call with live output forwarded as progress notifications (on the
-    /// request's own stream, since the forwarding runs inside the request's task).
-    async fn run_call(
+    /// Runs (part of) a call with live output forwarded as progress notifications
+    /// (on the request's own stream, since the forwarding runs inside the request's
+    /// task).
+    async fn with_progress<T>(
         &self,
-        session: &Session,
-        call: &Call,
+        call_id: &str,
         ctx: &RequestContext<RoleServer>,
-    ) -> ToolResult {
+        execution: impl Future<Output = T>,
+    ) -> T {
         let Some(token) = ctx.meta.get_progress_token() else {
-            return session.execute_one(call, &ctx.ct).await;
+            return execution.await;
         };
         let (sender, mut receiver) = mpsc::channel(PROGRESS_QUEUE);
-        let _progress = register(&self.state.events.progress, &call.id, sender);
-        let execution = session.execute_one(call, &ctx.ct);
+        let _progress = register(&self.state.events.progress, call_id, sender);
         tokio::pin!(execution);
         let mut progress = Progress { peer: ctx.peer.clone(), token, count: 0 };
         let result = loop {
@@ -263,16 +263,19 @@ impl McpHandler {
         result
     }
 
-    /// The multi-round-trip handling of a 2026-07-28 call: either the answer to an
-    /// earlier question comes with it, or a question is put up front.
-    fn modern_asker(
+    /// A 2026-07-28 call from a client that can answer questions: either the answer
+    /// to an earlier question comes with it (the call resumes where it stopped), or
+    /// the call is decided up front and a question comes back as `input_required`
+    /// before anything runs. Either way the call is decided once, runs once and is
+    /// audited once.
+    async fn modern_call(
         &self,
         session: &Session,
-        call: &Call,
-        arguments: &Value,
+        call: Call,
+        arguments: Value,
         params: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<Arc<Asker>, InputRequiredResult>, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         if let Some(state) = &params.request_state {
             let Some((_, pending)) = self.face.pending.remove(state) else {
                 return Err(McpError::invalid_params(
@@ -280,7 +283,7 @@ impl McpHandler {
                     None,
                 ));
             };
-            if pending.tool != call.name || &pending.arguments != arguments {
+            if pending.tool != call.name || pending.arguments != arguments {
                 return Err(McpError::invalid_params(
                     "the requestState belongs to a different call",
                     None,
@@ -298,37 +301,44 @@ impl McpHandler {
             };
             let answer = answer_from_json(response, &call.name)
                 .map_err(|err| McpError::invalid_params(err, None))?;
-            return Ok(Ok(Arc::new(Asker::Answered(Mutex::new(Some(answer))))));
+            let resumed = session.resume(pending.question, answer, &ctx.ct);
+            let result = self.with_progress(&call.id, ctx, resumed).await;
+            return Ok(CallToolResponse::Complete(
+                mapping::call_result(&result).map_err(internal)?,
+            ));
         }
-        if !client_elicits(ctx) {
-            return Ok(Ok(Arc::new(Asker::Unsupported)));
-        }
-        // Ask up front when the rules say so, before hooks or the tool run at all.
-        if session.mode() != Mode::DontAsk && session.explain(call).0 == "ask" {
-            let request = question_for(session, call, arguments);
-            return Ok(Err(self.input_required(&request, arguments)?));
-        }
-        // A hook may still make the call ask: then the question is recorded and
-        // answered in another round.
-        Ok(Ok(Arc::new(Asker::Deferred(Mutex::new(None)))))
+        let result = match session.preflight(&call, &ctx.ct).await {
+            Preflight::Refuse(result) => result,
+            Preflight::Run(ready) => {
+                self.with_progress(&call.id, ctx, session.run(ready, &ctx.ct)).await
+            }
+            Preflight::Ask(question) => {
+                return Ok(CallToolResponse::InputRequired(
+                    self.input_required(question, arguments)?,
+                ));
+            }
+        };
+        Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
     }
 
     /// Records a pending question and builds the `input_required` result for it.
     fn input_required(
         &self,
-        request: &PermissionRequest,
-        arguments: &Value,
+        question: Question,
+        arguments: Value,
     ) -> Result<InputRequiredResult, McpError> {
         let handle = super::random_hex().map_err(internal)?;
+        let elicitation = elicitation_json(question.request());
         self.face.remember_pending(
             handle.clone(),
             super::PendingInput {
-                tool: request.tool.clone(),
-                arguments: arguments.clone(),
+                tool: question.call().name.clone(),
+                arguments,
+                question,
                 created: Instant::now(),
             },
         );
-        let question = json!({"method": "elicitation/create", "params": elicitation_json(request)});
+        let question = json!({"method": "elicitation/create", "params": elicitation});
         let mut requests = BTreeMap::new();
         match serde_json::from_value(question) {
             Ok(question) => {
@@ -363,27 +373,6 @@ impl Progress {
             }
             Err(err) => tracing::error!(%err, "progress notification rejected by the MCP model"),
         }
-    }
-}
-
-/// The question the agent layer would put for this call (for the up-front round).
-fn question_for(session: &Session, call: &Call, arguments: &Value) -> PermissionRequest {
-    let (_, explanation) = session.explain(call);
-    let explanation = explanation.unwrap_or_else(|| crate::permission::Explanation {
-        layer: crate::permission::Layer::Mode,
-        rule: None,
-        list: None,
-        reason: format!("{} mode", session.mode()),
-    });
-    PermissionRequest {
-        session_id: session.id().to_owned(),
-        request_id: format!("p-{}-{}", session.id(), call.id),
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-        arguments: arguments.clone(),
-        explanation,
-        suggestions: Vec::new(),
-        kind: crate::agent::RequestKind::RunTool,
     }
 }
 
@@ -469,17 +458,14 @@ impl ServerHandler for McpHandler {
         let arguments = Value::Object(params.arguments.take().unwrap_or_default());
         let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
 
-        let asker = if is_modern(&ctx) {
-            match self.modern_asker(&session, &call, &arguments, &params, &ctx)? {
-                Ok(asker) => asker,
-                Err(input_required) => return Ok(CallToolResponse::InputRequired(input_required)),
-            }
-        } else if client_elicits(&ctx) {
-            Arc::new(Asker::Elicit(ctx.peer.clone()))
+        let modern_asks =
+            is_modern(&ctx) && (params.request_state.is_some() || client_elicits(&ctx));
+        let asker = if !modern_asks && client_elicits(&ctx) {
+            Asker::Elicit(ctx.peer.clone())
         } else {
-            Arc::new(Asker::Unsupported)
+            Asker::Unsupported
         };
-        let _asker = register(&self.state.broker.askers, &call.id, asker.clone());
+        let _asker = register(&self.state.broker.askers, &call.id, Arc::new(asker));
         let _client = self.face.options.conformance_fixtures.then(|| {
             fixtures::attach(
                 session.id(),
@@ -493,10 +479,11 @@ impl ServerHandler for McpHandler {
             )
         });
 
-        let result = self.run_call(&session, &call, &ctx).await;
-        if let Some(request) = asker.take_deferred() {
-            return Ok(CallToolResponse::InputRequired(self.input_required(&request, &arguments)?));
+        if modern_asks {
+            return self.modern_call(&session, call, arguments, &params, &ctx).await;
         }
+        let result =
+            self.with_progress(&call.id, &ctx, session.execute_shared(&call, &ctx.ct)).await;
         Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
     }
 

@@ -33,6 +33,7 @@
 //! once; a decision does one hash lookup per rule index and a few glob-set matches.
 //! Only `run_command` pays for parsing the command text.
 
+mod decided;
 mod path;
 mod rule;
 mod shell;
@@ -50,6 +51,7 @@ use serde_json::Value;
 
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
+pub use decided::{CallDecision, DecidedBy, Outcome};
 pub use rule::{RuleError, RuleProblem};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
