@@ -26,10 +26,10 @@ const LAYERS: &[(&str, usize)] = &[
     ("skills", 5),
     // One model turn.
     ("agent", 5),
-    // The native protocol's wire types.
-    ("protocol", 6),
-    // Sessions, the client API every face calls, typed events.
-    ("daemon", 7),
+    // Sessions, the client API every face calls, typed events: no wire format.
+    ("daemon", 6),
+    // The native protocol's wire types, converted from and to the daemon's own.
+    ("protocol", 7),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
     ("rpc", 8),

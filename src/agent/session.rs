@@ -81,7 +81,8 @@ pub struct Session {
     id: String,
     client: String,
     registry: Arc<Registry>,
-    env: Arc<Env>,
+    /// Replaced whole when the session is narrowed; a call keeps the one it read.
+    env: std::sync::RwLock<Arc<Env>>,
     approval_timeout: Duration,
     state: Mutex<Mutable>,
     events: Arc<dyn EventSink>,
@@ -184,7 +185,7 @@ impl Session {
                 id: options.id,
                 client: options.client,
                 registry,
-                env: Arc::new(env),
+                env: std::sync::RwLock::new(Arc::new(env)),
                 approval_timeout: options.approval_timeout,
                 state: Mutex::new(Mutable {
                     engine,
@@ -209,8 +210,16 @@ impl Session {
         &self.id
     }
 
-    pub fn env(&self) -> &Arc<Env> {
-        &self.env
+    /// The session's Env as it is now.
+    pub fn env(&self) -> Arc<Env> {
+        self.env.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the Env (a narrowing the daemon checked); calls already running keep
+    /// the one they started with.
+    pub fn replace_env(&self, mut env: Env) {
+        env.session_id = self.id.clone();
+        *self.env.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(env);
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -262,9 +271,18 @@ impl Session {
         mode
     }
 
-    /// Narrows the allowlist (a client may narrow, never widen).
-    pub fn set_allowlist(&self, allowlist: Vec<String>) {
-        self.lock().allowlist = allowlist;
+    /// Whether an allowlist would narrow this session's: with an allowlist in force,
+    /// every name must be in it (and an empty list, "every tool", would widen it).
+    pub fn check_allowlist(&self, allowlist: &[String]) -> Result<(), String> {
+        narrower(&self.lock().allowlist, allowlist)
+    }
+
+    /// Narrows the allowlist; a wider one is refused and changes nothing.
+    pub fn set_allowlist(&self, allowlist: Vec<String>) -> Result<(), String> {
+        let mut state = self.lock();
+        narrower(&state.allowlist, &allowlist)?;
+        state.allowlist = allowlist;
+        Ok(())
     }
 
     /// Swaps rules, the mode ceiling and hooks (configuration reload); session
@@ -545,6 +563,7 @@ impl Session {
     /// the call short of asking a person.
     async fn policy(&self, call: &Call, started: Instant, cancel: &CancellationToken) -> Stage {
         let hooks = self.lock().hooks.clone();
+        let env = self.env();
         let mut call = call.clone();
         let mut arguments = parse_or_raw(&call.arguments);
         self.events.emit(Event::ToolCallStart {
@@ -557,14 +576,10 @@ impl Session {
         // PreToolUse hooks.
         let mut hook_verdict = HookVerdict::Continue;
         if hooks.has_pre(&call.name) {
-            let input = ToolCallInput::new(
-                &self.env,
-                call.id.clone(),
-                call.name.clone(),
-                arguments.clone(),
-            )
-            .with_permission_mode(self.mode().to_string());
-            let outcome = hooks.run_pre(&input, &self.env.env_policy.build(), cancel).await;
+            let input =
+                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
+                    .with_permission_mode(self.mode().to_string());
+            let outcome = hooks.run_pre(&input, &env.env_policy.build(), cancel).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PreToolUse hook failed");
             }
@@ -694,7 +709,8 @@ impl Session {
             return Finished { result, decision: refused, arguments: prepared.arguments.clone() };
         }
         let sink = self.output_sink(&call.id);
-        let result = self.registry.execute_streaming(call, &self.env, cancel, sink).await;
+        let env = self.env();
+        let result = self.registry.execute_streaming(call, &env, cancel, sink).await;
         Finished { result, decision, arguments: prepared.arguments.clone() }
     }
 
@@ -710,18 +726,14 @@ impl Session {
     ) -> ToolResult {
         let mut res = res.stamp(&call.name, &call.id);
         if hooks.has_post(&call.name) {
-            let input = ToolCallInput::new(
-                &self.env,
-                call.id.clone(),
-                call.name.clone(),
-                arguments.clone(),
-            )
-            .with_permission_mode(self.mode().to_string());
+            let env = self.env();
+            let input =
+                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
+                    .with_permission_mode(self.mode().to_string());
             // Post hooks run for a canceled call too (they observe every outcome), so
             // they are bounded by their own timeouts and by the session, not the call.
             let _ = cancel;
-            let outcome =
-                hooks.run_post(&input, &res, &self.env.env_policy.build(), &self.cancel).await;
+            let outcome = hooks.run_post(&input, &res, &env.env_policy.build(), &self.cancel).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
             }
@@ -769,7 +781,7 @@ impl Session {
     fn decide(&self, definition: &Definition, args: &Value) -> Decision {
         // A clone is a few Arc bumps; deciding outside the lock keeps it short.
         let engine = self.lock().engine.clone();
-        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env))
+        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env()))
     }
 
     /// Puts the question through the session's broker and waits, bounded by the
@@ -1070,6 +1082,17 @@ impl Drop for InFlightGuard<'_> {
             self.session.in_flight.remove_if(self.call_id, |_, tokens| tokens.is_empty());
         }
     }
+}
+
+/// `Ok` when `asked` is no wider than `current` (empty = every tool).
+fn narrower(current: &[String], asked: &[String]) -> Result<(), String> {
+    if current.is_empty() {
+        return Ok(());
+    }
+    if asked.is_empty() || asked.iter().any(|name| !current.contains(name)) {
+        return Err("an allowlist can only be narrowed, not widened".to_owned());
+    }
+    Ok(())
 }
 
 fn verdict_name(verdict: &Verdict) -> &'static str {

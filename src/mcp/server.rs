@@ -35,8 +35,7 @@ use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, el
 use super::{Face, fixtures, mapping};
 use crate::agent::{Event, EventSink, Session};
 use crate::agent::{Preflight, Question};
-use crate::daemon::{ConnectionGuard, SessionEntry};
-use crate::protocol::SessionOpenParams;
+use crate::daemon::{Client, SessionSpec};
 use crate::tools::Call;
 
 /// Live-output chunks queued per call before they become progress notifications;
@@ -55,9 +54,11 @@ pub struct McpHandler {
 }
 
 struct HandlerState {
-    /// Dropping it closes the agent session: calls canceled, processes killed.
-    connection: ConnectionGuard,
-    session: tokio::sync::Mutex<Option<Arc<SessionEntry>>>,
+    /// The conversation as a client of the daemon; dropping it closes the agent
+    /// session: calls canceled, processes killed.
+    client: Client,
+    /// Held while the session is being opened (asking the client for its roots).
+    opening: tokio::sync::Mutex<()>,
     events: Arc<McpEvents>,
     broker: Arc<McpBroker>,
     /// The level set by `logging/setLevel`; `None` until the client sets one.
@@ -110,12 +111,12 @@ fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Register
 
 impl McpHandler {
     pub(crate) fn new(face: Arc<Face>) -> McpHandler {
-        let connection = face.daemon.connect();
+        let client = Client::connect(&face.daemon, "mcp");
         McpHandler {
             face,
             state: Arc::new(HandlerState {
-                connection,
-                session: tokio::sync::Mutex::new(None),
+                client,
+                opening: tokio::sync::Mutex::new(()),
                 events: Arc::new(McpEvents::default()),
                 broker: Arc::new(McpBroker::default()),
                 log_level: Mutex::new(None),
@@ -129,15 +130,18 @@ impl McpHandler {
     /// questions withdrawn.
     pub(crate) async fn close(&self) {
         self.state.closed.cancel();
-        if let Some(entry) = self.state.session.lock().await.as_ref() {
+        let _opening = self.state.opening.lock().await;
+        if let Some(entry) = self.state.client.default_session() {
             entry.session.close();
         }
     }
 
     /// Waits until no call of the conversation runs any more, at most `grace`.
     pub(crate) async fn drain(&self, grace: Duration) {
-        let session = self.state.session.lock().await.as_ref().map(|entry| entry.session.clone());
-        let Some(session) = session else { return };
+        let Some(session) = self.state.client.default_session().map(|entry| entry.session.clone())
+        else {
+            return;
+        };
         let deadline = Instant::now() + grace;
         while session.calls_in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -147,8 +151,11 @@ impl McpHandler {
     /// The agent session, opened on first use. For a client of the initialize era
     /// that offers `roots`, its roots narrow (never widen) the configured ones.
     async fn session(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Session>, McpError> {
-        let mut slot = self.state.session.lock().await;
-        if let Some(entry) = slot.as_ref() {
+        if let Some(entry) = self.state.client.default_session() {
+            return Ok(entry.session.clone());
+        }
+        let _opening = self.state.opening.lock().await;
+        if let Some(entry) = self.state.client.default_session() {
             return Ok(entry.session.clone());
         }
         let roots = if !is_modern(ctx) && client_offers_roots(ctx) {
@@ -156,23 +163,15 @@ impl McpHandler {
         } else {
             None
         };
-        let params = SessionOpenParams { roots, ..SessionOpenParams::default() };
+        let spec = SessionSpec { roots, ..SessionSpec::default() };
         let entry = self
-            .face
-            .daemon
-            .open_session_with(
-                self.state.connection.id,
-                "mcp",
-                &params,
-                self.state.events.clone(),
-                self.state.broker.clone(),
-            )
+            .state
+            .client
+            .open_default_with(&spec, self.state.events.clone(), self.state.broker.clone())
             .map_err(|err| {
                 McpError::internal_error(format!("cannot open a session: {err}"), None)
             })?;
-        let session = entry.session.clone();
-        *slot = Some(entry);
-        Ok(session)
+        Ok(entry.session.clone())
     }
 
     /// Asks the client for its roots and intersects them with the configured ones.
