@@ -132,7 +132,8 @@ pub struct ToolsListResult {
     /// Sorted by name; the session's allowlist and mode applied.
     pub tools: Vec<Definition>,
     /// Where each listed tool comes from, by name: `builtin`, `mcp:<server>` (a
-    /// proxied MCP server) or `skill:<path>` (a skill file or folder).
+    /// proxied MCP server), `skill:<path>` (a skill file or folder) or `conformance`
+    /// (the MCP conformance suite's fixtures, only under that option).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, String>,
 }

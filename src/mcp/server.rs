@@ -46,9 +46,9 @@ const PROGRESS_QUEUE: usize = 256;
 /// used as they are.
 const ROOTS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The handler of one MCP conversation.
+/// The handler of one MCP conversation, as served in normal use.
 #[derive(Clone)]
-pub struct McpHandler {
+pub struct LiveHandler {
     face: Arc<Face>,
     state: Arc<HandlerState>,
 }
@@ -109,10 +109,10 @@ fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Register
     Registered { map, key: key.to_owned() }
 }
 
-impl McpHandler {
-    pub(crate) fn new(face: Arc<Face>) -> McpHandler {
+impl LiveHandler {
+    pub(crate) fn new(face: Arc<Face>) -> LiveHandler {
         let client = Client::connect(&face.daemon, "mcp");
-        McpHandler {
+        LiveHandler {
             face,
             state: Arc::new(HandlerState {
                 client,
@@ -124,6 +124,10 @@ impl McpHandler {
                 watching: AtomicBool::new(false),
             }),
         }
+    }
+
+    pub(crate) fn face(&self) -> &Arc<Face> {
+        &self.face
     }
 
     /// Ends the conversation: every call canceled (process trees killed), pending
@@ -150,7 +154,10 @@ impl McpHandler {
 
     /// The agent session, opened on first use. For a client of the initialize era
     /// that offers `roots`, its roots narrow (never widen) the configured ones.
-    async fn session(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Session>, McpError> {
+    pub(crate) async fn session(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Session>, McpError> {
         if let Some(entry) = self.state.client.default_session() {
             return Ok(entry.session.clone());
         }
@@ -206,7 +213,7 @@ impl McpHandler {
         Some(narrowed.iter().map(|path| path.display().to_string()).collect())
     }
 
-    fn log_level(&self) -> Option<LoggingLevel> {
+    pub(crate) fn log_level(&self) -> Option<LoggingLevel> {
         *self.state.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -376,7 +383,7 @@ impl Progress {
 }
 
 /// Whether this request speaks the stateless revision (2026-07-28 or later).
-fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+pub(crate) fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
         .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
@@ -397,23 +404,22 @@ fn unknown_tool(name: &str) -> McpError {
     )
 }
 
+/// What the live handler answers for what it does not serve (resources, prompts,
+/// completion: only the conformance fixtures have them).
+fn not_served<T>(what: &'static str) -> Result<T, McpError> {
+    Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("{what} is not served"), None))
+}
+
 fn internal(err: impl std::fmt::Display) -> McpError {
     McpError::internal_error(err.to_string(), None)
 }
 
-impl ServerHandler for McpHandler {
+impl ServerHandler for LiveHandler {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = json!({
+        let capabilities = json!({
             "tools": {"listChanged": true},
             "logging": {},
         });
-        if self.face.options.conformance_fixtures
-            && let Value::Object(map) = &mut capabilities
-        {
-            map.insert("resources".into(), json!({"subscribe": true, "listChanged": true}));
-            map.insert("prompts".into(), json!({"listChanged": true}));
-            map.insert("completions".into(), json!({}));
-        }
         let info = json!({
             "protocolVersion": ProtocolVersion::LATEST,
             "capabilities": capabilities,
@@ -465,18 +471,6 @@ impl ServerHandler for McpHandler {
             Asker::Unsupported
         };
         let _asker = register(&self.state.broker.askers, &call.id, Arc::new(asker));
-        let _client = self.face.options.conformance_fixtures.then(|| {
-            fixtures::attach(
-                session.id(),
-                &call.id,
-                fixtures::CallClient {
-                    peer: ctx.peer.clone(),
-                    progress_token: ctx.meta.get_progress_token(),
-                    log_level: self.log_level(),
-                    modern: is_modern(&ctx),
-                },
-            )
-        });
 
         if modern_asks {
             return self.modern_call(&session, call, arguments, &params, &ctx).await;
@@ -537,13 +531,121 @@ impl ServerHandler for McpHandler {
         // by running calls); a session not opened yet will ask for the new list.
         tracing::debug!("the client's roots changed; they apply to sessions opened from now on");
     }
+}
+
+/// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
+pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
+    match ctx.id.clone().into_json_value() {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// The handler of one MCP conversation: the live handler, or, only when the face
+/// serves the conformance suite's fixtures (`--conformance-fixtures`), the same
+/// handler wrapped by [`fixtures::Conformance`]. The live handler knows nothing of
+/// the fixtures.
+#[derive(Clone)]
+pub enum McpHandler {
+    Live(LiveHandler),
+    Conformance(fixtures::Conformance),
+}
+
+impl McpHandler {
+    pub(crate) fn new(face: Arc<Face>) -> McpHandler {
+        let live = LiveHandler::new(face.clone());
+        if face.options.conformance_fixtures {
+            McpHandler::Conformance(fixtures::Conformance::new(live))
+        } else {
+            McpHandler::Live(live)
+        }
+    }
+
+    fn live(&self) -> &LiveHandler {
+        match self {
+            McpHandler::Live(live) => live,
+            McpHandler::Conformance(conformance) => conformance.live(),
+        }
+    }
+
+    /// See [`LiveHandler::close`].
+    pub(crate) async fn close(&self) {
+        self.live().close().await;
+    }
+
+    /// See [`LiveHandler::drain`].
+    pub(crate) async fn drain(&self, grace: Duration) {
+        self.live().drain(grace).await;
+    }
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        match self {
+            McpHandler::Live(live) => live.get_info(),
+            McpHandler::Conformance(conformance) => conformance.get_info(),
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        self.live().list_tools(request, ctx).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.live().get_tool(name)
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match self {
+            McpHandler::Live(live) => live.call_tool(params, ctx).await,
+            McpHandler::Conformance(conformance) => conformance.call_tool(params, ctx).await,
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.live().accepted_subscription_filter(requested)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.live().listen(subscription).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.live().set_level(request, ctx).await
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        self.live().on_initialized(ctx).await;
+    }
+
+    async fn on_roots_list_changed(&self, ctx: NotificationContext<RoleServer>) {
+        self.live().on_roots_list_changed(ctx).await;
+    }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        fixtures::list_resources(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/list"),
+            McpHandler::Conformance(conformance) => conformance.list_resources(request, ctx),
+        }
     }
 
     async fn list_resource_templates(
@@ -551,7 +653,12 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        fixtures::list_resource_templates(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/templates/list"),
+            McpHandler::Conformance(conformance) => {
+                conformance.list_resource_templates(request, ctx)
+            }
+        }
     }
 
     async fn read_resource(
@@ -559,7 +666,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        fixtures::read_resource(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/read"),
+            McpHandler::Conformance(conformance) => conformance.read_resource(request, ctx),
+        }
     }
 
     async fn subscribe(
@@ -567,7 +677,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/subscribe"),
+            McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
+        }
     }
 
     async fn unsubscribe(
@@ -575,7 +688,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/unsubscribe"),
+            McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
+        }
     }
 
     async fn list_prompts(
@@ -583,7 +699,10 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        fixtures::list_prompts(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("prompts/list"),
+            McpHandler::Conformance(conformance) => conformance.list_prompts(request, ctx),
+        }
     }
 
     async fn get_prompt(
@@ -591,7 +710,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        fixtures::get_prompt(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("prompts/get"),
+            McpHandler::Conformance(conformance) => conformance.get_prompt(request, ctx),
+        }
     }
 
     async fn complete(
@@ -599,14 +721,9 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        fixtures::complete(&self.face.options, request, ctx)
-    }
-}
-
-/// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
-fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
-    match ctx.id.clone().into_json_value() {
-        Value::String(text) => text,
-        other => other.to_string(),
+        match self {
+            McpHandler::Live(_) => not_served("completion/complete"),
+            McpHandler::Conformance(conformance) => conformance.complete(request, ctx),
+        }
     }
 }
