@@ -537,13 +537,15 @@ impl Session {
             elapsed_ms,
             result: result.clone(),
         });
+        // The record's copy of the decision only when there is a record.
+        let recorded = self.observer.as_ref().map(|observer| (observer, decision.clone()));
         self.events.emit(Event::ToolCallDone {
             session_id: self.id.clone(),
             call_id: call.id.clone(),
             elapsed_ms,
-            decision: decision.clone(),
+            decision,
         });
-        if let Some(observer) = &self.observer {
+        if let Some((observer, decision)) = recorded {
             observer.call_finished(&CallRecord {
                 session_id: self.id.clone(),
                 client: self.client.clone(),

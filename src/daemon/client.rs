@@ -264,3 +264,101 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::permission::Mode;
+    use crate::tools::Registry;
+
+    fn daemon(root: &std::path::Path) -> Arc<Daemon> {
+        let root = std::fs::canonicalize(root).unwrap();
+        std::fs::create_dir_all(root.join("a/deeper")).unwrap();
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        let settings = super::super::Settings::for_roots(vec![root]);
+        Daemon::new(Arc::new(Registry::with_builtins()), settings, None)
+    }
+
+    #[tokio::test]
+    async fn update_narrows_and_refuses_anything_wider_all_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = daemon(dir.path());
+        let client = Client::open(&daemon, "test").unwrap();
+        let root = daemon.settings().roots[0].clone();
+
+        let narrowed = client
+            .update(
+                None,
+                &SessionSpec {
+                    roots: Some(vec!["a".to_owned()]),
+                    timeout: Some(Duration::from_secs(5)),
+                    allowlist: Some(vec!["read_file".to_owned(), "find_files".to_owned()]),
+                    ..SessionSpec::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(narrowed.roots, [root.join("a")]);
+        // The old cwd (the root) is outside the new roots: the first root it is.
+        assert_eq!(narrowed.cwd, root.join("a"));
+        assert_eq!(narrowed.timeout, Duration::from_secs(5));
+
+        let before = client.update(None, &SessionSpec::default()).unwrap();
+        let wider = [
+            SessionSpec {
+                roots: Some(vec![root.join("b").display().to_string()]),
+                ..SessionSpec::default()
+            },
+            SessionSpec {
+                cwd: Some(root.join("b").display().to_string()),
+                ..SessionSpec::default()
+            },
+            SessionSpec { timeout: Some(Duration::from_secs(6)), ..SessionSpec::default() },
+            SessionSpec { mode: Some(Mode::Bypass), ..SessionSpec::default() },
+            SessionSpec { allowlist: Some(Vec::new()), ..SessionSpec::default() },
+            SessionSpec {
+                // A narrowing with one wider part changes nothing at all.
+                cwd: Some("deeper".to_owned()),
+                allowlist: Some(vec!["write_file".to_owned()]),
+                ..SessionSpec::default()
+            },
+        ];
+        for spec in wider {
+            assert!(client.update(None, &spec).is_err(), "{spec:?} was accepted");
+            assert_eq!(client.update(None, &SessionSpec::default()).unwrap(), before, "{spec:?}");
+        }
+        let entry = client.session(None).unwrap();
+        assert!(entry.session.set_allowlist(vec!["write_file".to_owned()]).is_err());
+        assert!(entry.session.set_allowlist(Vec::new()).is_err());
+        assert!(entry.session.set_allowlist(vec!["read_file".to_owned()]).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_new_session_keeps_the_connections_allowlist() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = daemon(dir.path());
+        let client = Client::open(&daemon, "test").unwrap();
+        let narrow = vec!["read_file".to_owned(), "find_files".to_owned()];
+        client
+            .update(
+                None,
+                &SessionSpec { allowlist: Some(narrow.clone()), ..SessionSpec::default() },
+            )
+            .unwrap();
+        assert_eq!(client.open_session(&SessionSpec::default()).unwrap().allowlist, narrow);
+        let asked = SessionSpec {
+            allowlist: Some(vec!["read_file".to_owned(), "write_file".to_owned()]),
+            ..SessionSpec::default()
+        };
+        assert_eq!(client.open_session(&asked).unwrap().allowlist, ["read_file"]);
+        let outside = SessionSpec {
+            allowlist: Some(vec!["write_file".to_owned()]),
+            ..SessionSpec::default()
+        };
+        assert!(client.open_session(&outside).is_err());
+        // Another connection is not bound by this one's narrowing.
+        let other = Client::open(&daemon, "other").unwrap();
+        assert!(other.open_session(&outside).is_ok());
+    }
+}
