@@ -24,6 +24,10 @@ use crate::agent::{ApprovalAnswer, ApprovalBroker, EventSink};
 use crate::permission::Explanation;
 use crate::tools::{Call, Definition, ToolResult};
 
+/// Sessions one connection may hold at once, its default session included: a client
+/// that opens sessions in a loop runs into this, not into the daemon's memory.
+pub const MAX_SESSIONS_PER_CONNECTION: usize = 64;
+
 /// One connected client.
 pub struct Client {
     daemon: Arc<Daemon>,
@@ -104,6 +108,9 @@ impl Client {
     /// the configuration, and the allowlist with the connection's own (its default
     /// session's): a client cannot escape its narrowing by opening a new session.
     pub fn open_session(&self, spec: &SessionSpec) -> Result<SessionState, SessionError> {
+        if self.daemon.sessions_of(self.id()).len() >= MAX_SESSIONS_PER_CONNECTION {
+            return Err(SessionError::TooMany(MAX_SESSIONS_PER_CONNECTION));
+        }
         let mut spec = spec.clone();
         if let Some(default) = self.default.get() {
             let own = default.session.allowlist();
@@ -332,6 +339,34 @@ mod tests {
         assert!(entry.session.set_allowlist(vec!["write_file".to_owned()]).is_err());
         assert!(entry.session.set_allowlist(Vec::new()).is_err());
         assert!(entry.session.set_allowlist(vec!["read_file".to_owned()]).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_connection_holds_a_bounded_number_of_sessions_and_closing_frees_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = daemon(dir.path());
+        let client = Client::open(&daemon, "test").unwrap();
+        let opened: Vec<String> = (1..MAX_SESSIONS_PER_CONNECTION)
+            .map(|_| client.open_session(&SessionSpec::default()).unwrap().session_id)
+            .collect();
+        assert_eq!(daemon.session_count(), MAX_SESSIONS_PER_CONNECTION);
+        assert_eq!(
+            client.open_session(&SessionSpec::default()).err(),
+            Some(SessionError::TooMany(MAX_SESSIONS_PER_CONNECTION))
+        );
+        // A closed session is gone from the daemon (its buffers with it), and makes room.
+        let entry = client.session(Some(&opened[0])).unwrap();
+        let weak = Arc::downgrade(&entry);
+        drop(entry);
+        assert_eq!(client.close_session(&opened[0]), Ok(true));
+        assert!(weak.upgrade().is_none(), "the closed session is still held");
+        assert_eq!(daemon.session_count(), MAX_SESSIONS_PER_CONNECTION - 1);
+        assert!(client.open_session(&SessionSpec::default()).is_ok());
+        // Another connection has its own allowance.
+        let other = Client::open(&daemon, "other").unwrap();
+        assert!(other.open_session(&SessionSpec::default()).is_ok());
+        drop(client);
+        assert_eq!(daemon.session_count(), 2, "a connection's sessions end with it");
     }
 
     #[tokio::test]

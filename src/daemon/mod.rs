@@ -22,7 +22,7 @@ use crate::permission::{Mode, PermissionEngine, Policy};
 use crate::tools::{Env, EnvPolicy, Registry, Todo};
 use crate::upstream::{UpstreamStatus, Upstreams};
 
-pub use self::client::Client;
+pub use self::client::{Client, MAX_SESSIONS_PER_CONNECTION};
 
 /// What a client asks of a session: at open, intersected with the configuration;
 /// at update, it may only narrow the session. `None` keeps what there is.
@@ -132,6 +132,8 @@ pub enum SessionError {
     DefaultSession,
     #[error("this session's events are not subscribable")]
     NotSubscribable,
+    #[error("a connection holds at most {0} sessions; close one first")]
+    TooMany(usize),
 }
 
 /// A session with its delivery parts and its owner.
