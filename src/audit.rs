@@ -114,9 +114,9 @@ pub struct AuditRecord {
     pub tool: String,
     /// The call's arguments (redacted when written).
     pub arguments: Value,
-    /// `allow`, `deny`, `ask→allow`, `ask→deny`, ...
-    pub decision: String,
-    /// The rule or layer that decided, when there was one.
+    /// Who decided, and how (the same object as in `tool_call_done` events).
+    pub decision: crate::permission::CallDecision,
+    /// The rule that decided as `<list>: <rule as written>`, or the deciding layer.
     pub rule: Option<String>,
     pub ok: bool,
     pub error_type: Option<ErrorType>,
@@ -665,7 +665,14 @@ mod tests {
             call_id: call_id.to_owned(),
             tool: "run_command".to_owned(),
             arguments,
-            decision: "ask→allow".to_owned(),
+            decision: crate::permission::CallDecision {
+                outcome: crate::permission::Outcome::Allow,
+                decided_by: crate::permission::DecidedBy::Person,
+                asked: true,
+                layer: Some(crate::permission::Layer::Mode),
+                rule: None,
+                list: None,
+            },
             rule: Some("allow: run_command(git status:*)".to_owned()),
             ok: false,
             error_type: Some(ErrorType::CommandFailed),
@@ -726,7 +733,9 @@ mod tests {
                 "call_id": "1",
                 "tool": "run_command",
                 "arguments": {"command": "git status", "token": "[redacted]"},
-                "decision": "ask→allow",
+                "decision": {
+                    "outcome": "allow", "decided_by": "person", "asked": true, "layer": "mode"
+                },
                 "rule": "allow: run_command(git status:*)",
                 "ok": false,
                 "error_type": "command_failed",

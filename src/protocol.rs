@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::{ApprovalDecision, ApprovalScope, Event};
+use crate::daemon::{SessionSpec, SessionState, Status};
 use crate::permission::{Explanation, Mode};
 use crate::tools::{Definition, Todo, ToolResult};
 use crate::upstream::UpstreamStatus;
@@ -79,7 +80,10 @@ pub struct SessionInfo {
 
 pub type SessionOpenResult = SessionInfo;
 
-/// `session/update`: change a session's mode, allowlist or cwd (narrowing only).
+/// `session/update`: narrow a session. Every field may only narrow what the session
+/// has (roots inside its roots, a cwd inside them, limits at most its own, an
+/// allowlist inside its allowlist; the mode within the configured one); anything
+/// wider is refused with `invalid_params` and nothing changes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionUpdateParams {
@@ -89,6 +93,18 @@ pub struct SessionUpdateParams {
     pub mode: Option<Mode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowlist: Option<Vec<String>>,
+    /// Working directory; must be inside the session's roots (relative: to the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Roots; each must be inside one of the session's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_bytes: Option<u64>,
 }
 
 pub type SessionUpdateResult = SessionInfo;
@@ -116,7 +132,8 @@ pub struct ToolsListResult {
     /// Sorted by name; the session's allowlist and mode applied.
     pub tools: Vec<Definition>,
     /// Where each listed tool comes from, by name: `builtin`, `mcp:<server>` (a
-    /// proxied MCP server) or `skill:<path>` (a skill file or folder).
+    /// proxied MCP server), `skill:<path>` (a skill file or folder) or `conformance`
+    /// (the MCP conformance suite's fixtures, only under that option).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, String>,
 }
@@ -260,4 +277,65 @@ pub struct CancelRequestParams {
     pub request_id: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+// Conversions between the wire types and the daemon's own.
+
+impl SessionOpenParams {
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            cwd: self.cwd.clone(),
+            roots: self.roots.clone(),
+            mode: self.mode,
+            allowlist: self.allowlist.clone(),
+            timeout: self.timeout_ms.map(std::time::Duration::from_millis),
+            max_output_bytes: self.max_output_bytes,
+            max_read_bytes: self.max_read_bytes,
+        }
+    }
+}
+
+impl SessionUpdateParams {
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            cwd: self.cwd.clone(),
+            roots: self.roots.clone(),
+            mode: self.mode,
+            allowlist: self.allowlist.clone(),
+            timeout: self.timeout_ms.map(std::time::Duration::from_millis),
+            max_output_bytes: self.max_output_bytes,
+            max_read_bytes: self.max_read_bytes,
+        }
+    }
+}
+
+impl From<SessionState> for SessionInfo {
+    fn from(state: SessionState) -> SessionInfo {
+        SessionInfo {
+            session_id: state.session_id,
+            cwd: state.cwd.display().to_string(),
+            roots: state.roots.iter().map(|root| root.display().to_string()).collect(),
+            mode: state.mode,
+            allowlist: state.allowlist,
+            timeout_ms: u64::try_from(state.timeout.as_millis()).unwrap_or(u64::MAX),
+            max_output_bytes: state.max_output_bytes,
+            max_read_bytes: state.max_read_bytes,
+            todos: state.todos,
+        }
+    }
+}
+
+impl From<Status> for DaemonStatusResult {
+    fn from(status: Status) -> DaemonStatusResult {
+        DaemonStatusResult {
+            version: status.version.to_owned(),
+            pid: status.pid,
+            uptime_ms: u64::try_from(status.uptime.as_millis()).unwrap_or(u64::MAX),
+            connections: status.connections,
+            sessions: status.sessions,
+            calls_in_flight: status.calls_in_flight,
+            tools: status.tools,
+            upstreams: status.upstreams,
+        }
+    }
 }

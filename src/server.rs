@@ -242,11 +242,8 @@ impl CallObserver for AuditObserver {
             call_id: record.call_id.clone(),
             tool: record.tool.clone(),
             arguments: record.arguments.clone(),
+            rule: record.decision.rule_text(),
             decision: record.decision.clone(),
-            rule: record.explanation.as_ref().map(|explanation| match &explanation.rule {
-                Some(rule) => format!("{:?}: {rule}", explanation.layer).to_lowercase(),
-                None => format!("{:?}", explanation.layer).to_lowercase(),
-            }),
             ok: record.result_ok,
             error_type: record.error_type,
             duration: record.elapsed,

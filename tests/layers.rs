@@ -15,28 +15,28 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, usize)] = &[
     // The tool contract, the registry and the tools.
     ("tools", 0),
-    // Pure policy and leaf services.
+    // Pure policy (and the typed decision about a call) and leaf services.
     ("permission", 1),
     ("hooks", 1),
-    ("audit", 1),
     ("systemd", 1),
-    ("config", 2),
+    ("audit", 2),
+    ("config", 3),
     // Tools that come and go.
-    ("upstream", 3),
-    ("skills", 4),
+    ("upstream", 4),
+    ("skills", 5),
     // One model turn.
-    ("agent", 4),
-    // Sessions, the client API every face calls, typed events.
-    // The native protocol's wire types.
-    ("protocol", 5),
+    ("agent", 5),
+    // Sessions, the client API every face calls, typed events: no wire format.
     ("daemon", 6),
+    // The native protocol's wire types, converted from and to the daemon's own.
+    ("protocol", 7),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
-    ("rpc", 7),
-    ("mcp", 8),
+    ("rpc", 8),
+    ("mcp", 9),
     // Start-up and the human's client.
-    ("server", 9),
-    ("cli", 10),
+    ("server", 10),
+    ("cli", 11),
 ];
 
 fn src() -> PathBuf {

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::permission::Explanation;
+use crate::permission::{CallDecision, Explanation};
 use crate::tools::{OutputStream, Todo, ToolResult};
 
 /// Everything a client can observe about a session's calls.
@@ -67,11 +67,12 @@ pub enum Event {
         // Shared with the caller's answer: buffering the event copies no content.
         result: Arc<ToolResult>,
     },
-    /// The last event of a call.
+    /// The last event of a call, with who decided it.
     ToolCallDone {
         session_id: String,
         call_id: String,
         elapsed_ms: f64,
+        decision: CallDecision,
     },
     TodosUpdated {
         session_id: String,

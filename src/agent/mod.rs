@@ -20,7 +20,9 @@ pub use approval::{
     ApprovalAnswer, ApprovalBroker, NoApprover, PermissionRequest, RequestKind, Unavailable,
 };
 pub use events::{ApprovalDecision, ApprovalScope, Event, EventSink, NullSink};
-pub use session::{CallObserver, CallRecord, Session, SessionOptions};
+pub use session::{
+    CallObserver, CallRecord, Preflight, Prepared, Question, Ready, Session, SessionOptions,
+};
 
 #[cfg(test)]
 mod tests;

@@ -16,8 +16,8 @@ use super::approval::{
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
 use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
-    CallContext, Decision, Explanation, Layer, Mode, PermissionEngine, Policy, SessionGrant,
-    ToolFacts, Verdict,
+    CallContext, CallDecision, DecidedBy, Decision, Explanation, Layer, Mode, Outcome,
+    PermissionEngine, Policy, SessionGrant, ToolFacts, Verdict,
 };
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, Registry, SessionControl, Todo,
@@ -57,10 +57,8 @@ pub struct CallRecord {
     pub call_id: String,
     pub tool: String,
     pub arguments: Value,
-    /// `allow`, `deny`, `ask→allow`, `ask→deny`, `hook_blocked`, `not_allowed`.
-    pub decision: String,
-    /// The layer and rule that decided.
-    pub explanation: Option<Explanation>,
+    /// Who decided, and how.
+    pub decision: CallDecision,
     pub result_ok: bool,
     pub error_type: Option<ErrorType>,
     pub elapsed: Duration,
@@ -83,7 +81,8 @@ pub struct Session {
     id: String,
     client: String,
     registry: Arc<Registry>,
-    env: Arc<Env>,
+    /// Replaced whole when the session is narrowed; a call keeps the one it read.
+    env: std::sync::RwLock<Arc<Env>>,
     approval_timeout: Duration,
     state: Mutex<Mutable>,
     events: Arc<dyn EventSink>,
@@ -101,10 +100,76 @@ pub struct Session {
     next_request: AtomicU64,
 }
 
-/// What the policy stage concluded about one call.
-struct Verdicts {
-    decision: String,
-    explanation: Option<Explanation>,
+/// A call the policy stage let through, with what it knows about it.
+pub struct Prepared {
+    /// The call as it will run (with a PreToolUse hook's updated input).
+    call: Call,
+    arguments: Value,
+    started: Instant,
+    /// The engine's decision (`None` for an unknown tool).
+    decision: Option<Decision>,
+}
+
+/// A call [`Session::preflight`] allowed; run it with [`Session::run`].
+pub struct Ready {
+    prepared: Prepared,
+    decision: CallDecision,
+}
+
+/// A call that needs a person's answer, and the question to put.
+pub struct Question {
+    prepared: Prepared,
+    request: PermissionRequest,
+}
+
+impl Question {
+    pub fn request(&self) -> &PermissionRequest {
+        &self.request
+    }
+
+    /// The call as it will run.
+    pub fn call(&self) -> &Call {
+        &self.prepared.call
+    }
+}
+
+/// What [`Session::preflight`] concluded.
+pub enum Preflight {
+    /// Allowed: run it.
+    Run(Ready),
+    /// A person must answer first (through the caller's own channel).
+    Ask(Question),
+    /// Refused; the call is finished (events sent, audited).
+    Refuse(Arc<ToolResult>),
+}
+
+/// Where the policy stage left a call.
+enum Stage {
+    /// Refused before its tool ran (the call with a hook's update, and how it ended).
+    Done(Call, Finished),
+    Run(Prepared, CallDecision),
+    Ask(Prepared),
+}
+
+/// How a call ended, before its closing events.
+struct Finished {
+    result: ToolResult,
+    decision: CallDecision,
+    /// The arguments that finally ran (after a hook's update).
+    arguments: Value,
+}
+
+/// A call holding its place among the session's running calls.
+struct Admitted<'a> {
+    cancel: CancellationToken,
+    _permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    _in_flight: InFlightGuard<'a>,
+}
+
+const HOOK_ASKS: &str = "a PreToolUse hook asks for approval";
+
+fn hook_explanation(reason: &str) -> Explanation {
+    Explanation { layer: Layer::Hook, rule: None, list: None, reason: reason.to_owned() }
 }
 
 impl Session {
@@ -120,7 +185,7 @@ impl Session {
                 id: options.id,
                 client: options.client,
                 registry,
-                env: Arc::new(env),
+                env: std::sync::RwLock::new(Arc::new(env)),
                 approval_timeout: options.approval_timeout,
                 state: Mutex::new(Mutable {
                     engine,
@@ -145,8 +210,16 @@ impl Session {
         &self.id
     }
 
-    pub fn env(&self) -> &Arc<Env> {
-        &self.env
+    /// The session's Env as it is now.
+    pub fn env(&self) -> Arc<Env> {
+        self.env.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the Env (a narrowing the daemon checked); calls already running keep
+    /// the one they started with.
+    pub fn replace_env(&self, mut env: Env) {
+        env.session_id = self.id.clone();
+        *self.env.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(env);
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -198,9 +271,18 @@ impl Session {
         mode
     }
 
-    /// Narrows the allowlist (a client may narrow, never widen).
-    pub fn set_allowlist(&self, allowlist: Vec<String>) {
-        self.lock().allowlist = allowlist;
+    /// Whether an allowlist would narrow this session's: with an allowlist in force,
+    /// every name must be in it (and an empty list, "every tool", would widen it).
+    pub fn check_allowlist(&self, allowlist: &[String]) -> Result<(), String> {
+        narrower(&self.lock().allowlist, allowlist)
+    }
+
+    /// Narrows the allowlist; a wider one is refused and changes nothing.
+    pub fn set_allowlist(&self, allowlist: Vec<String>) -> Result<(), String> {
+        let mut state = self.lock();
+        narrower(&state.allowlist, &allowlist)?;
+        state.allowlist = allowlist;
+        Ok(())
     }
 
     /// Swaps rules, the mode ceiling and hooks (configuration reload); session
@@ -319,40 +401,141 @@ impl Session {
     }
 
     /// [`Session::execute_one`], with the result shared with the `tool_result` event
-    /// rather than copied for it (for callers that only serialize it).
+    /// rather than copied for it (for callers that only serialize it). A question is
+    /// put through the session's approval broker and waited for.
     pub async fn execute_shared(&self, call: &Call, cancel: &CancellationToken) -> Arc<ToolResult> {
         let started = Instant::now();
-        let call_cancel = cancel.child_token();
-        // A call also dies with its session.
-        let session_cancel = self.cancel.clone();
-        let _permit = tokio::select! {
-            permit = self.limiter.acquire() => permit.ok(),
-            () = call_cancel.cancelled() => None,
-            () = session_cancel.cancelled() => None,
+        let admitted = self.admit(&call.id, cancel).await;
+        let cancel = &admitted.cancel;
+        let run = async {
+            let (call, finished) = match self.policy(call, started, cancel).await {
+                Stage::Done(call, finished) => (call, finished),
+                Stage::Run(prepared, decision) => {
+                    let finished = self.run_prepared(&prepared, decision, cancel).await;
+                    (prepared.call, finished)
+                }
+                Stage::Ask(prepared) => {
+                    let finished = match self.ask_inline(&prepared, cancel).await {
+                        Ok(decision) => self.run_prepared(&prepared, decision, cancel).await,
+                        Err(refused) => refused,
+                    };
+                    (prepared.call, finished)
+                }
+            };
+            self.complete(&call, started, finished, cancel).await
         };
-        let call_number = self.next_call.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.entry(call.id.clone()).or_default().push((call_number, call_cancel.clone()));
-        let _in_flight = InFlightGuard { session: self, call_id: &call.id, number: call_number };
+        self.guarded(cancel, run).await
+    }
 
-        let arguments_value = parse_or_raw(&call.arguments);
-        self.events.emit(Event::ToolCallStart {
-            session_id: self.id.clone(),
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: arguments_value.clone(),
-        });
-
-        // The call also dies with its session, whatever token the caller passed.
-        let pipeline = self.run_pipeline(call, arguments_value, &call_cancel);
-        tokio::pin!(pipeline);
-        let (result, verdicts, final_arguments) = tokio::select! {
-            out = &mut pipeline => out,
-            () = session_cancel.cancelled() => {
-                call_cancel.cancel();
-                pipeline.await
+    /// Decides a call without asking anyone: hooks, rules, mode and allowlist. A call
+    /// that needs a person comes back as [`Preflight::Ask`], for the caller to put the
+    /// question through its own channel and hand the answer to [`Session::resume`]; a
+    /// refused call is finished here (events, PostToolUse hooks, audit). Either way
+    /// the call is decided once and audited once.
+    pub async fn preflight(&self, call: &Call, cancel: &CancellationToken) -> Preflight {
+        let started = Instant::now();
+        let admitted = self.admit(&call.id, cancel).await;
+        let cancel = &admitted.cancel;
+        let run = async {
+            match self.policy(call, started, cancel).await {
+                Stage::Done(call, finished) => {
+                    Preflight::Refuse(self.complete(&call, started, finished, cancel).await)
+                }
+                Stage::Run(prepared, decision) => Preflight::Run(Ready { prepared, decision }),
+                Stage::Ask(prepared) => match self.dont_ask(&prepared) {
+                    Some(refused) => Preflight::Refuse(
+                        self.complete(&prepared.call, started, refused, cancel).await,
+                    ),
+                    None => {
+                        let request = self.question(&prepared);
+                        Preflight::Ask(Question { prepared, request })
+                    }
+                },
             }
         };
+        self.guarded(cancel, run).await
+    }
 
+    /// Runs a call [`Session::preflight`] allowed.
+    pub async fn run(&self, ready: Ready, cancel: &CancellationToken) -> Arc<ToolResult> {
+        let Ready { prepared, decision } = ready;
+        let admitted = self.admit(&prepared.call.id, cancel).await;
+        let cancel = &admitted.cancel;
+        let run = async {
+            let finished = self.run_prepared(&prepared, decision, cancel).await;
+            self.complete(&prepared.call, prepared.started, finished, cancel).await
+        };
+        self.guarded(cancel, run).await
+    }
+
+    /// Finishes a call that [`Session::preflight`] sent to a person, with the answer
+    /// that came back through the caller's channel: an allow runs it (the hooks are
+    /// not run again), anything else refuses it. The rules are consulted once more,
+    /// so that a deny rule added meanwhile still wins. The question may have been
+    /// put by another session of the same face (a stateless client); the call then
+    /// runs in this one.
+    pub async fn resume(
+        &self,
+        question: Question,
+        answer: ApprovalAnswer,
+        cancel: &CancellationToken,
+    ) -> Arc<ToolResult> {
+        let prepared = question.prepared;
+        let admitted = self.admit(&prepared.call.id, cancel).await;
+        let cancel = &admitted.cancel;
+        let run = async {
+            let finished = match self.answered(&prepared, answer) {
+                Ok(decision) => self.run_prepared(&prepared, decision, cancel).await,
+                Err(refused) => refused,
+            };
+            self.complete(&prepared.call, prepared.started, finished, cancel).await
+        };
+        self.guarded(cancel, run).await
+    }
+
+    /// Waits for room among the session's running calls and registers the call for
+    /// `tools/cancel`. A call canceled while it waits goes on without a permit: the
+    /// pipeline sees its canceled token at once and closes it like any call.
+    async fn admit<'a>(&'a self, call_id: &'a str, cancel: &CancellationToken) -> Admitted<'a> {
+        let call_cancel = cancel.child_token();
+        let permit = tokio::select! {
+            permit = self.limiter.acquire() => permit.ok(),
+            () = call_cancel.cancelled() => None,
+            () = self.cancel.cancelled() => None,
+        };
+        let number = self.next_call.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.entry(call_id.to_owned()).or_default().push((number, call_cancel.clone()));
+        Admitted {
+            cancel: call_cancel,
+            _permit: permit,
+            _in_flight: InFlightGuard { session: self, call_id, number },
+        }
+    }
+
+    /// Runs part of a call's pipeline; the call also dies with its session, whatever
+    /// token the caller passed.
+    async fn guarded<T>(&self, cancel: &CancellationToken, run: impl Future<Output = T>) -> T {
+        tokio::pin!(run);
+        tokio::select! {
+            out = &mut run => out,
+            () = self.cancel.cancelled() => {
+                cancel.cancel();
+                run.await
+            }
+        }
+    }
+
+    /// Emits the closing events of a call and records it (once per call).
+    async fn complete(
+        &self,
+        call: &Call,
+        started: Instant,
+        finished: Finished,
+        cancel: &CancellationToken,
+    ) -> Arc<ToolResult> {
+        let hooks = self.lock().hooks.clone();
+        let Finished { result, decision, arguments } = finished;
+        let result = self.post_hooks(call, &hooks, result, &arguments, cancel).await;
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         let result = Arc::new(result);
@@ -362,20 +545,22 @@ impl Session {
             elapsed_ms,
             result: result.clone(),
         });
+        // The record's copy of the decision only when there is a record.
+        let recorded = self.observer.as_ref().map(|observer| (observer, decision.clone()));
         self.events.emit(Event::ToolCallDone {
             session_id: self.id.clone(),
             call_id: call.id.clone(),
             elapsed_ms,
+            decision,
         });
-        if let Some(observer) = &self.observer {
+        if let Some((observer, decision)) = recorded {
             observer.call_finished(&CallRecord {
                 session_id: self.id.clone(),
                 client: self.client.clone(),
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
-                arguments: final_arguments,
-                decision: verdicts.decision,
-                explanation: verdicts.explanation,
+                arguments,
+                decision,
                 result_ok: result.ok,
                 error_type: result.error_type,
                 elapsed,
@@ -384,167 +569,183 @@ impl Session {
         result
     }
 
-    /// Hooks, permission, re-check, registry, post hooks. Returns the stamped result,
-    /// what decided, and the arguments that finally ran (after a hook's update).
-    async fn run_pipeline(
-        &self,
-        call: &Call,
-        arguments_value: Value,
-        cancel: &CancellationToken,
-    ) -> (ToolResult, Verdicts, Value) {
+    /// `tool_call_start`, PreToolUse hooks, allowlist, mode and rules: what happens to
+    /// the call short of asking a person.
+    async fn policy(&self, call: &Call, started: Instant, cancel: &CancellationToken) -> Stage {
         let hooks = self.lock().hooks.clone();
+        let env = self.env();
         let mut call = call.clone();
-        let mut arguments_value = arguments_value;
+        let mut arguments = parse_or_raw(&call.arguments);
+        self.events.emit(Event::ToolCallStart {
+            session_id: self.id.clone(),
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: arguments.clone(),
+        });
 
         // PreToolUse hooks.
         let mut hook_verdict = HookVerdict::Continue;
         if hooks.has_pre(&call.name) {
-            let input = ToolCallInput::new(
-                &self.env,
-                call.id.clone(),
-                call.name.clone(),
-                arguments_value.clone(),
-            )
-            .with_permission_mode(self.mode().to_string());
-            let outcome = hooks.run_pre(&input, &self.env.env_policy.build(), cancel).await;
+            let input =
+                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
+                    .with_permission_mode(self.mode().to_string());
+            let outcome = hooks.run_pre(&input, &env.env_policy.build(), cancel).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PreToolUse hook failed");
             }
             if let Some(updated) = outcome.updated_input {
                 let text = updated.to_string();
                 if let Err(res) = self.registry.validate_arguments(&call.name, &text) {
-                    let res = res.with_meta("source", "hook_updated_input");
-                    return self
-                        .finish(
-                            &call,
-                            &hooks,
-                            res,
-                            verdict("hook_invalid_input", None),
-                            updated,
-                            cancel,
-                        )
-                        .await;
+                    let result = res.with_meta("source", "hook_updated_input");
+                    let decision = CallDecision::new(Outcome::Deny, DecidedBy::Hook);
+                    return Stage::Done(call, Finished { result, decision, arguments: updated });
                 }
                 call.arguments = text;
-                arguments_value = updated;
+                arguments = updated;
             }
             match outcome.verdict {
                 HookVerdict::Block | HookVerdict::Deny => {
                     let reason = outcome.reason.unwrap_or_else(|| "blocked by a hook".to_owned());
-                    let res = ToolResult::failure(ErrorType::HookBlocked, reason);
-                    return self
-                        .finish(
-                            &call,
-                            &hooks,
-                            res,
-                            verdict("hook_blocked", None),
-                            arguments_value,
-                            cancel,
-                        )
-                        .await;
+                    let result = ToolResult::failure(ErrorType::HookBlocked, reason);
+                    let decision = CallDecision::new(Outcome::Deny, DecidedBy::Hook);
+                    return Stage::Done(call, Finished { result, decision, arguments });
                 }
                 other => hook_verdict = other,
             }
         }
 
         // Permission (unknown tools go straight to the registry, which names them).
-        let mut verdicts = verdict("allow", None);
-        if let Some(tool) = self.registry.get(&call.name) {
-            let definition = tool.definition();
-            if let Some(res) = self.not_allowed(definition) {
-                return self
-                    .finish(
-                        &call,
-                        &hooks,
-                        res,
-                        verdict("not_allowed", None),
-                        arguments_value,
-                        cancel,
-                    )
-                    .await;
+        let Some(tool) = self.registry.get(&call.name) else {
+            let decision = CallDecision::new(Outcome::Allow, DecidedBy::Registry);
+            let prepared = Prepared { call, arguments, started, decision: None };
+            return Stage::Run(prepared, decision);
+        };
+        let definition = tool.definition();
+        if let Some((result, decision)) = self.not_allowed(definition) {
+            return Stage::Done(call, Finished { result, decision, arguments });
+        }
+        let decision = self.decide(definition, &arguments);
+        let verdict = decision.verdict;
+        let refuse = |error_type, decision: &Decision| {
+            let result = ToolResult::failure(error_type, decision.explanation.reason.clone());
+            (result, CallDecision::of(Outcome::Deny, &decision.explanation))
+        };
+        match verdict {
+            Verdict::Deny => {
+                let (result, decision) = refuse(ErrorType::PermissionDenied, &decision);
+                Stage::Done(call, Finished { result, decision, arguments })
             }
-            let decision = self.decide(definition, &arguments_value);
-            let explanation = decision.explanation.clone();
-            let outcome = match decision.verdict {
-                Verdict::Allow if hook_verdict == HookVerdict::Ask => {
-                    self.ask(&call, definition, &arguments_value, decision, cancel).await
-                }
-                Verdict::Allow => Ok(verdict("allow", Some(explanation))),
-                Verdict::Deny => Err((
-                    ToolResult::failure(ErrorType::PermissionDenied, explanation.reason.clone()),
-                    verdict("deny", Some(explanation)),
-                )),
-                Verdict::NotAllowedInMode => Err((
-                    ToolResult::failure(ErrorType::ToolNotAllowed, explanation.reason.clone()),
-                    verdict("not_allowed", Some(explanation)),
-                )),
-                // A hook's allow skips the question, never a deny rule.
-                Verdict::Ask if hook_verdict == HookVerdict::Allow => Ok(verdict(
-                    "allow",
-                    Some(Explanation {
-                        layer: Layer::Hook,
-                        rule: None,
-                        list: None,
-                        reason: "allowed by a PreToolUse hook".to_owned(),
-                    }),
-                )),
-                Verdict::Ask => {
-                    self.ask(&call, definition, &arguments_value, decision, cancel).await
-                }
-            };
-            match outcome {
-                Ok(allowed) => verdicts = allowed,
-                Err((res, denied)) => {
-                    return self.finish(&call, &hooks, res, denied, arguments_value, cancel).await;
-                }
+            Verdict::NotAllowedInMode => {
+                let (result, decision) = refuse(ErrorType::ToolNotAllowed, &decision);
+                Stage::Done(call, Finished { result, decision, arguments })
             }
-
-            // Re-check right before execution: the mode may have changed while a
-            // person was deciding, and a forged call must never slip through.
-            if let Some(res) = self.not_allowed(definition) {
-                return self
-                    .finish(
-                        &call,
-                        &hooks,
-                        res,
-                        verdict("not_allowed", None),
-                        arguments_value,
-                        cancel,
-                    )
-                    .await;
+            Verdict::Allow if hook_verdict != HookVerdict::Ask => {
+                let decided = CallDecision::of(Outcome::Allow, &decision.explanation);
+                let prepared = Prepared { call, arguments, started, decision: Some(decision) };
+                Stage::Run(prepared, decided)
+            }
+            // A hook's allow skips the question, never a deny rule.
+            Verdict::Ask if hook_verdict == HookVerdict::Allow => {
+                let decided = CallDecision::new(Outcome::Allow, DecidedBy::Hook)
+                    .explained(&hook_explanation("allowed by a PreToolUse hook"));
+                let prepared = Prepared { call, arguments, started, decision: Some(decision) };
+                Stage::Run(prepared, decided)
+            }
+            // The rules ask, or a hook makes an allowed call ask.
+            Verdict::Ask | Verdict::Allow => {
+                Stage::Ask(Prepared { call, arguments, started, decision: Some(decision) })
             }
         }
-
-        let sink = self.output_sink(&call.id);
-        let res = self.registry.execute_streaming(&call, &self.env, cancel, sink).await;
-        self.finish(&call, &hooks, res, verdicts, arguments_value, cancel).await
     }
 
-    /// Stamps the result, runs the PostToolUse hooks (they see every outcome, blocks
-    /// and denials included) and attaches their feedback.
-    async fn finish(
+    /// The refusal of a call that must ask while the session is in `dont_ask` mode.
+    fn dont_ask(&self, prepared: &Prepared) -> Option<Finished> {
+        if self.mode() != Mode::DontAsk {
+            return None;
+        }
+        let suggestions = match &prepared.decision {
+            Some(decision) if decision.verdict == Verdict::Ask => suggest(&decision.suggestions),
+            _ => String::new(),
+        };
+        let reason = format!(
+            "{} requires approval and the session is in dont_ask mode{suggestions}",
+            prepared.call.name,
+        );
+        let mut decision = self.asked_decision(prepared, Outcome::Deny, DecidedBy::Mode);
+        decision.asked = false;
+        Some(Finished {
+            result: ToolResult::failure(ErrorType::PermissionDenied, reason),
+            decision,
+            arguments: prepared.arguments.clone(),
+        })
+    }
+
+    /// The question for a call that must ask.
+    fn question(&self, prepared: &Prepared) -> PermissionRequest {
+        let (explanation, suggestions) = match &prepared.decision {
+            Some(decision) if decision.verdict == Verdict::Ask => {
+                (decision.explanation.clone(), decision.suggestions.clone())
+            }
+            _ => (hook_explanation(HOOK_ASKS), Vec::new()),
+        };
+        let session_grant = shown_grant(prepared).map(|grant| grant.description().to_owned());
+        PermissionRequest {
+            session_id: self.id.clone(),
+            request_id: format!(
+                "p-{}-{}",
+                self.id,
+                self.next_request.fetch_add(1, Ordering::Relaxed)
+            ),
+            call_id: prepared.call.id.clone(),
+            tool: prepared.call.name.clone(),
+            arguments: prepared.arguments.clone(),
+            explanation,
+            suggestions,
+            session_grant,
+            kind: RequestKind::RunTool,
+        }
+    }
+
+    /// Re-checks right before execution (the mode may have changed while a person was
+    /// deciding, and a forged call must never slip through), then runs the tool.
+    async fn run_prepared(
+        &self,
+        prepared: &Prepared,
+        decision: CallDecision,
+        cancel: &CancellationToken,
+    ) -> Finished {
+        let call = &prepared.call;
+        if let Some(tool) = self.registry.get(&call.name)
+            && let Some((result, refused)) = self.not_allowed(tool.definition())
+        {
+            return Finished { result, decision: refused, arguments: prepared.arguments.clone() };
+        }
+        let sink = self.output_sink(&call.id);
+        let env = self.env();
+        let result = self.registry.execute_streaming(call, &env, cancel, sink).await;
+        Finished { result, decision, arguments: prepared.arguments.clone() }
+    }
+
+    /// Runs the PostToolUse hooks (they see every outcome, blocks and denials
+    /// included) on the stamped result and attaches their feedback.
+    async fn post_hooks(
         &self,
         call: &Call,
         hooks: &Hooks,
         res: ToolResult,
-        verdicts: Verdicts,
-        arguments: Value,
+        arguments: &Value,
         cancel: &CancellationToken,
-    ) -> (ToolResult, Verdicts, Value) {
+    ) -> ToolResult {
         let mut res = res.stamp(&call.name, &call.id);
         if hooks.has_post(&call.name) {
-            let input = ToolCallInput::new(
-                &self.env,
-                call.id.clone(),
-                call.name.clone(),
-                arguments.clone(),
-            )
-            .with_permission_mode(self.mode().to_string());
+            let env = self.env();
+            let input =
+                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
+                    .with_permission_mode(self.mode().to_string());
             // Post hooks run for a canceled call too (they observe every outcome), so
             // they are bounded by their own timeouts and by the session, not the call.
             let _ = cancel;
-            let outcome =
-                hooks.run_post(&input, &res, &self.env.env_policy.build(), &self.cancel).await;
+            let outcome = hooks.run_post(&input, &res, &env.env_policy.build(), &self.cancel).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
             }
@@ -552,11 +753,12 @@ impl Session {
                 res.metadata.insert("hook_feedback".to_owned(), Value::String(feedback));
             }
         }
-        (res, verdicts, arguments)
+        res
     }
 
-    /// `Some(tool_not_allowed)` when the allowlist or the mode rules the tool out.
-    fn not_allowed(&self, definition: &Definition) -> Option<ToolResult> {
+    /// `Some` (the refusal and what decided it) when the allowlist or the mode rules
+    /// the tool out.
+    fn not_allowed(&self, definition: &Definition) -> Option<(ToolResult, CallDecision)> {
         if definition.system {
             return None;
         }
@@ -564,19 +766,25 @@ impl Session {
         if !state.allowlist.is_empty()
             && !state.allowlist.iter().any(|name| name == &definition.name)
         {
-            return Some(ToolResult::failure(
-                ErrorType::ToolNotAllowed,
-                format!("{} is not in this session's tool allowlist", definition.name),
+            return Some((
+                ToolResult::failure(
+                    ErrorType::ToolNotAllowed,
+                    format!("{} is not in this session's tool allowlist", definition.name),
+                ),
+                CallDecision::new(Outcome::Deny, DecidedBy::Allowlist),
             ));
         }
         if state.engine.mode() == Mode::Plan && !definition.safety.is_read_only() {
-            return Some(ToolResult::failure(
-                ErrorType::ToolNotAllowed,
-                format!(
-                    "{} has side effects and the session is in plan mode; call exit_plan_mode \
-                     first",
-                    definition.name
+            return Some((
+                ToolResult::failure(
+                    ErrorType::ToolNotAllowed,
+                    format!(
+                        "{} has side effects and the session is in plan mode; call \
+                         exit_plan_mode first",
+                        definition.name
+                    ),
                 ),
+                CallDecision::new(Outcome::Deny, DecidedBy::Mode),
             ));
         }
         None
@@ -585,114 +793,128 @@ impl Session {
     fn decide(&self, definition: &Definition, args: &Value) -> Decision {
         // A clone is a few Arc bumps; deciding outside the lock keeps it short.
         let engine = self.lock().engine.clone();
-        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env))
+        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env()))
     }
 
-    /// Puts a question to the approver and waits, bounded by the approval timeout and
-    /// the call's cancellation. `Ok` = allowed; `Err` = the result to return.
-    async fn ask(
+    /// Puts the question through the session's broker and waits, bounded by the
+    /// approval timeout and the call's cancellation. `Ok` = allowed; `Err` = refused.
+    async fn ask_inline(
         &self,
-        call: &Call,
-        definition: &Definition,
-        arguments: &Value,
-        decision: Decision,
+        prepared: &Prepared,
         cancel: &CancellationToken,
-    ) -> Result<Verdicts, (ToolResult, Verdicts)> {
-        // A hook can make an allowed call ask; then no later grant settles it.
-        let asked_by_rules = decision.verdict == Verdict::Ask;
-        let suggestions = decision.suggestions;
-        let explanation = decision.explanation;
-        let grant = decision.grant;
-        if self.mode() == Mode::DontAsk {
-            let reason = format!(
-                "{} requires approval and the session is in dont_ask mode{}",
-                definition.name,
-                suggest(&suggestions)
-            );
-            return Err((
-                ToolResult::failure(ErrorType::PermissionDenied, reason),
-                verdict("deny", Some(explanation)),
-            ));
+    ) -> Result<CallDecision, Finished> {
+        if let Some(refused) = self.dont_ask(prepared) {
+            return Err(refused);
         }
-
+        let refuse = |error_type, reason: String, decided_by| {
+            let decision = self.asked_decision(prepared, Outcome::Deny, decided_by);
+            Finished {
+                result: ToolResult::failure(error_type, reason),
+                decision,
+                arguments: prepared.arguments.clone(),
+            }
+        };
+        let canceled = "the call was canceled while waiting for approval";
         // One question at a time per session.
         let _gate = tokio::select! {
             gate = self.ask_gate.lock() => gate,
             () = cancel.cancelled() => {
-                return Err((
-                    ToolResult::failure(ErrorType::PermissionCanceled, "the call was canceled while waiting for approval"),
-                    verdict("ask→canceled", Some(explanation)),
-                ));
+                return Err(refuse(ErrorType::PermissionCanceled, canceled.to_owned(), DecidedBy::Canceled));
             }
         };
-        // A session grant given while we waited for the gate may settle it now.
-        let fresh = self.decide(definition, arguments);
-        if asked_by_rules && fresh.verdict == Verdict::Allow {
-            return Ok(verdict("allow", Some(fresh.explanation)));
+        // A session grant given while we waited for the gate may settle it now (unless
+        // a hook made the call ask: then no grant settles it).
+        if let Some(decision) = &prepared.decision
+            && decision.verdict == Verdict::Ask
+            && let Some(tool) = self.registry.get(&prepared.call.name)
+        {
+            let fresh = self.decide(tool.definition(), &prepared.arguments);
+            if fresh.verdict == Verdict::Allow {
+                return Ok(CallDecision::of(Outcome::Allow, &fresh.explanation));
+            }
         }
 
-        let request = PermissionRequest {
-            session_id: self.id.clone(),
-            request_id: format!(
-                "p-{}-{}",
-                self.id,
-                self.next_request.fetch_add(1, Ordering::Relaxed)
-            ),
-            call_id: call.id.clone(),
-            tool: definition.name.clone(),
-            arguments: arguments.clone(),
-            explanation: explanation.clone(),
-            suggestions: suggestions.clone(),
-            session_grant: grant.as_ref().map(|grant| grant.description().to_owned()),
-            kind: RequestKind::RunTool,
-        };
-        let answer = self.put_question(&request, cancel).await;
+        let request = self.question(prepared);
+        let suggestions = suggest(&request.suggestions);
+        let name = &prepared.call.name;
+        match self.put_question(&request, cancel).await {
+            Asked::Answer(answer) => self.answered(prepared, answer),
+            Asked::TimedOut => Err(refuse(
+                ErrorType::PermissionDenied,
+                format!(
+                    "no answer to the approval request within {} s{suggestions}",
+                    self.approval_timeout.as_secs(),
+                ),
+                DecidedBy::Timeout,
+            )),
+            Asked::Canceled => {
+                Err(refuse(ErrorType::PermissionCanceled, canceled.to_owned(), DecidedBy::Canceled))
+            }
+            Asked::Unavailable(why) => Err(refuse(
+                ErrorType::PermissionDenied,
+                format!("{name} requires approval; {why}{suggestions}"),
+                DecidedBy::Unavailable,
+            )),
+        }
+    }
+
+    /// Applies a person's answer: an allow for the session is remembered as a grant.
+    /// A rule that now denies the call (or the mode) still wins over an allow.
+    fn answered(
+        &self,
+        prepared: &Prepared,
+        answer: ApprovalAnswer,
+    ) -> Result<CallDecision, Finished> {
+        let name = &prepared.call.name;
+        let tool = self.registry.get(name);
+        if let Some(tool) = &tool {
+            let fresh = self.decide(tool.definition(), &prepared.arguments);
+            let error_type = match fresh.verdict {
+                Verdict::Deny => Some(ErrorType::PermissionDenied),
+                Verdict::NotAllowedInMode => Some(ErrorType::ToolNotAllowed),
+                Verdict::Allow | Verdict::Ask => None,
+            };
+            if let Some(error_type) = error_type {
+                return Err(Finished {
+                    result: ToolResult::failure(error_type, fresh.explanation.reason.clone()),
+                    decision: CallDecision::of(Outcome::Deny, &fresh.explanation),
+                    arguments: prepared.arguments.clone(),
+                });
+            }
+        }
         match answer {
-            Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. }) => {
+            ApprovalAnswer { decision: ApprovalDecision::Allow, scope, .. } => {
                 if scope == ApprovalScope::Session
-                    && let Some(grant) = &grant
+                    && let Some(grant) = shown_grant(prepared)
                 {
                     self.grant_for_session(grant);
                 }
-                Ok(verdict("ask→allow", Some(explanation)))
+                Ok(self.asked_decision(prepared, Outcome::Allow, DecidedBy::Person))
             }
-            Asked::Answer(ApprovalAnswer { decision: ApprovalDecision::Deny, reason, .. }) => {
-                let reason =
-                    reason.unwrap_or_else(|| format!("the user denied {}", definition.name));
-                Err((
-                    ToolResult::failure(ErrorType::PermissionDenied, reason),
-                    verdict("ask→deny", Some(explanation)),
-                ))
+            ApprovalAnswer { decision: ApprovalDecision::Deny, reason, .. } => {
+                let reason = reason.unwrap_or_else(|| format!("the user denied {name}"));
+                Err(Finished {
+                    result: ToolResult::failure(ErrorType::PermissionDenied, reason),
+                    decision: self.asked_decision(prepared, Outcome::Deny, DecidedBy::Person),
+                    arguments: prepared.arguments.clone(),
+                })
             }
-            Asked::TimedOut => Err((
-                ToolResult::failure(
-                    ErrorType::PermissionDenied,
-                    format!(
-                        "no answer to the approval request within {} s{}",
-                        self.approval_timeout.as_secs(),
-                        suggest(&suggestions)
-                    ),
-                ),
-                verdict("ask→timeout", Some(explanation)),
-            )),
-            Asked::Canceled => Err((
-                ToolResult::failure(
-                    ErrorType::PermissionCanceled,
-                    "the call was canceled while waiting for approval",
-                ),
-                verdict("ask→canceled", Some(explanation)),
-            )),
-            Asked::Unavailable(why) => Err((
-                ToolResult::failure(
-                    ErrorType::PermissionDenied,
-                    format!(
-                        "{} requires approval; {why}{}",
-                        definition.name,
-                        suggest(&suggestions)
-                    ),
-                ),
-                verdict("ask→unavailable", Some(explanation)),
-            )),
+        }
+    }
+
+    /// The decision about a call that asked, with the rule or layer that made it ask.
+    fn asked_decision(
+        &self,
+        prepared: &Prepared,
+        outcome: Outcome,
+        decided_by: DecidedBy,
+    ) -> CallDecision {
+        let decision = CallDecision::new(outcome, decided_by).asked();
+        match &prepared.decision {
+            Some(engine) if engine.verdict == Verdict::Ask => {
+                decision.explained(&engine.explanation)
+            }
+            _ => decision.explained(&hook_explanation(HOOK_ASKS)),
         }
     }
 
@@ -864,8 +1086,15 @@ impl Drop for InFlightGuard<'_> {
     }
 }
 
-fn verdict(decision: &str, explanation: Option<Explanation>) -> Verdicts {
-    Verdicts { decision: decision.to_owned(), explanation }
+/// `Ok` when `asked` is no wider than `current` (empty = every tool).
+fn narrower(current: &[String], asked: &[String]) -> Result<(), String> {
+    if current.is_empty() {
+        return Ok(());
+    }
+    if asked.is_empty() || asked.iter().any(|name| !current.contains(name)) {
+        return Err("an allowlist can only be narrowed, not widened".to_owned());
+    }
+    Ok(())
 }
 
 fn verdict_name(verdict: &Verdict) -> &'static str {
@@ -889,4 +1118,14 @@ fn parse_or_raw(arguments: &str) -> Value {
         return Value::Object(serde_json::Map::new());
     }
     serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
+}
+
+/// The session grant a question offers: the one the rules' decision carries when the
+/// rules asked (a hook's question offers none, so its answer allows the call once).
+fn shown_grant(prepared: &Prepared) -> Option<&SessionGrant> {
+    prepared
+        .decision
+        .as_ref()
+        .filter(|decision| decision.verdict == Verdict::Ask)
+        .and_then(|decision| decision.grant.as_ref())
 }

@@ -606,3 +606,162 @@ async fn closing_the_session_cancels_its_calls() {
     let res = running.await.unwrap();
     assert_eq!(res.error_type, Some(ErrorType::Canceled));
 }
+
+/// The decision the `tool_call_done` event of a call carries.
+fn decision_of(h: &Harness, call_id: &str) -> crate::permission::CallDecision {
+    let done: Vec<crate::permission::CallDecision> = h
+        .events
+        .all()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::ToolCallDone { call_id: id, decision, .. } if id == call_id => Some(decision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len(), 1, "one tool_call_done per call");
+    done[0].clone()
+}
+
+#[tokio::test]
+async fn every_decision_names_who_decided() {
+    use crate::permission::{DecidedBy, Layer, Outcome};
+    let block = Hooks::new(&[hook("blocked", "echo nope >&2; exit 2")], &[]).unwrap();
+    // (setup, tool called, outcome, decided by, asked)
+    let allow_once = Some(ApprovalAnswer::allow(ApprovalScope::Once));
+    let cases: Vec<(Setup, &str, Outcome, DecidedBy, bool)> = vec![
+        (
+            Setup { answers: vec![allow_once.clone()], ..Setup::default() },
+            "write_c",
+            Outcome::Allow,
+            DecidedBy::Person,
+            true,
+        ),
+        (
+            Setup { answers: vec![Some(ApprovalAnswer::deny("no"))], ..Setup::default() },
+            "write_c",
+            Outcome::Deny,
+            DecidedBy::Person,
+            true,
+        ),
+        (
+            Setup {
+                answers: vec![None],
+                approval_timeout: Duration::from_millis(20),
+                ..Setup::default()
+            },
+            "write_c",
+            Outcome::Deny,
+            DecidedBy::Timeout,
+            true,
+        ),
+        (Setup::default(), "write_c", Outcome::Deny, DecidedBy::Unavailable, true),
+        (
+            Setup { mode: Mode::DontAsk, ..Setup::default() },
+            "write_c",
+            Outcome::Deny,
+            DecidedBy::Mode,
+            false,
+        ),
+        (
+            Setup { mode: Mode::Plan, ..Setup::default() },
+            "write_c",
+            Outcome::Deny,
+            DecidedBy::Mode,
+            false,
+        ),
+        (
+            Setup { allowlist: vec!["read_a".to_owned()], ..Setup::default() },
+            "write_c",
+            Outcome::Deny,
+            DecidedBy::Allowlist,
+            false,
+        ),
+        (Setup::default(), "read_a", Outcome::Allow, DecidedBy::Mode, false),
+        (Setup::default(), "nonexistent", Outcome::Allow, DecidedBy::Registry, false),
+        (
+            Setup { hooks: block, ..Setup::default() },
+            "blocked",
+            Outcome::Deny,
+            DecidedBy::Hook,
+            false,
+        ),
+    ];
+    for (mut setup, tool, outcome, decided_by, asked) in cases {
+        setup.tools = vec![
+            ("read_a", Safety::ReadOnly, Act::Plain),
+            ("write_c", Safety::SideEffect, Act::Plain),
+            ("blocked", Safety::ReadOnly, Act::Plain),
+        ];
+        let h = harness(setup);
+        let res = h.session.execute_one(&call("1", tool), &CancellationToken::new()).await;
+        let decision = decision_of(&h, "1");
+        assert_eq!(
+            (decision.outcome, decision.decided_by, decision.asked),
+            (outcome, decided_by, asked),
+            "{tool}: {decision:?} {res:?}"
+        );
+        if decided_by == DecidedBy::Person || decided_by == DecidedBy::Timeout {
+            assert_eq!(decision.layer, Some(Layer::Mode), "{decision:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_question_from_preflight_is_answered_later_and_the_call_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("hook-runs");
+    let hooks = Hooks::new(
+        &[hook(
+            "read_a",
+            &format!(
+                r#"echo run >> '{}'; echo '{{"decision": "ask", "reason": "check"}}'"#,
+                runs.display()
+            ),
+        )],
+        &[],
+    )
+    .unwrap();
+    let h = harness(Setup {
+        tools: vec![("read_a", Safety::ReadOnly, Act::Plain)],
+        hooks,
+        ..Setup::default()
+    });
+    let cancel = CancellationToken::new();
+    let question = match h.session.preflight(&call("1", "read_a"), &cancel).await {
+        Preflight::Ask(question) => question,
+        Preflight::Run(_) => panic!("a hook asked: the call must not run yet"),
+        Preflight::Refuse(res) => panic!("refused: {res:?}"),
+    };
+    assert_eq!(question.request().explanation.layer, crate::permission::Layer::Hook);
+    assert_eq!(h.runs("read_a"), 0);
+    assert!(h.broker.asked.lock().unwrap().is_empty(), "the caller asks, not the broker");
+    // Nothing is closed (or audited) before the answer.
+    assert_eq!(h.events.kinds_for("1"), ["tool_call_start"]);
+
+    let res = h.session.resume(question, ApprovalAnswer::allow(ApprovalScope::Once), &cancel).await;
+    assert!(res.ok, "{res:?}");
+    assert_eq!(h.runs("read_a"), 1);
+    assert_eq!(std::fs::read_to_string(&runs).unwrap().lines().count(), 1, "hooks ran once");
+    let decision = decision_of(&h, "1");
+    assert_eq!(
+        (decision.outcome, decision.decided_by, decision.asked, decision.layer),
+        (
+            crate::permission::Outcome::Allow,
+            crate::permission::DecidedBy::Person,
+            true,
+            Some(crate::permission::Layer::Hook)
+        )
+    );
+
+    // A refusal from preflight is finished at once.
+    let h = harness(Setup {
+        tools: vec![("write_c", Safety::SideEffect, Act::Plain)],
+        mode: Mode::DontAsk,
+        ..Setup::default()
+    });
+    match h.session.preflight(&call("2", "write_c"), &cancel).await {
+        Preflight::Refuse(res) => assert_eq!(res.error_type, Some(ErrorType::PermissionDenied)),
+        _ => panic!("dont_ask refuses a call that would ask"),
+    }
+    assert_eq!(h.events.kinds_for("2").last(), Some(&"tool_call_done"));
+}

@@ -170,7 +170,8 @@ fn approximate_size(event: &Event) -> usize {
         Event::TodosUpdated { todos, .. } => {
             todos.iter().map(|todo| todo.content.len() + 16).sum::<usize>()
         }
-        Event::ToolCallDone { .. } | Event::ModeChanged { .. } | Event::ToolsListChanged {} => 0,
+        Event::ToolCallDone { decision, .. } => decision.rule.as_ref().map_or(0, String::len),
+        Event::ModeChanged { .. } | Event::ToolsListChanged {} => 0,
     };
     EVENT_OVERHEAD + variable
 }
@@ -247,6 +248,10 @@ mod tests {
             session_id: "s1".to_owned(),
             call_id: call_id.to_owned(),
             elapsed_ms: 0.1,
+            decision: crate::permission::CallDecision::new(
+                crate::permission::Outcome::Allow,
+                crate::permission::DecidedBy::Rule,
+            ),
         }
     }
 

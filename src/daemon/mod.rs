@@ -2,6 +2,7 @@
 //! every transport calls. Nothing here knows about JSON-RPC framing or sockets.
 
 pub mod approvals;
+mod client;
 pub mod events;
 
 use std::path::{Path, PathBuf};
@@ -18,9 +19,52 @@ use self::events::EventHub;
 use crate::agent::{CallObserver, Event, EventSink, Session, SessionOptions};
 use crate::hooks::Hooks;
 use crate::permission::{Mode, PermissionEngine, Policy};
-use crate::protocol::{SessionInfo, SessionOpenParams};
-use crate::tools::{Env, EnvPolicy, Registry};
+use crate::tools::{Env, EnvPolicy, Registry, Todo};
 use crate::upstream::{UpstreamStatus, Upstreams};
+
+pub use self::client::{Client, MAX_SESSIONS_PER_CONNECTION};
+
+/// What a client asks of a session: at open, intersected with the configuration;
+/// at update, it may only narrow the session. `None` keeps what there is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionSpec {
+    /// Relative to the first root.
+    pub cwd: Option<String>,
+    pub roots: Option<Vec<String>>,
+    pub mode: Option<Mode>,
+    /// Only these tools (system tools are always available).
+    pub allowlist: Option<Vec<String>>,
+    pub timeout: Option<Duration>,
+    pub max_output_bytes: Option<usize>,
+    pub max_read_bytes: Option<u64>,
+}
+
+/// What a session is, as granted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionState {
+    pub session_id: String,
+    pub cwd: PathBuf,
+    pub roots: Vec<PathBuf>,
+    pub mode: Mode,
+    pub allowlist: Vec<String>,
+    pub timeout: Duration,
+    pub max_output_bytes: usize,
+    pub max_read_bytes: u64,
+    pub todos: Vec<Todo>,
+}
+
+/// The daemon at a glance.
+#[derive(Clone, Debug)]
+pub struct Status {
+    pub version: &'static str,
+    pub pid: u32,
+    pub uptime: Duration,
+    pub connections: usize,
+    pub sessions: usize,
+    pub calls_in_flight: usize,
+    pub tools: usize,
+    pub upstreams: Vec<UpstreamStatus>,
+}
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
 /// reload; sessions keep their own copy of the parts they narrowed.
@@ -83,6 +127,17 @@ pub enum SessionError {
     NotYours(String),
     #[error("the daemon is shutting down")]
     ShuttingDown,
+    /// Something asked for is wider than what the session (or connection) has.
+    #[error("{0}")]
+    Widening(String),
+    #[error("mode {asked} is beyond what the configuration grants ({ceiling})")]
+    ModeBeyond { asked: Mode, ceiling: Mode },
+    #[error("the connection's default session closes with the connection")]
+    DefaultSession,
+    #[error("this session's events are not subscribable")]
+    NotSubscribable,
+    #[error("a connection holds at most {0} sessions; close one first")]
+    TooMany(usize),
 }
 
 /// A session with its delivery parts and its owner.
@@ -211,11 +266,11 @@ impl Daemon {
 
     /// Opens a session for a connection; everything asked for is intersected with what
     /// the configuration grants.
-    pub fn open_session(
+    pub(crate) fn open_session(
         &self,
         owner: u64,
         client: &str,
-        params: &SessionOpenParams,
+        params: &SessionSpec,
     ) -> Result<Arc<SessionEntry>, SessionError> {
         let events = Arc::new(EventHub::new(self.settings().event_buffer));
         let broker =
@@ -227,11 +282,11 @@ impl Daemon {
     /// says (the MCP face turns output into progress notifications and questions into
     /// elicitations). The intersection with the configuration is the same as for
     /// [`Daemon::open_session`]; `events` also receives what `broadcast` sends.
-    pub fn open_session_with(
+    pub(crate) fn open_session_with(
         &self,
         owner: u64,
         client: &str,
-        params: &SessionOpenParams,
+        params: &SessionSpec,
         events: Arc<dyn EventSink>,
         approvals: Arc<dyn crate::agent::ApprovalBroker>,
     ) -> Result<Arc<SessionEntry>, SessionError> {
@@ -242,7 +297,7 @@ impl Daemon {
         &self,
         owner: u64,
         client: &str,
-        params: &SessionOpenParams,
+        params: &SessionSpec,
         hub: Option<Arc<EventHub>>,
         events: Arc<dyn EventSink>,
         approvals: Arc<dyn crate::agent::ApprovalBroker>,
@@ -275,11 +330,7 @@ impl Daemon {
                 path
             }
         };
-        let timeout = params
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(settings.default_timeout)
-            .min(settings.max_timeout);
+        let timeout = params.timeout.unwrap_or(settings.default_timeout).min(settings.max_timeout);
         let env = Env {
             session_id: String::new(),
             cwd,
@@ -340,13 +391,90 @@ impl Daemon {
         Ok(entry)
     }
 
-    /// The ids of the sessions a connection opened.
-    pub fn session_ids_of(&self, owner: u64) -> Vec<String> {
+    /// The sessions a connection opened.
+    pub fn sessions_of(&self, owner: u64) -> Vec<Arc<SessionEntry>> {
         self.sessions
             .iter()
             .filter(|entry| entry.owner == owner)
-            .map(|entry| entry.key().clone())
+            .map(|entry| entry.value().clone())
             .collect()
+    }
+
+    /// Narrows a session as asked, all or nothing: roots inside its roots, a cwd
+    /// inside those, limits at most its own, a mode within the configured ceiling, an
+    /// allowlist inside its allowlist. Running calls keep the Env they started with.
+    pub(crate) fn narrow(
+        &self,
+        session: &Session,
+        change: &SessionSpec,
+    ) -> Result<(), SessionError> {
+        let current = session.env();
+        let roots = match &change.roots {
+            None => current.roots.clone(),
+            Some(asked) => {
+                let mut roots = Vec::with_capacity(asked.len());
+                for root in asked {
+                    let path = canonical_dir(&current.roots, root)?;
+                    if !current.roots.iter().any(|granted| path.starts_with(granted)) {
+                        return Err(SessionError::RootOutside(root.clone()));
+                    }
+                    roots.push(path);
+                }
+                if roots.is_empty() {
+                    return Err(SessionError::Widening(
+                        "an empty list of roots cannot narrow a session".to_owned(),
+                    ));
+                }
+                roots
+            }
+        };
+        let cwd = match &change.cwd {
+            Some(cwd) => {
+                let path = canonical_dir(&roots, cwd)?;
+                if !roots.iter().any(|root| path.starts_with(root)) {
+                    return Err(SessionError::CwdOutside(cwd.clone()));
+                }
+                path
+            }
+            None if roots.iter().any(|root| current.cwd.starts_with(root)) => current.cwd.clone(),
+            None => roots.first().cloned().unwrap_or_default(),
+        };
+        let timeout = at_most("timeout_ms", change.timeout, current.timeout, |t| t.as_millis())?;
+        let max_output_bytes =
+            at_most("max_output_bytes", change.max_output_bytes, current.max_output_bytes, |n| n)?;
+        let max_read_bytes =
+            at_most("max_read_bytes", change.max_read_bytes, current.max_read_bytes, |n| n)?;
+        if let Some(asked) = change.mode
+            && !asked.is_at_most(session.mode_ceiling())
+        {
+            return Err(SessionError::ModeBeyond { asked, ceiling: session.mode_ceiling() });
+        }
+        if let Some(allowlist) = &change.allowlist {
+            session.check_allowlist(allowlist).map_err(SessionError::Widening)?;
+        }
+        // Everything is allowed: apply it.
+        let env_changed = roots != current.roots
+            || cwd != current.cwd
+            || timeout != current.timeout
+            || max_output_bytes != current.max_output_bytes
+            || max_read_bytes != current.max_read_bytes;
+        if env_changed {
+            session.replace_env(Env {
+                cwd,
+                roots,
+                timeout,
+                max_output_bytes,
+                max_read_bytes,
+                ..Env::clone(&current)
+            });
+        }
+        if let Some(mode) = change.mode {
+            session.set_mode(mode);
+        }
+        if let Some(allowlist) = &change.allowlist {
+            session.set_allowlist(allowlist.clone()).map_err(SessionError::Widening)?;
+        }
+        Ok(())
     }
 
     /// Closes a session: its calls are canceled (processes killed) and its pending
@@ -406,19 +534,51 @@ impl Daemon {
         self.shutdown.cancel();
     }
 
-    pub fn info(&self, session: &Session) -> SessionInfo {
+    /// What a session is now.
+    pub fn state(&self, session: &Session) -> SessionState {
         let env = session.env();
-        SessionInfo {
+        SessionState {
             session_id: session.id().to_owned(),
-            cwd: env.cwd.display().to_string(),
-            roots: env.roots.iter().map(|root| root.display().to_string()).collect(),
+            cwd: env.cwd.clone(),
+            roots: env.roots.clone(),
             mode: session.mode(),
             allowlist: session.allowlist(),
-            timeout_ms: u64::try_from(env.timeout.as_millis()).unwrap_or(u64::MAX),
+            timeout: env.timeout,
             max_output_bytes: env.max_output_bytes,
             max_read_bytes: env.max_read_bytes,
             todos: session.todos(),
         }
+    }
+
+    pub fn status(&self) -> Status {
+        Status {
+            version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            uptime: self.uptime(),
+            connections: self.connection_count(),
+            sessions: self.session_count(),
+            calls_in_flight: self.calls_in_flight(),
+            tools: self.registry.names().len(),
+            upstreams: self.upstreams(),
+        }
+    }
+}
+
+/// A limit asked for, refused when above the session's own.
+fn at_most<T: PartialOrd + Copy, D: std::fmt::Display>(
+    name: &str,
+    asked: Option<T>,
+    current: T,
+    shown: impl Fn(T) -> D,
+) -> Result<T, SessionError> {
+    match asked {
+        None => Ok(current),
+        Some(asked) if asked <= current => Ok(asked),
+        Some(asked) => Err(SessionError::Widening(format!(
+            "{name} {} is above the session's {}; a session can only be narrowed",
+            shown(asked),
+            shown(current)
+        ))),
     }
 }
 

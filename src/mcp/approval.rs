@@ -5,16 +5,16 @@
 //! call:
 //! - a client of the initialize era that declared the `elicitation` capability gets
 //!   an `elicitation/create` form with one enum field, `decision`;
-//! - a 2026-07-28 client is asked through the multi-round-trip pattern: the first
-//!   round records the question and the handler answers `input_required`; the
-//!   retry carries the answer, which the broker hands back at once;
+//! - a 2026-07-28 client is asked through the multi-round-trip pattern, without this
+//!   broker: the handler's first round stops at the session's preflight and answers
+//!   `input_required`; the retry carries the answer and resumes the call;
 //! - any other client cannot be asked: the call is denied with a message naming
 //!   what would allow it.
 //!
 //! Each in-flight call registers its [`Asker`] under its call id before it enters
 //! the pipeline, and removes it when it ends.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use dashmap::DashMap;
 use futures::FutureExt;
@@ -48,20 +48,6 @@ pub(crate) enum Asker {
     Elicit(Peer<RoleServer>),
     /// The client declared no way to answer.
     Unsupported,
-    /// The answer already came with the request (a multi-round-trip retry); used once.
-    Answered(Mutex<Option<ApprovalAnswer>>),
-    /// Record the question; the handler turns it into an `input_required` result.
-    Deferred(Mutex<Option<PermissionRequest>>),
-}
-
-impl Asker {
-    /// The question a deferred asker recorded, if any.
-    pub(crate) fn take_deferred(&self) -> Option<PermissionRequest> {
-        match self {
-            Asker::Deferred(slot) => lock(slot).take(),
-            _ => None,
-        }
-    }
 }
 
 /// The broker of one MCP connection (or one stateless request): it looks up how to
@@ -104,23 +90,8 @@ impl ApprovalBroker for McpBroker {
                 .boxed())
             }
             Asker::Unsupported => Err(Unavailable::Other(NO_ELICITATION.to_owned())),
-            Asker::Answered(slot) => match lock(slot).take() {
-                Some(answer) => Ok(futures::future::ready(answer).boxed()),
-                None => Err(Unavailable::Other(
-                    "one approval answer covers one question; retry the call".to_owned(),
-                )),
-            },
-            Asker::Deferred(slot) => {
-                *lock(slot) = Some(request.clone());
-                Err(Unavailable::Other("the client must answer an approval request".to_owned()))
-            }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // One-field critical sections: a poisoned lock still holds a consistent value.
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The human message of the question.
@@ -267,21 +238,5 @@ mod tests {
             broker.begin(&request()).err(),
             Some(Unavailable::Other(NO_ELICITATION.to_owned()))
         );
-
-        let answered =
-            Arc::new(Asker::Answered(Mutex::new(Some(ApprovalAnswer::allow(ApprovalScope::Once)))));
-        broker.askers.insert("7".into(), answered);
-        let pending = broker.begin(&request());
-        assert!(pending.is_ok());
-        if let Ok(pending) = pending {
-            assert_eq!(pending.await, ApprovalAnswer::allow(ApprovalScope::Once));
-        }
-        // The answer is used once.
-        assert!(broker.begin(&request()).is_err());
-
-        let deferred = Arc::new(Asker::Deferred(Mutex::new(None)));
-        broker.askers.insert("7".into(), deferred.clone());
-        assert!(broker.begin(&request()).is_err());
-        assert_eq!(deferred.take_deferred().map(|r| r.tool), Some("run_command".to_owned()));
     }
 }

@@ -27,9 +27,13 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext};
 use serde_json::{Value, json};
 
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerConfig};
+
 use super::McpOptions;
+use super::server::{LiveHandler, call_id_text, is_modern};
 use crate::tools::{
-    Attachment, Definition, ErrorType, Registry, Safety, Tool, ToolContext, ToolResult,
+    Attachment, Definition, ErrorType, Registry, Safety, Tool, ToolContext, ToolResult, ToolSource,
 };
 
 /// A 1×1 PNG.
@@ -74,11 +78,12 @@ fn client_of(ctx: &ToolContext) -> Option<Arc<CallClient>> {
         .map(|entry| entry.value().clone())
 }
 
-/// Registers every fixture tool (a name already taken is left alone and logged).
+/// Registers every fixture tool as a source of its own (`conformance` in
+/// `tools/list`); a name another source holds is left alone and logged.
 pub fn register(registry: &Registry) {
     for fixture in all() {
         let name = fixture.definition().name.clone();
-        if let Err(err) = registry.register(Some(fixture)) {
+        if let Err(err) = registry.register_or_replace(fixture, ToolSource::Conformance) {
             tracing::debug!(%name, %err, "fixture tool not registered");
         }
     }
@@ -439,6 +444,119 @@ async fn elicit(ctx: &ToolContext, message: &str, schema: Value, label: &str) ->
     }
 }
 
+// ----- The handler that serves the fixtures -----
+
+/// The live handler wrapped with the fixtures: each call gets its [`CallClient`]
+/// attached, and resources, prompts and completion are served. Built only under
+/// `--conformance-fixtures`.
+#[derive(Clone)]
+pub struct Conformance {
+    live: LiveHandler,
+}
+
+impl Conformance {
+    pub(crate) fn new(live: LiveHandler) -> Conformance {
+        Conformance { live }
+    }
+
+    pub(crate) fn live(&self) -> &LiveHandler {
+        &self.live
+    }
+
+    fn options(&self) -> &McpOptions {
+        &self.live.face().options
+    }
+
+    /// The live server info, with the capabilities the fixtures add.
+    pub(crate) fn get_info(&self) -> ServerConfig {
+        let mut info = serde_json::to_value(self.live.get_info()).unwrap_or_default();
+        if let Some(capabilities) = info.get_mut("capabilities").and_then(Value::as_object_mut) {
+            capabilities
+                .insert("resources".into(), json!({"subscribe": true, "listChanged": true}));
+            capabilities.insert("prompts".into(), json!({"listChanged": true}));
+            capabilities.insert("completions".into(), json!({}));
+        }
+        serde_json::from_value(info).unwrap_or_default()
+    }
+
+    /// Attaches the MCP client to the call for the fixture tools, then runs it as
+    /// the live handler does.
+    pub(crate) async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let session = self.live.session(&ctx).await?;
+        let _client = attach(
+            session.id(),
+            &call_id_text(&ctx),
+            CallClient {
+                peer: ctx.peer.clone(),
+                progress_token: ctx.meta.get_progress_token(),
+                log_level: self.live.log_level(),
+                modern: is_modern(&ctx),
+            },
+        );
+        self.live.call_tool(params, ctx).await
+    }
+
+    pub(crate) fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        list_resources(self.options(), request, ctx)
+    }
+
+    pub(crate) fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        list_resource_templates(self.options(), request, ctx)
+    }
+
+    pub(crate) fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        read_resource(self.options(), request, ctx)
+    }
+
+    pub(crate) fn subscribe(
+        &self,
+        uri: &str,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        subscribe(self.options(), uri, ctx)
+    }
+
+    pub(crate) fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        list_prompts(self.options(), request, ctx)
+    }
+
+    pub(crate) fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        get_prompt(self.options(), request, ctx)
+    }
+
+    pub(crate) fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        complete(self.options(), request, ctx)
+    }
+}
+
 // ----- Resources, prompts and completion (only with fixtures) -----
 
 fn not_served<T>(what: &'static str) -> Result<T, McpError> {
@@ -458,7 +576,7 @@ fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, McpE
     serde_json::from_value(value).map_err(|err| McpError::internal_error(err.to_string(), None))
 }
 
-pub(crate) fn list_resources(
+fn list_resources(
     options: &McpOptions,
     _request: Option<PaginatedRequestParams>,
     _ctx: RequestContext<RoleServer>,
@@ -473,7 +591,7 @@ pub(crate) fn list_resources(
     ]}))
 }
 
-pub(crate) fn list_resource_templates(
+fn list_resource_templates(
     options: &McpOptions,
     _request: Option<PaginatedRequestParams>,
     _ctx: RequestContext<RoleServer>,
@@ -486,7 +604,7 @@ pub(crate) fn list_resource_templates(
     ]}))
 }
 
-pub(crate) fn read_resource(
+fn read_resource(
     options: &McpOptions,
     request: ReadResourceRequestParams,
     _ctx: RequestContext<RoleServer>,
@@ -523,7 +641,7 @@ pub(crate) fn read_resource(
     Ok(ReadResourceResponse::Complete(from_json(json!({"contents": [contents]}))?))
 }
 
-pub(crate) fn subscribe(
+fn subscribe(
     options: &McpOptions,
     _uri: &str,
     _ctx: RequestContext<RoleServer>,
@@ -535,7 +653,7 @@ pub(crate) fn subscribe(
     Ok(())
 }
 
-pub(crate) fn list_prompts(
+fn list_prompts(
     options: &McpOptions,
     _request: Option<PaginatedRequestParams>,
     _ctx: RequestContext<RoleServer>,
@@ -556,7 +674,7 @@ pub(crate) fn list_prompts(
     ]}))
 }
 
-pub(crate) fn get_prompt(
+fn get_prompt(
     options: &McpOptions,
     request: GetPromptRequestParams,
     _ctx: RequestContext<RoleServer>,
@@ -596,7 +714,7 @@ pub(crate) fn get_prompt(
     Ok(GetPromptResponse::Complete(from_json(json!({"messages": messages}))?))
 }
 
-pub(crate) fn complete(
+fn complete(
     options: &McpOptions,
     _request: CompleteRequestParams,
     _ctx: RequestContext<RoleServer>,

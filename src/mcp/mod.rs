@@ -97,10 +97,12 @@ pub(crate) struct Face {
     pub(crate) pending: DashMap<String, PendingInput>,
 }
 
-/// One question asked with `input_required`: the retry must be the same call.
+/// One question asked with `input_required`: the retry must be the same call, and
+/// resumes it where the first round stopped.
 pub(crate) struct PendingInput {
     pub(crate) tool: String,
     pub(crate) arguments: Value,
+    pub(crate) question: crate::agent::Question,
     pub(crate) created: Instant,
 }
 

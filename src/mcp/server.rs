@@ -33,11 +33,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, elicitation_json};
 use super::{Face, fixtures, mapping};
-use crate::agent::{Event, EventSink, PermissionRequest, Session};
-use crate::daemon::{ConnectionGuard, SessionEntry};
-use crate::permission::Mode;
-use crate::protocol::SessionOpenParams;
-use crate::tools::{Call, ToolResult};
+use crate::agent::{Event, EventSink, Session};
+use crate::agent::{Preflight, Question};
+use crate::daemon::{Client, SessionSpec};
+use crate::tools::Call;
 
 /// Live-output chunks queued per call before they become progress notifications;
 /// past this, chunks are dropped (progress is advisory: the full output is in the
@@ -47,17 +46,19 @@ const PROGRESS_QUEUE: usize = 256;
 /// used as they are.
 const ROOTS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The handler of one MCP conversation.
+/// The handler of one MCP conversation, as served in normal use.
 #[derive(Clone)]
-pub struct McpHandler {
+pub struct LiveHandler {
     face: Arc<Face>,
     state: Arc<HandlerState>,
 }
 
 struct HandlerState {
-    /// Dropping it closes the agent session: calls canceled, processes killed.
-    connection: ConnectionGuard,
-    session: tokio::sync::Mutex<Option<Arc<SessionEntry>>>,
+    /// The conversation as a client of the daemon; dropping it closes the agent
+    /// session: calls canceled, processes killed.
+    client: Client,
+    /// Held while the session is being opened (asking the client for its roots).
+    opening: tokio::sync::Mutex<()>,
     events: Arc<McpEvents>,
     broker: Arc<McpBroker>,
     /// The level set by `logging/setLevel`; `None` until the client sets one.
@@ -108,14 +109,14 @@ fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Register
     Registered { map, key: key.to_owned() }
 }
 
-impl McpHandler {
-    pub(crate) fn new(face: Arc<Face>) -> McpHandler {
-        let connection = face.daemon.connect();
-        McpHandler {
+impl LiveHandler {
+    pub(crate) fn new(face: Arc<Face>) -> LiveHandler {
+        let client = Client::connect(&face.daemon, "mcp");
+        LiveHandler {
             face,
             state: Arc::new(HandlerState {
-                connection,
-                session: tokio::sync::Mutex::new(None),
+                client,
+                opening: tokio::sync::Mutex::new(()),
                 events: Arc::new(McpEvents::default()),
                 broker: Arc::new(McpBroker::default()),
                 log_level: Mutex::new(None),
@@ -125,19 +126,26 @@ impl McpHandler {
         }
     }
 
+    pub(crate) fn face(&self) -> &Arc<Face> {
+        &self.face
+    }
+
     /// Ends the conversation: every call canceled (process trees killed), pending
     /// questions withdrawn.
     pub(crate) async fn close(&self) {
         self.state.closed.cancel();
-        if let Some(entry) = self.state.session.lock().await.as_ref() {
+        let _opening = self.state.opening.lock().await;
+        if let Some(entry) = self.state.client.default_session() {
             entry.session.close();
         }
     }
 
     /// Waits until no call of the conversation runs any more, at most `grace`.
     pub(crate) async fn drain(&self, grace: Duration) {
-        let session = self.state.session.lock().await.as_ref().map(|entry| entry.session.clone());
-        let Some(session) = session else { return };
+        let Some(session) = self.state.client.default_session().map(|entry| entry.session.clone())
+        else {
+            return;
+        };
         let deadline = Instant::now() + grace;
         while session.calls_in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -146,9 +154,15 @@ impl McpHandler {
 
     /// The agent session, opened on first use. For a client of the initialize era
     /// that offers `roots`, its roots narrow (never widen) the configured ones.
-    async fn session(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Session>, McpError> {
-        let mut slot = self.state.session.lock().await;
-        if let Some(entry) = slot.as_ref() {
+    pub(crate) async fn session(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Session>, McpError> {
+        if let Some(entry) = self.state.client.default_session() {
+            return Ok(entry.session.clone());
+        }
+        let _opening = self.state.opening.lock().await;
+        if let Some(entry) = self.state.client.default_session() {
             return Ok(entry.session.clone());
         }
         let roots = if !is_modern(ctx) && client_offers_roots(ctx) {
@@ -156,23 +170,20 @@ impl McpHandler {
         } else {
             None
         };
-        let params = SessionOpenParams { roots, ..SessionOpenParams::default() };
+        let spec = SessionSpec { roots, ..SessionSpec::default() };
         let entry = self
-            .face
-            .daemon
-            .open_session_with(
-                self.state.connection.id,
+            .state
+            .client
+            .open_default_as(
                 &super::http::client_identity(ctx),
-                &params,
+                &spec,
                 self.state.events.clone(),
                 self.state.broker.clone(),
             )
             .map_err(|err| {
                 McpError::internal_error(format!("cannot open a session: {err}"), None)
             })?;
-        let session = entry.session.clone();
-        *slot = Some(entry);
-        Ok(session)
+        Ok(entry.session.clone())
     }
 
     /// Asks the client for its roots and intersects them with the configured ones.
@@ -207,7 +218,7 @@ impl McpHandler {
         Some(narrowed.iter().map(|path| path.display().to_string()).collect())
     }
 
-    fn log_level(&self) -> Option<LoggingLevel> {
+    pub(crate) fn log_level(&self) -> Option<LoggingLevel> {
         *self.state.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -234,20 +245,20 @@ impl McpHandler {
         });
     }
 
-    /// Runs one call with live output forwarded as progress notifications (on the
-    /// request's own stream, since the forwarding runs inside the request's task).
-    async fn run_call(
+    /// Runs (part of) a call with live output forwarded as progress notifications
+    /// (on the request's own stream, since the forwarding runs inside the request's
+    /// task).
+    async fn with_progress<T>(
         &self,
-        session: &Session,
-        call: &Call,
+        call_id: &str,
         ctx: &RequestContext<RoleServer>,
-    ) -> ToolResult {
+        execution: impl Future<Output = T>,
+    ) -> T {
         let Some(token) = ctx.meta.get_progress_token() else {
-            return session.execute_one(call, &ctx.ct).await;
+            return execution.await;
         };
         let (sender, mut receiver) = mpsc::channel(PROGRESS_QUEUE);
-        let _progress = register(&self.state.events.progress, &call.id, sender);
-        let execution = session.execute_one(call, &ctx.ct);
+        let _progress = register(&self.state.events.progress, call_id, sender);
         tokio::pin!(execution);
         let mut progress = Progress { peer: ctx.peer.clone(), token, count: 0 };
         let result = loop {
@@ -263,16 +274,19 @@ impl McpHandler {
         result
     }
 
-    /// The multi-round-trip handling of a 2026-07-28 call: either the answer to an
-    /// earlier question comes with it, or a question is put up front.
-    fn modern_asker(
+    /// A 2026-07-28 call from a client that can answer questions: either the answer
+    /// to an earlier question comes with it (the call resumes where it stopped), or
+    /// the call is decided up front and a question comes back as `input_required`
+    /// before anything runs. Either way the call is decided once, runs once and is
+    /// audited once.
+    async fn modern_call(
         &self,
         session: &Session,
-        call: &Call,
-        arguments: &Value,
+        call: Call,
+        arguments: Value,
         params: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<Arc<Asker>, InputRequiredResult>, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         if let Some(state) = &params.request_state {
             let Some((_, pending)) = self.face.pending.remove(state) else {
                 return Err(McpError::invalid_params(
@@ -280,7 +294,7 @@ impl McpHandler {
                     None,
                 ));
             };
-            if pending.tool != call.name || &pending.arguments != arguments {
+            if pending.tool != call.name || pending.arguments != arguments {
                 return Err(McpError::invalid_params(
                     "the requestState belongs to a different call",
                     None,
@@ -298,37 +312,44 @@ impl McpHandler {
             };
             let answer = answer_from_json(response, &call.name)
                 .map_err(|err| McpError::invalid_params(err, None))?;
-            return Ok(Ok(Arc::new(Asker::Answered(Mutex::new(Some(answer))))));
+            let resumed = session.resume(pending.question, answer, &ctx.ct);
+            let result = self.with_progress(&call.id, ctx, resumed).await;
+            return Ok(CallToolResponse::Complete(
+                mapping::call_result(&result).map_err(internal)?,
+            ));
         }
-        if !client_elicits(ctx) {
-            return Ok(Ok(Arc::new(Asker::Unsupported)));
-        }
-        // Ask up front when the rules say so, before hooks or the tool run at all.
-        if session.mode() != Mode::DontAsk && session.explain(call).0 == "ask" {
-            let request = question_for(session, call, arguments);
-            return Ok(Err(self.input_required(&request, arguments)?));
-        }
-        // A hook may still make the call ask: then the question is recorded and
-        // answered in another round.
-        Ok(Ok(Arc::new(Asker::Deferred(Mutex::new(None)))))
+        let result = match session.preflight(&call, &ctx.ct).await {
+            Preflight::Refuse(result) => result,
+            Preflight::Run(ready) => {
+                self.with_progress(&call.id, ctx, session.run(ready, &ctx.ct)).await
+            }
+            Preflight::Ask(question) => {
+                return Ok(CallToolResponse::InputRequired(
+                    self.input_required(question, arguments)?,
+                ));
+            }
+        };
+        Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
     }
 
     /// Records a pending question and builds the `input_required` result for it.
     fn input_required(
         &self,
-        request: &PermissionRequest,
-        arguments: &Value,
+        question: Question,
+        arguments: Value,
     ) -> Result<InputRequiredResult, McpError> {
         let handle = super::random_hex().map_err(internal)?;
+        let elicitation = elicitation_json(question.request());
         self.face.remember_pending(
             handle.clone(),
             super::PendingInput {
-                tool: request.tool.clone(),
-                arguments: arguments.clone(),
+                tool: question.call().name.clone(),
+                arguments,
+                question,
                 created: Instant::now(),
             },
         );
-        let question = json!({"method": "elicitation/create", "params": elicitation_json(request)});
+        let question = json!({"method": "elicitation/create", "params": elicitation});
         let mut requests = BTreeMap::new();
         match serde_json::from_value(question) {
             Ok(question) => {
@@ -366,41 +387,8 @@ impl Progress {
     }
 }
 
-/// The question the agent layer would put for this call (for the up-front round).
-fn question_for(session: &Session, call: &Call, arguments: &Value) -> PermissionRequest {
-    let decision = session.decision(call);
-    let (explanation, suggestions, session_grant) = match decision {
-        Some(decision) => (
-            decision.explanation,
-            decision.suggestions,
-            decision.grant.map(|grant| grant.description().to_owned()),
-        ),
-        None => (
-            crate::permission::Explanation {
-                layer: crate::permission::Layer::Mode,
-                rule: None,
-                list: None,
-                reason: format!("{} mode", session.mode()),
-            },
-            Vec::new(),
-            None,
-        ),
-    };
-    PermissionRequest {
-        session_id: session.id().to_owned(),
-        request_id: format!("p-{}-{}", session.id(), call.id),
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-        arguments: arguments.clone(),
-        explanation,
-        suggestions,
-        session_grant,
-        kind: crate::agent::RequestKind::RunTool,
-    }
-}
-
 /// Whether this request speaks the stateless revision (2026-07-28 or later).
-fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+pub(crate) fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
         .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
@@ -421,23 +409,22 @@ fn unknown_tool(name: &str) -> McpError {
     )
 }
 
+/// What the live handler answers for what it does not serve (resources, prompts,
+/// completion: only the conformance fixtures have them).
+fn not_served<T>(what: &'static str) -> Result<T, McpError> {
+    Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("{what} is not served"), None))
+}
+
 fn internal(err: impl std::fmt::Display) -> McpError {
     McpError::internal_error(err.to_string(), None)
 }
 
-impl ServerHandler for McpHandler {
+impl ServerHandler for LiveHandler {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = json!({
+        let capabilities = json!({
             "tools": {"listChanged": true},
             "logging": {},
         });
-        if self.face.options.conformance_fixtures
-            && let Value::Object(map) = &mut capabilities
-        {
-            map.insert("resources".into(), json!({"subscribe": true, "listChanged": true}));
-            map.insert("prompts".into(), json!({"listChanged": true}));
-            map.insert("completions".into(), json!({}));
-        }
         let info = json!({
             "protocolVersion": ProtocolVersion::LATEST,
             "capabilities": capabilities,
@@ -481,34 +468,20 @@ impl ServerHandler for McpHandler {
         let arguments = Value::Object(params.arguments.take().unwrap_or_default());
         let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
 
-        let asker = if is_modern(&ctx) {
-            match self.modern_asker(&session, &call, &arguments, &params, &ctx)? {
-                Ok(asker) => asker,
-                Err(input_required) => return Ok(CallToolResponse::InputRequired(input_required)),
-            }
-        } else if client_elicits(&ctx) {
-            Arc::new(Asker::Elicit(ctx.peer.clone()))
+        let modern_asks =
+            is_modern(&ctx) && (params.request_state.is_some() || client_elicits(&ctx));
+        let asker = if !modern_asks && client_elicits(&ctx) {
+            Asker::Elicit(ctx.peer.clone())
         } else {
-            Arc::new(Asker::Unsupported)
+            Asker::Unsupported
         };
-        let _asker = register(&self.state.broker.askers, &call.id, asker.clone());
-        let _client = self.face.options.conformance_fixtures.then(|| {
-            fixtures::attach(
-                session.id(),
-                &call.id,
-                fixtures::CallClient {
-                    peer: ctx.peer.clone(),
-                    progress_token: ctx.meta.get_progress_token(),
-                    log_level: self.log_level(),
-                    modern: is_modern(&ctx),
-                },
-            )
-        });
+        let _asker = register(&self.state.broker.askers, &call.id, Arc::new(asker));
 
-        let result = self.run_call(&session, &call, &ctx).await;
-        if let Some(request) = asker.take_deferred() {
-            return Ok(CallToolResponse::InputRequired(self.input_required(&request, &arguments)?));
+        if modern_asks {
+            return self.modern_call(&session, call, arguments, &params, &ctx).await;
         }
+        let result =
+            self.with_progress(&call.id, &ctx, session.execute_shared(&call, &ctx.ct)).await;
         Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
     }
 
@@ -563,13 +536,121 @@ impl ServerHandler for McpHandler {
         // by running calls); a session not opened yet will ask for the new list.
         tracing::debug!("the client's roots changed; they apply to sessions opened from now on");
     }
+}
+
+/// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
+pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
+    match ctx.id.clone().into_json_value() {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// The handler of one MCP conversation: the live handler, or, only when the face
+/// serves the conformance suite's fixtures (`--conformance-fixtures`), the same
+/// handler wrapped by [`fixtures::Conformance`]. The live handler knows nothing of
+/// the fixtures.
+#[derive(Clone)]
+pub enum McpHandler {
+    Live(LiveHandler),
+    Conformance(fixtures::Conformance),
+}
+
+impl McpHandler {
+    pub(crate) fn new(face: Arc<Face>) -> McpHandler {
+        let live = LiveHandler::new(face.clone());
+        if face.options.conformance_fixtures {
+            McpHandler::Conformance(fixtures::Conformance::new(live))
+        } else {
+            McpHandler::Live(live)
+        }
+    }
+
+    fn live(&self) -> &LiveHandler {
+        match self {
+            McpHandler::Live(live) => live,
+            McpHandler::Conformance(conformance) => conformance.live(),
+        }
+    }
+
+    /// See [`LiveHandler::close`].
+    pub(crate) async fn close(&self) {
+        self.live().close().await;
+    }
+
+    /// See [`LiveHandler::drain`].
+    pub(crate) async fn drain(&self, grace: Duration) {
+        self.live().drain(grace).await;
+    }
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        match self {
+            McpHandler::Live(live) => live.get_info(),
+            McpHandler::Conformance(conformance) => conformance.get_info(),
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        self.live().list_tools(request, ctx).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.live().get_tool(name)
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match self {
+            McpHandler::Live(live) => live.call_tool(params, ctx).await,
+            McpHandler::Conformance(conformance) => conformance.call_tool(params, ctx).await,
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.live().accepted_subscription_filter(requested)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.live().listen(subscription).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.live().set_level(request, ctx).await
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        self.live().on_initialized(ctx).await;
+    }
+
+    async fn on_roots_list_changed(&self, ctx: NotificationContext<RoleServer>) {
+        self.live().on_roots_list_changed(ctx).await;
+    }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        fixtures::list_resources(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/list"),
+            McpHandler::Conformance(conformance) => conformance.list_resources(request, ctx),
+        }
     }
 
     async fn list_resource_templates(
@@ -577,7 +658,12 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        fixtures::list_resource_templates(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/templates/list"),
+            McpHandler::Conformance(conformance) => {
+                conformance.list_resource_templates(request, ctx)
+            }
+        }
     }
 
     async fn read_resource(
@@ -585,7 +671,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        fixtures::read_resource(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/read"),
+            McpHandler::Conformance(conformance) => conformance.read_resource(request, ctx),
+        }
     }
 
     async fn subscribe(
@@ -593,7 +682,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/subscribe"),
+            McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
+        }
     }
 
     async fn unsubscribe(
@@ -601,7 +693,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        fixtures::subscribe(&self.face.options, &request.uri, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("resources/unsubscribe"),
+            McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
+        }
     }
 
     async fn list_prompts(
@@ -609,7 +704,10 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        fixtures::list_prompts(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("prompts/list"),
+            McpHandler::Conformance(conformance) => conformance.list_prompts(request, ctx),
+        }
     }
 
     async fn get_prompt(
@@ -617,7 +715,10 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        fixtures::get_prompt(&self.face.options, request, ctx)
+        match self {
+            McpHandler::Live(_) => not_served("prompts/get"),
+            McpHandler::Conformance(conformance) => conformance.get_prompt(request, ctx),
+        }
     }
 
     async fn complete(
@@ -625,14 +726,9 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        fixtures::complete(&self.face.options, request, ctx)
-    }
-}
-
-/// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
-fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
-    match ctx.id.clone().into_json_value() {
-        Value::String(text) => text,
-        other => other.to_string(),
+        match self {
+            McpHandler::Live(_) => not_served("completion/complete"),
+            McpHandler::Conformance(conformance) => conformance.complete(request, ctx),
+        }
     }
 }

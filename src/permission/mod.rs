@@ -33,6 +33,7 @@
 //! once; a decision does one hash lookup per rule index and a few glob-set matches.
 //! Only `run_command` pays for parsing the command text.
 
+mod decided;
 pub mod display;
 mod path;
 mod resolve;
@@ -53,6 +54,7 @@ use serde_json::Value;
 
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
+pub use decided::{CallDecision, DecidedBy, Outcome};
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
 pub use rule::{RuleError, RuleProblem, check_rule, claude_code_aliases};
 

@@ -15,9 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::jsonrpc::{self, Incoming, RpcError};
 use crate::agent::{ApprovalAnswer, Event};
-use crate::daemon::approvals::RespondError;
 use crate::daemon::events::Subscriber;
-use crate::daemon::{ConnectionGuard, Daemon, SessionEntry, SessionError};
+use crate::daemon::{Client, Daemon, SessionError};
 use crate::protocol::*;
 use crate::tools::Call;
 
@@ -30,13 +29,10 @@ pub const OUTBOUND_CAPACITY: usize = 4096;
 /// Calls in one `tools/call_batch`.
 pub const MAX_BATCH_CALLS: usize = 256;
 
-/// One connected client.
+/// One connected client: its framing state around the daemon's [`Client`].
 pub struct Connection {
     daemon: Arc<Daemon>,
-    guard: ConnectionGuard,
-    /// Who is on the other end (`uid:1000`, `token:ci`), for the audit log.
-    identity: String,
-    default_session: Arc<SessionEntry>,
+    client: Client,
     outbound: mpsc::Sender<String>,
     /// Running requests by JSON-RPC id, for `$/cancelRequest`; the number tells a
     /// request from a later one that reused its id.
@@ -45,7 +41,6 @@ pub struct Connection {
     limiter: Arc<Semaphore>,
     /// Canceled when the connection goes away: every request of it stops.
     closed: CancellationToken,
-    next_subscription: AtomicU64,
 }
 
 impl Connection {
@@ -56,41 +51,34 @@ impl Connection {
         identity: impl Into<String>,
         outbound: mpsc::Sender<String>,
     ) -> Result<Arc<Connection>, SessionError> {
-        let guard = daemon.connect();
-        let identity = identity.into();
-        let default_session =
-            daemon.open_session(guard.id, &identity, &SessionOpenParams::default())?;
+        let client = Client::open(daemon, identity)?;
         Ok(Arc::new(Connection {
             daemon: daemon.clone(),
-            identity,
-            default_session,
+            client,
             outbound,
             requests: DashMap::new(),
             limiter: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
             closed: daemon.shutdown_token().child_token(),
-            next_subscription: AtomicU64::new(1),
             next_request: AtomicU64::new(0),
-            guard,
         }))
     }
 
     pub fn id(&self) -> u64 {
-        self.guard.id
+        self.client.id()
     }
 
     pub fn identity(&self) -> &str {
-        &self.identity
+        self.client.identity()
     }
 
     pub fn default_session_id(&self) -> &str {
-        self.default_session.session.id()
+        self.client.default_session().map_or("", |entry| entry.session.id())
     }
 
-    /// Ends the connection: its requests are canceled, its sessions closed (when the
-    /// last reference drops).
+    /// Ends the connection: its requests are canceled, its sessions closed.
     pub fn close(&self) {
         self.closed.cancel();
-        self.daemon.disconnect(self.guard.id);
+        self.client.close();
     }
 
     /// Whether a request could start now without waiting for one in flight to end.
@@ -238,6 +226,7 @@ impl Connection {
         }
     }
 
+    /// One method: its params parsed, the client API called, its answer rendered.
     async fn request(
         &self,
         name: &str,
@@ -245,16 +234,19 @@ impl Connection {
         id: &Value,
         cancel: &CancellationToken,
     ) -> Result<Reply, RpcError> {
+        let client = &self.client;
         match name {
             method::TOOLS_CALL => {
                 let params: ToolsCallParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
                 let call_id = params.call_id.unwrap_or_else(|| id_text(id));
                 let call = match &params.arguments {
                     Value::String(raw) => Call::new(call_id, params.name, raw.clone()),
                     other => Call::from_value(call_id, params.name, other),
                 };
-                let result = entry.session.execute_shared(&call, cancel).await;
+                let result = client
+                    .call(params.session_id.as_deref(), &call, cancel)
+                    .await
+                    .map_err(session_error)?;
                 // Room for the content, its escapes, and the fields around it.
                 let size = result.content.len() + result.content.len() / 8 + 512;
                 Ok(Reply::Line(jsonrpc::response_sized(id, &result, size)))
@@ -267,7 +259,6 @@ impl Connection {
                         format!("a batch holds at most {MAX_BATCH_CALLS} calls"),
                     ));
                 }
-                let entry = self.session(params.session_id.as_deref())?;
                 let calls: Vec<Call> = params
                     .calls
                     .iter()
@@ -276,77 +267,54 @@ impl Connection {
                         other => Call::from_value(&call.id, &call.name, other),
                     })
                     .collect();
-                let results = entry.session.execute_calls(&calls, cancel).await;
+                let results = client
+                    .batch(params.session_id.as_deref(), &calls, cancel)
+                    .await
+                    .map_err(session_error)?;
                 reply(id, &ToolsCallBatchResult { results })
             }
             method::TOOLS_LIST => {
                 let params: ToolsListParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
-                let tools = entry.session.definitions();
-                let registered = self.daemon.registry().sources();
-                let sources = tools
-                    .iter()
-                    .filter_map(|tool| {
-                        let source = registered.get(&tool.name)?;
-                        Some((tool.name.clone(), source.to_string()))
-                    })
-                    .collect();
+                let (tools, sources) =
+                    client.list(params.session_id.as_deref()).map_err(session_error)?;
                 reply(id, &ToolsListResult { tools, sources })
             }
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
-                reply(
-                    id,
-                    &ToolsCancelResult { canceled: entry.session.cancel_call(&params.call_id) },
-                )
+                let canceled = client
+                    .cancel(params.session_id.as_deref(), &params.call_id)
+                    .map_err(session_error)?;
+                reply(id, &ToolsCancelResult { canceled })
             }
             method::TOOLS_EXPLAIN => {
                 let params: ToolsExplainParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
                 let call = match &params.arguments {
                     Value::String(raw) => Call::new("explain", params.name, raw.clone()),
                     other => Call::from_value("explain", params.name, other),
                 };
-                let (decision, explanation) = entry.session.explain(&call);
+                let (decision, explanation) =
+                    client.explain(params.session_id.as_deref(), &call).map_err(session_error)?;
                 reply(id, &ToolsExplainResult { decision, explanation })
             }
             method::EVENTS_SUBSCRIBE => {
                 let params: EventsSubscribeParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
-                let subscription = format!(
-                    "sub-{}-{}",
-                    self.guard.id,
-                    self.next_subscription.fetch_add(1, Ordering::Relaxed)
-                );
+                let entry = client.session(params.session_id.as_deref()).map_err(session_error)?;
+                if entry.events.is_none() {
+                    return Err(session_error(SessionError::NotSubscribable));
+                }
+                let subscription = client.subscription_id();
                 // The response must reach the client before the backlog: send it here,
                 // then subscribe, and tell the caller not to answer again.
                 let line = jsonrpc::response(id, &subscription);
                 self.send(line).await;
-                let Some(hub) = &entry.events else {
-                    return Err(RpcError::invalid_params(
-                        "this session's events are not subscribable",
-                    ));
-                };
-                hub.subscribe(
-                    subscription,
-                    self.guard.id,
-                    Arc::new(Notifications(self.outbound.clone())),
-                );
+                client
+                    .subscribe(&entry, subscription, Arc::new(Notifications(self.outbound.clone())))
+                    .map_err(session_error)?;
                 Ok(Reply::Sent)
             }
             method::EVENTS_UNSUBSCRIBE => {
                 let params: EventsUnsubscribeParams = jsonrpc::params(params)?;
-                let mut removed = false;
-                for session_id in self.owned_session_ids() {
-                    if let Ok(entry) = self.daemon.session_for(self.guard.id, &session_id) {
-                        removed |= entry
-                            .events
-                            .as_ref()
-                            .is_some_and(|hub| hub.unsubscribe(&params.subscription));
-                    }
-                }
-                reply(id, &removed)
+                reply(id, &client.unsubscribe(&params.subscription))
             }
             method::PERMISSION_RESPOND => {
                 let params: PermissionRespondParams = jsonrpc::params(params)?;
@@ -355,96 +323,35 @@ impl Connection {
                     scope: params.scope,
                     reason: params.reason,
                 };
-                let owner = self.guard.id;
-                let daemon = &self.daemon;
-                let outcome =
-                    daemon.approvals().respond(&params.request_id, answer, |session_id| {
-                        daemon.session_for(owner, session_id).is_ok()
-                    });
-                match outcome {
-                    Ok(()) => reply(id, &PermissionRespondResult { resolved: true }),
-                    Err(RespondError::NotPending) => {
-                        reply(id, &PermissionRespondResult { resolved: false })
-                    }
-                    Err(RespondError::NotYours) => Err(RpcError::invalid_params(
+                match client.respond(&params.request_id, answer) {
+                    Ok(resolved) => reply(id, &PermissionRespondResult { resolved }),
+                    Err(_) => Err(RpcError::invalid_params(
                         "that request belongs to a session of another connection",
                     )),
                 }
             }
             method::SESSION_OPEN => {
                 let params: SessionOpenParams = jsonrpc::params(params)?;
-                let entry = self
-                    .daemon
-                    .open_session(self.guard.id, &self.identity, &params)
-                    .map_err(session_error)?;
-                reply(id, &self.daemon.info(&entry.session))
+                let state = client.open_session(&params.spec()).map_err(session_error)?;
+                reply(id, &SessionInfo::from(state))
             }
             method::SESSION_UPDATE => {
                 let params: SessionUpdateParams = jsonrpc::params(params)?;
-                let entry = self.session(params.session_id.as_deref())?;
-                if let Some(mode) = params.mode {
-                    let granted = entry.session.set_mode(mode);
-                    if granted != mode {
-                        return Err(RpcError::invalid_params(format!(
-                            "mode {mode} is beyond what the configuration grants ({})",
-                            entry.session.mode_ceiling()
-                        )));
-                    }
-                }
-                if let Some(allowlist) = params.allowlist {
-                    let current = entry.session.allowlist();
-                    if !current.is_empty() && allowlist.iter().any(|name| !current.contains(name)) {
-                        return Err(RpcError::invalid_params(
-                            "an allowlist can only be narrowed, not widened",
-                        ));
-                    }
-                    entry.session.set_allowlist(allowlist);
-                }
-                reply(id, &self.daemon.info(&entry.session))
+                let state = client
+                    .update(params.session_id.as_deref(), &params.spec())
+                    .map_err(session_error)?;
+                reply(id, &SessionInfo::from(state))
             }
             method::SESSION_CLOSE => {
                 let params: SessionCloseParams = jsonrpc::params(params)?;
-                if params.session_id == self.default_session_id() {
-                    return Err(RpcError::invalid_params(
-                        "the connection's default session closes with the connection",
-                    ));
-                }
-                let closed = self.daemon.close_session(self.guard.id, &params.session_id).is_ok();
+                let closed = client.close_session(&params.session_id).map_err(session_error)?;
                 reply(id, &SessionCloseResult { closed })
             }
-            method::DAEMON_STATUS => reply(
-                id,
-                &DaemonStatusResult {
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    pid: std::process::id(),
-                    uptime_ms: u64::try_from(self.daemon.uptime().as_millis()).unwrap_or(u64::MAX),
-                    connections: self.daemon.connection_count(),
-                    sessions: self.daemon.session_count(),
-                    calls_in_flight: self.daemon.calls_in_flight(),
-                    tools: self.daemon.registry().names().len(),
-                    upstreams: self.daemon.upstreams(),
-                },
-            ),
+            method::DAEMON_STATUS => reply(id, &DaemonStatusResult::from(client.status())),
             other => {
                 Err(RpcError::new(jsonrpc::METHOD_NOT_FOUND, format!("unknown method: {other}")))
             }
         }
-    }
-
-    fn session(&self, session_id: Option<&str>) -> Result<Arc<SessionEntry>, RpcError> {
-        match session_id {
-            None => Ok(self.default_session.clone()),
-            Some(id) if id == self.default_session_id() => Ok(self.default_session.clone()),
-            Some(id) => self.daemon.session_for(self.guard.id, id).map_err(session_error),
-        }
-    }
-
-    fn owned_session_ids(&self) -> Vec<String> {
-        let mut ids = vec![self.default_session_id().to_owned()];
-        ids.extend(self.daemon.session_ids_of(self.guard.id));
-        ids.sort();
-        ids.dedup();
-        ids
     }
 
     /// Queues one line for the client (used by transports for framing errors).

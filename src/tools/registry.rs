@@ -53,6 +53,9 @@ pub enum ToolSource {
     Mcp(String),
     /// Declared by the skill file (or `SKILL.md` folder) at that path.
     Skill(PathBuf),
+    /// The MCP conformance suite's fixtures (`toolgate mcp --conformance-fixtures`);
+    /// never registered otherwise.
+    Conformance,
 }
 
 impl ToolSource {
@@ -64,6 +67,7 @@ impl ToolSource {
             (ToolSource::Builtin, ToolSource::Builtin) => true,
             (ToolSource::Mcp(a), ToolSource::Mcp(b)) => a == b,
             (ToolSource::Skill(_), ToolSource::Skill(_)) => true,
+            (ToolSource::Conformance, ToolSource::Conformance) => true,
             _ => false,
         }
     }
@@ -75,6 +79,7 @@ impl std::fmt::Display for ToolSource {
             ToolSource::Builtin => f.write_str("builtin"),
             ToolSource::Mcp(server) => write!(f, "mcp:{server}"),
             ToolSource::Skill(path) => write!(f, "skill:{}", path.display()),
+            ToolSource::Conformance => f.write_str("conformance"),
         }
     }
 }
