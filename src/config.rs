@@ -1264,7 +1264,7 @@ fn validate_mcp_servers(
             }
             path
         };
-        if let Err(message) = crate::upstream::check_server_name(&server.name) {
+        if let Err(message) = check_server_name(&server.name) {
             return Err(layers.invalid(&path("name"), message));
         }
         if !names.insert(server.name.clone()) {
@@ -1362,6 +1362,29 @@ fn validate_env(env: &EnvConfig, layers: &Layers) -> Result<(), ConfigError> {
                 format!("{name:?} is not a valid environment variable name"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks a configured server's name. Letters, digits, `_` and `-`, but no `__` and no
+/// `_` at either end: then the server's part of every proxied name ends at the first
+/// `__` after the prefix, so no server can take a name in another server's namespace
+/// (a server `gh__enterprise` would own `mcp__gh__enterprise__x`, which server `gh`
+/// reaches with a tool named `enterprise__x`), and rules written for one server never
+/// match another's tools.
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    let valid =
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(format!(
+            "{name:?} is not a valid server name: use letters, digits, `_` and `-`"
+        ));
+    }
+    if name.contains("__") || name.starts_with('_') || name.ends_with('_') {
+        return Err(format!(
+            "{name:?} is not a valid server name: `__` separates the server from the tool in \
+             mcp__<server>__<tool>, so a server name may not contain `__` or start or end with `_`"
+        ));
     }
     Ok(())
 }

@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use toolgate::auth::TokenSet;
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::mcp::{McpOptions, http_router};
-use toolgate::auth::TokenSet;
 use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::Registry;
 
@@ -365,7 +365,11 @@ impl Library {
 
     async fn mcp_http() -> Library {
         Library::start(|daemon, listener| {
-            let router = http_router(daemon.clone(), McpOptions::default());
+            let options = McpOptions {
+                tokens: TokenSet::from_pairs([("faces", TOKEN)]).unwrap(),
+                ..McpOptions::default()
+            };
+            let router = http_router(daemon.clone(), options);
             let shutdown = daemon.shutdown_token().clone();
             tokio::spawn(async move {
                 let _ = axum::serve(listener, router)
@@ -504,7 +508,8 @@ async fn every_mcp_face_answers_protocol_errors_the_same_way() {
     // MCP Streamable HTTP: a session per check.
     let http = Library::mcp_http().await;
     for check in &checks {
-        let mut face = Face::Http { addr: http.addr, path: "/mcp", headers: Vec::new() };
+        let bearer = vec![("Authorization".to_owned(), format!("Bearer {TOKEN}"))];
+        let mut face = Face::Http { addr: http.addr, path: "/mcp", headers: bearer };
         let initialize = request(
             1,
             "initialize",
@@ -541,6 +546,7 @@ async fn mcp_http_session(addr: SocketAddr, initialize: &Value) -> String {
     let body = initialize.to_string();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {TOKEN}\r\n\
          Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()

@@ -17,10 +17,17 @@ const LAYERS: &[(&str, usize)] = &[
     ("tools", 0),
     // Pure policy (and the typed decision about a call) and leaf services.
     ("permission", 1),
-    ("hooks", 1),
     ("systemd", 1),
+    // Who may connect: admission pools and deadlines, bearer tokens. Below the faces,
+    // which all authenticate through them.
+    ("admission", 1),
+    ("auth", 2),
+    // Hook matchers read the permission layer's alias table.
+    ("hooks", 2),
     ("audit", 2),
     ("config", 3),
+    // toolgate's own files, which no tool may open.
+    ("own_files", 4),
     // Tools that come and go.
     ("upstream", 4),
     ("skills", 5),

@@ -361,7 +361,11 @@ fn permission_rules_see_every_path_of_a_patch() {
     let definition = apply_patch::tool().definition().clone();
     let facts = ToolFacts::of(&definition);
     let roots = [PathBuf::from("/w/proj")];
-    let ctx = CallContext { cwd: Path::new("/w/proj"), roots: &roots, resolver: &toolgate::permission::Lexical };
+    let ctx = CallContext {
+        cwd: Path::new("/w/proj"),
+        roots: &roots,
+        resolver: &toolgate::permission::Lexical,
+    };
     let decide = |patch: &str| engine.decide(&facts, &json!({"patch": patch}), &ctx);
 
     let only_src = "*** Begin Patch\n*** Update File: src/a.rs\n-x\n+y\n*** Add File: src/b.rs\n+z\n*** End Patch";

@@ -23,28 +23,7 @@ pub fn proxied_name(server: &str, tool: &str) -> String {
     format!("{PROXY_PREFIX}{server}__{tool}")
 }
 
-/// Checks a configured server's name. Letters, digits, `_` and `-`, but no `__` and no
-/// `_` at either end: then the server's part of every proxied name ends at the first
-/// `__` after the prefix, so no server can take a name in another server's namespace
-/// (a server `gh__enterprise` would own `mcp__gh__enterprise__x`, which server `gh`
-/// reaches with a tool named `enterprise__x`), and rules written for one server never
-/// match another's tools.
-pub fn check_server_name(name: &str) -> Result<(), String> {
-    let valid =
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid {
-        return Err(format!(
-            "{name:?} is not a valid server name: use letters, digits, `_` and `-`"
-        ));
-    }
-    if name.contains("__") || name.starts_with('_') || name.ends_with('_') {
-        return Err(format!(
-            "{name:?} is not a valid server name: `__` separates the server from the tool in \
-             mcp__<server>__<tool>, so a server name may not contain `__` or start or end with `_`"
-        ));
-    }
-    Ok(())
-}
+pub use crate::config::check_server_name;
 
 /// The server a proxied tool name belongs to: what comes between the prefix and the
 /// first `__` after it.
