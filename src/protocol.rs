@@ -61,6 +61,11 @@ pub struct SessionOpenParams {
     pub max_output_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_read_bytes: Option<u64>,
+    /// Keep the session under this name after the connection ends, for a later
+    /// connection of the same client identity to open again (the other fields then
+    /// apply only when the session is first opened). A kept session waits 30 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// What a session is, as the daemon granted it.
@@ -193,6 +198,11 @@ pub struct ToolsExplainResult {
     pub decision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
+    /// One explanation per layer consulted, in the order a call passes them (the
+    /// permission engine, then confinement of the call's paths); `explanation` is the
+    /// one that decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<Explanation>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

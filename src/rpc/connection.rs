@@ -307,8 +307,8 @@ impl Connection {
                     Value::String(raw) => Call::new("explain", params.name, raw.clone()),
                     other => Call::from_value("explain", params.name, other),
                 };
-                let (decision, explanation) = entry.session.explain(&call);
-                reply(id, &ToolsExplainResult { decision, explanation })
+                let (decision, explanation, layers) = entry.session.explain_layers(&call);
+                reply(id, &ToolsExplainResult { decision, explanation, layers })
             }
             method::EVENTS_SUBSCRIBE => {
                 let params: EventsSubscribeParams = jsonrpc::params(params)?;
