@@ -35,7 +35,8 @@ pub(crate) fn check(tool: &str, args: &Value, env: &Env) -> Option<(bool, Explan
         if let Err(reason) = inside(env, path) {
             return Some((true, explanation(reason)));
         }
-        checked.push(path);
+        let what = if *name == "cwd" { "the working directory" } else { "the path" };
+        checked.push(format!("{what} {path}"));
     }
     let reason = if checked.is_empty() {
         format!("{tool} names no path to check")
