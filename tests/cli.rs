@@ -268,3 +268,104 @@ fn completions_and_the_manual_name_every_subcommand() {
     assert!(dir.path().join("toolgate.1").is_file());
     assert!(run(&["--help"]).contains("NO_COLOR"));
 }
+
+/// A blocking NDJSON client on the daemon's socket.
+struct Client {
+    reader: std::io::BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Client {
+    fn connect(socket: &Path) -> Client {
+        let stream = UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Client {
+            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.writer, "{line}").unwrap();
+        id
+    }
+
+    fn next(&mut self) -> Value {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        loop {
+            let message = self.next();
+            if message["id"] == id {
+                assert!(message.get("error").is_none(), "{method}: {message}");
+                return message["result"].clone();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
+    let daemon = TestDaemon::start("");
+    let command = serde_json::json!({"command": "echo granted"});
+
+    let mut first = Client::connect(&daemon.socket);
+    let session = first.result("session/open", serde_json::json!({"name": "shell"}));
+    let id = session["session_id"].clone();
+    first.result("events/subscribe", serde_json::json!({"session_id": id}));
+    let call = first.send(
+        "tools/call",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    let result = loop {
+        let message = first.next();
+        if message["id"] == call {
+            break message["result"].clone();
+        }
+        let event = &message["params"]["result"];
+        if event["type"] == "permission_request" {
+            let respond = serde_json::json!({
+                "request_id": event["request_id"], "decision": "allow", "scope": "session"
+            });
+            first.send("permission/respond", respond);
+        }
+    };
+    assert_eq!(result["ok"], true, "{result}");
+    drop(first);
+
+    // A later connection opening the name gets the session, with its grant: the same
+    // call runs without asking (nobody could answer here).
+    let mut second = Client::connect(&daemon.socket);
+    let session = second.result("session/open", serde_json::json!({"name": "shell"}));
+    assert_eq!(session["session_id"], id);
+    let explained = second.result(
+        "tools/explain",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(explained["decision"], "allow", "{explained}");
+    assert_eq!(explained["explanation"]["layer"], "session_grant", "{explained}");
+    let result = second.result(
+        "tools/call",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(result["ok"], true, "{result}");
+
+    // Another name starts from nothing.
+    let other = second.result("session/open", serde_json::json!({"name": "other"}));
+    assert_ne!(other["session_id"], id);
+    let explained = second.result(
+        "tools/explain",
+        serde_json::json!({"session_id": other["session_id"], "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(explained["decision"], "ask", "{explained}");
+}
