@@ -249,8 +249,10 @@ pub async fn call(
             }
             Some("permission_request") => {
                 let (decision, scope) = ask_on_terminal(event)?;
+                // Not waited for: output that arrives before its answer is shown, and
+                // the answer itself is passed over like any other message.
                 client
-                    .request(
+                    .send(
                         method::PERMISSION_RESPOND,
                         json!({"request_id": event["request_id"], "decision": decision, "scope": scope}),
                     )

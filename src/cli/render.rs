@@ -199,7 +199,7 @@ pub(crate) fn explain(name: &str, answer: &Value, style: Style) -> String {
             let list = layer["list"].as_str().map(|list| format!("{list} ")).unwrap_or_default();
             let _ = write!(line, " ({list}rule {rule})");
         }
-        let label = format!("{:<12}", layer["layer"].as_str().unwrap_or("?"));
+        let label = format!("{:<13}", layer["layer"].as_str().unwrap_or("?"));
         let _ = writeln!(out, "  {} {line}", style.dim(&label));
     }
     out
@@ -350,9 +350,9 @@ mod tests {
         });
         expect![[r#"
             read_file: deny
-              allowlist    read_file is available in this session
-              mode         read_file is read-only; default mode allows it
-              confinement  /etc/passwd resolves outside the session roots
+              allowlist     read_file is available in this session
+              mode          read_file is read-only; default mode allows it
+              confinement   /etc/passwd resolves outside the session roots
         "#]]
         .assert_eq(&explain("read_file", &answer, PLAIN));
         let ruled = json!({
@@ -362,7 +362,7 @@ mod tests {
         });
         expect![[r#"
             run_command: ask
-              rule         an ask rule matches (ask rule run_command(git push:*))
+              rule          an ask rule matches (ask rule run_command(git push:*))
         "#]]
         .assert_eq(&explain("run_command", &ruled, PLAIN));
         expect![[r#"
