@@ -2,16 +2,20 @@
 //! `toolgate check-config`. It speaks the same NDJSON protocol as an editor plugin.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::permission::display;
 use crate::protocol::method;
+
+mod render;
+mod socket;
+pub use render::Output;
+pub use socket::{connect_first, socket_candidates};
 
 /// Why a client command failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,16 +62,29 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to `socket`, or else to the configured socket, or else, when nothing
+    /// listens there, to the system service's socket.
     pub async fn connect(socket: Option<PathBuf>) -> Result<Client, ClientError> {
-        let path = match socket {
-            Some(path) => path,
-            None => default_socket()?,
+        let candidates = match socket {
+            Some(path) => vec![path],
+            None => socket_candidates(default_socket()?, Path::new(SYSTEM_SOCKET)),
         };
-        let stream = UnixStream::connect(&path)
-            .await
-            .map_err(|error| ClientError::Connect { path, error })?;
+        let stream = connect_first(candidates).await?;
         let (read, write) = stream.into_split();
         Ok(Client { reader: BufReader::new(read), writer: write, next_id: 1 })
+    }
+
+    /// The id of the session a command uses: the named one (opened, or found again
+    /// when an earlier command left it), else the connection's default session.
+    pub async fn session(&mut self, name: Option<&str>) -> Result<Option<String>, ClientError> {
+        let Some(name) = name.filter(|name| !name.is_empty()) else {
+            return Ok(None);
+        };
+        let info = self.request(method::SESSION_OPEN, json!({"name": name})).await?;
+        match info["session_id"].as_str() {
+            Some(id) => Ok(Some(id.to_owned())),
+            None => Err(ClientError::Rpc("session/open answered without a session id".into())),
+        }
     }
 
     /// Sends a request and returns its id.
@@ -112,65 +129,141 @@ fn result_of(message: Value) -> Result<Value, ClientError> {
     Ok(message.get("result").cloned().unwrap_or(Value::Null))
 }
 
+/// The system service's socket (systemd/toolgate.socket).
+pub const SYSTEM_SOCKET: &str = "/run/toolgate/toolgate.sock";
+
 /// The socket the daemon listens on by default (the configured one).
 fn default_socket() -> Result<PathBuf, ClientError> {
     let (config, _) = crate::server::load_config(None)?;
     Ok(config.server.socket)
 }
 
-pub async fn list(socket: Option<PathBuf>, as_json: bool) -> anyhow::Result<ExitCode> {
+/// The arguments of `call` and `explain`: JSON text, or `-` to read it from stdin.
+fn read_arguments(text: &str) -> Result<Value, ClientError> {
+    if text == "-" {
+        let mut input = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut input)?;
+        return parse_arguments(&input);
+    }
+    parse_arguments(text)
+}
+
+fn parse_arguments(text: &str) -> Result<Value, ClientError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(text).map_err(ClientError::Arguments)
+}
+
+fn print_json(value: &Value) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut stdout, value)?;
+    writeln!(stdout)?;
+    stdout.flush()
+}
+
+fn print_text(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
+}
+
+/// `value` with every hidden character of its strings made visible: what the daemon
+/// sends (file contents, command output, reasons) is shown to a person only this way,
+/// so it can never redraw the terminal; the renderer's own colours come after.
+fn visible(value: &Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(display::visible_lines(text)),
+        Value::Array(items) => Value::Array(items.iter().map(visible).collect()),
+        Value::Object(fields) => {
+            Value::Object(fields.iter().map(|(key, field)| (key.clone(), visible(field))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+fn with_session(mut params: Value, session: Option<&str>) -> Value {
+    if let Some(id) = session {
+        params["session_id"] = json!(id);
+    }
+    params
+}
+
+pub async fn list(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = Client::connect(socket).await?;
     let result = client.request(method::TOOLS_LIST, json!({})).await?;
-    if as_json {
-        outln!("{}", serde_json::to_string_pretty(&result)?)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    for tool in result["tools"].as_array().into_iter().flatten() {
-        let name = tool["name"].as_str().unwrap_or("?");
-        let safety = tool["safety"].as_str().unwrap_or("?");
-        let system = if tool["system"].as_bool() == Some(true) { " system" } else { "" };
-        let description = tool["description"].as_str().unwrap_or("").lines().next().unwrap_or("");
-        outln!("{name:<16} {safety:<12}{system} {description}")?;
+    match output {
+        Output::Json => print_json(&result)?,
+        Output::Human { color } => {
+            print_text(&render::list(&visible(&result), render::Style { color }))?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn status(socket: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub async fn status(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
     let mut client = Client::connect(socket).await?;
     let result = client.request(method::DAEMON_STATUS, json!({})).await?;
-    outln!("{}", serde_json::to_string_pretty(&result)?)?;
+    match output {
+        Output::Json => print_json(&result)?,
+        Output::Human { color } => {
+            print_text(&render::status(&visible(&result), render::Style { color }))?
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn explain(
     socket: Option<PathBuf>,
+    session: Option<&str>,
     name: &str,
     arguments: &str,
+    output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
+    let arguments = read_arguments(arguments)?;
     let mut client = Client::connect(socket).await?;
-    let result = client
-        .request(method::TOOLS_EXPLAIN, json!({"name": name, "arguments": arguments}))
-        .await?;
-    outln!("{}", serde_json::to_string_pretty(&result)?)?;
+    let session = client.session(session).await?;
+    let params = with_session(json!({"name": name, "arguments": arguments}), session.as_deref());
+    let result = client.request(method::TOOLS_EXPLAIN, params).await?;
+    match output {
+        Output::Json => print_json(&result)?,
+        Output::Human { color } => {
+            print_text(&render::explain(name, &visible(&result), render::Style { color }))?
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Calls one tool. On a terminal it subscribes to the session's events, shows live
-/// output on stderr and answers permission requests by asking the person; elsewhere
-/// nobody can approve and calls that need approval are denied.
+/// output (on stdout and stderr as the command wrote it for a person, all on stderr
+/// when stdout carries JSON) and answers permission requests by asking the person;
+/// elsewhere nobody can approve and calls that need approval are denied.
 pub async fn call(
     socket: Option<PathBuf>,
+    session: Option<&str>,
     name: &str,
     arguments: &str,
+    output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let arguments: Value = serde_json::from_str(arguments).map_err(ClientError::Arguments)?;
+    let arguments = read_arguments(arguments)?;
     let mut client = Client::connect(socket).await?;
+    let session = client.session(session).await?;
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        client.request(method::EVENTS_SUBSCRIBE, json!({})).await?;
+        client
+            .request(method::EVENTS_SUBSCRIBE, with_session(json!({}), session.as_deref()))
+            .await?;
     }
-    let id = client.send(method::TOOLS_CALL, json!({"name": name, "arguments": arguments})).await?;
+    // A call id of its own, so that events of other calls in a shared session are
+    // told apart.
+    let call_id = format!("cli-{}", std::process::id());
+    let params = with_session(
+        json!({"name": name, "arguments": arguments, "call_id": call_id}),
+        session.as_deref(),
+    );
+    let id = client.send(method::TOOLS_CALL, params).await?;
+    let mut streamed = false;
     let result = loop {
         let message = client.next_message().await?;
         if message.get("id") == Some(&json!(id)) {
@@ -180,17 +273,27 @@ pub async fn call(
             continue;
         }
         let event = &message["params"]["result"];
+        if event["call_id"].as_str().is_some_and(|other| other != call_id) {
+            continue;
+        }
         match event["type"].as_str() {
             Some("tool_output") => {
                 // A command's output must not be able to redraw the terminal (and so
                 // fake the next question).
                 let text = display::visible_lines(event["text"].as_str().unwrap_or(""));
-                write!(std::io::stderr(), "{text}")?;
+                streamed = true;
+                if output != Output::Json && event["stream"].as_str() == Some("stdout") {
+                    print_text(&text)?;
+                } else {
+                    write!(std::io::stderr(), "{text}")?;
+                }
             }
             Some("permission_request") => {
                 let (decision, scope) = ask_on_terminal(event)?;
+                // Not waited for: output that arrives before its answer is shown, and
+                // the answer itself is passed over like any other message.
                 client
-                    .request(
+                    .send(
                         method::PERMISSION_RESPOND,
                         json!({"request_id": event["request_id"], "decision": decision, "scope": scope}),
                     )
@@ -199,11 +302,14 @@ pub async fn call(
             _ => {}
         }
     };
-    let shown = serde_json::to_string_pretty(&result)?;
-    if std::io::stdout().is_terminal() {
-        outln!("{}", display::visible_lines(&shown))?;
-    } else {
-        outln!("{shown}")?;
+    match output {
+        Output::Json => print_json(&result)?,
+        Output::Human { color } => {
+            let rendered =
+                render::call_result(&visible(&result), streamed, render::Style { color });
+            print_text(&rendered.stdout)?;
+            write!(std::io::stderr(), "{}", rendered.stderr)?;
+        }
     }
     Ok(if result["ok"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -7,7 +7,8 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use toolgate::cli::Output;
 
 /// The version and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TOOLGATE_COMMIT"), ")");
@@ -25,7 +26,11 @@ Exit status:
 
 Logging (serve, mcp): TOOLGATE_LOG, else RUST_LOG, is a filter such as `debug` or
 `warn,toolgate=debug`; without either, toolgate logs at info and its dependencies at
-warn, and -v / -q move that up or down.";
+warn, and -v / -q move that up or down.
+
+Output: `list`, `call`, `status` and `explain` print text for a person when stdout is
+a terminal, and the daemon's JSON when it is not (a pipe, a file) or with --json.
+Colour only on a terminal, and never when NO_COLOR is set.";
 
 /// Exit status when stdout was closed under us: what a shell reports for a process
 /// ended by SIGPIPE (128 + 13), as for any Unix tool in `... | head -1`.
@@ -99,23 +104,34 @@ enum Command {
     List {
         #[arg(long)]
         socket: Option<PathBuf>,
-        /// Print the raw JSON definitions.
+        /// Print the daemon's JSON (the default when stdout is not a terminal).
         #[arg(long)]
         json: bool,
     },
     /// Call one tool and print its result (asks for approval on the terminal).
     Call {
         name: String,
-        /// The arguments as JSON text.
+        /// The arguments as JSON text, or `-` to read them from stdin.
         #[arg(default_value = "{}")]
         arguments: String,
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// A named session the daemon keeps between commands (for a while after the
+        /// last one ends): what one call read, another may edit; "always this session"
+        /// grants last as long.
+        #[arg(long, env = "TOOLGATE_SESSION")]
+        session: Option<String>,
+        /// Print the daemon's JSON (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
     },
     /// Show the daemon's status.
     Status {
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Print the daemon's JSON (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
     },
     /// Load and check the configuration, and print the effective result.
     CheckConfig {
@@ -125,10 +141,25 @@ enum Command {
     /// Say which layer and rule would decide a call, without running it.
     Explain {
         name: String,
+        /// The arguments as JSON text, or `-` to read them from stdin.
         #[arg(default_value = "{}")]
         arguments: String,
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Explain within this named session (its grants count); see `call --session`.
+        #[arg(long, env = "TOOLGATE_SESSION")]
+        session: Option<String>,
+        /// Print the daemon's JSON (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff), or write one page per command into a directory.
+    Man {
+        /// Write toolgate.1 and toolgate-COMMAND.1 for every command into DIR.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
     /// Work with the audit log.
     Audit {
@@ -212,13 +243,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { socket, json } => runtime()?.block_on(toolgate::cli::list(socket, json)),
-        Command::Call { name, arguments, socket } => {
-            runtime()?.block_on(toolgate::cli::call(socket, &name, &arguments))
+        Command::List { socket, json } => {
+            runtime()?.block_on(toolgate::cli::list(socket, Output::choose(json)))
         }
-        Command::Status { socket } => runtime()?.block_on(toolgate::cli::status(socket)),
-        Command::Explain { name, arguments, socket } => {
-            runtime()?.block_on(toolgate::cli::explain(socket, &name, &arguments))
+        Command::Call { name, arguments, socket, session, json } => {
+            runtime()?.block_on(toolgate::cli::call(
+                socket,
+                session.as_deref(),
+                &name,
+                &arguments,
+                Output::choose(json),
+            ))
+        }
+        Command::Status { socket, json } => {
+            runtime()?.block_on(toolgate::cli::status(socket, Output::choose(json)))
+        }
+        Command::Explain { name, arguments, socket, session, json } => {
+            runtime()?.block_on(toolgate::cli::explain(
+                socket,
+                session.as_deref(),
+                &name,
+                &arguments,
+                Output::choose(json),
+            ))
+        }
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "toolgate", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir: None } => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir: Some(dir) } => {
+            clap_mangen::generate_to(Cli::command(), dir)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -62,6 +62,11 @@ pub struct SessionOpenParams {
     pub max_output_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_read_bytes: Option<u64>,
+    /// Keep the session under this name after the connection ends, for a later
+    /// connection of the same client identity to open again (the other fields then
+    /// apply only when the session is first opened). A kept session waits 30 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// What a session is, as the daemon granted it.
@@ -210,6 +215,11 @@ pub struct ToolsExplainResult {
     pub decision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
+    /// One explanation per layer consulted, in the order a call passes them (the
+    /// permission engine, then confinement of the call's paths); `explanation` is the
+    /// one that decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<Explanation>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -291,6 +301,7 @@ impl SessionOpenParams {
             timeout: self.timeout_ms.map(std::time::Duration::from_millis),
             max_output_bytes: self.max_output_bytes,
             max_read_bytes: self.max_read_bytes,
+            name: self.name.clone(),
         }
     }
 }
@@ -305,6 +316,7 @@ impl SessionUpdateParams {
             timeout: self.timeout_ms.map(std::time::Duration::from_millis),
             max_output_bytes: self.max_output_bytes,
             max_read_bytes: self.max_read_bytes,
+            name: None,
         }
     }
 }

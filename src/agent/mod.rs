@@ -14,6 +14,7 @@ pub mod approval;
 pub mod events;
 pub mod system_tools;
 
+mod confinement;
 mod session;
 
 pub use approval::{

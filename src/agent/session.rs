@@ -329,12 +329,32 @@ impl Session {
 
     /// Explains, without running anything, which layer and rule would decide a call.
     pub fn explain(&self, call: &Call) -> (String, Option<Explanation>) {
+        let (verdict, explanation, _) = self.explain_layers(call);
+        (verdict, explanation)
+    }
+
+    /// Like [`Session::explain`], with the sentence of every layer consulted, in the
+    /// pipeline's order: the permission engine, then confinement of the call's paths
+    /// (which refuses what the permission engine would let through).
+    pub fn explain_layers(&self, call: &Call) -> (String, Option<Explanation>, Vec<Explanation>) {
         let Some(tool) = self.registry.get(&call.name) else {
-            return ("unknown_tool".to_owned(), None);
+            return ("unknown_tool".to_owned(), None, Vec::new());
         };
         let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         let decision = self.decide(tool.definition(), &args);
-        (verdict_name(&decision.verdict).to_owned(), Some(decision.explanation))
+        let mut verdict = verdict_name(&decision.verdict).to_owned();
+        let mut deciding = decision.explanation.clone();
+        let mut layers = vec![decision.explanation];
+        if let Some((refused, explanation)) =
+            super::confinement::check(&call.name, &args, &self.env())
+        {
+            if refused && decision.verdict != Verdict::Deny {
+                verdict = "deny".to_owned();
+                deciding = explanation.clone();
+            }
+            layers.push(explanation);
+        }
+        (verdict, Some(deciding), layers)
     }
 
     /// The whole decision the engine would take on a call now (suggestions and the

@@ -213,8 +213,8 @@ impl Client {
         &self,
         session_id: Option<&str>,
         call: &Call,
-    ) -> Result<(String, Option<Explanation>), SessionError> {
-        Ok(self.session(session_id)?.session.explain(call))
+    ) -> Result<(String, Option<Explanation>, Vec<Explanation>), SessionError> {
+        Ok(self.session(session_id)?.session.explain_layers(call))
     }
 
     /// Cancels the running calls with this id; how many there were.

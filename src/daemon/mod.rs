@@ -4,6 +4,7 @@
 pub mod approvals;
 mod client;
 pub mod events;
+pub mod named;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -37,6 +38,9 @@ pub struct SessionSpec {
     pub timeout: Option<Duration>,
     pub max_output_bytes: Option<usize>,
     pub max_read_bytes: Option<u64>,
+    /// Kept under this name for the client's identity: the session outlives the
+    /// connection, and a later connection of the same identity gets it back.
+    pub name: Option<String>,
 }
 
 /// What a session is, as granted.
@@ -138,6 +142,8 @@ pub enum SessionError {
     NotSubscribable,
     #[error("a connection holds at most {0} sessions; close one first")]
     TooMany(usize),
+    #[error("too many named sessions (at most {0}); close one with session/close")]
+    TooManyNamed(usize),
 }
 
 /// A session with its delivery parts and its owner.
@@ -166,6 +172,8 @@ pub struct Daemon {
     next_session: AtomicU64,
     /// The upstream MCP servers, when the serving code started any (for status).
     upstreams: std::sync::OnceLock<Arc<Upstreams>>,
+    /// Sessions kept by name between connections (see [`named`]).
+    named: std::sync::Mutex<named::NamedSessions>,
 }
 
 impl Daemon {
@@ -187,6 +195,7 @@ impl Daemon {
             next_connection: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             upstreams: std::sync::OnceLock::new(),
+            named: std::sync::Mutex::default(),
         });
         daemon.watch_registry();
         daemon
@@ -272,10 +281,73 @@ impl Daemon {
         client: &str,
         params: &SessionSpec,
     ) -> Result<Arc<SessionEntry>, SessionError> {
+        self.expire_named();
+        match params.name.as_deref() {
+            Some(name) => self.open_named(owner, client, name, params),
+            None => self.open_unnamed(owner, client, params),
+        }
+    }
+
+    fn open_unnamed(
+        &self,
+        owner: u64,
+        client: &str,
+        params: &SessionSpec,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
         let events = Arc::new(EventHub::new(self.settings().event_buffer));
         let broker =
             Arc::new(SessionBroker { hub: self.approvals.clone(), events: events.clone() });
         self.open_session_inner(owner, client, params, Some(events.clone()), events, broker)
+    }
+
+    /// Opens the session `client` keeps under `name`, or finds it again: it then
+    /// belongs to `owner`, and the other parameters are those it was opened with.
+    fn open_named(
+        &self,
+        owner: u64,
+        client: &str,
+        name: &str,
+        params: &SessionSpec,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
+        // Held while opening, so that two connections asking for one name get one session.
+        let mut named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(id) = named.claim(client, name, Instant::now()) {
+            if let Some(entry) = self.sessions.get(&id).map(|entry| entry.value().clone()) {
+                let entry = Arc::new(SessionEntry {
+                    session: entry.session.clone(),
+                    events: entry.events.clone(),
+                    owner,
+                });
+                self.sessions.insert(id, entry.clone());
+                return Ok(entry);
+            }
+            named.forget(&id);
+        }
+        if named.count(client) >= named::MAX_NAMED_SESSIONS {
+            return Err(SessionError::TooManyNamed(named::MAX_NAMED_SESSIONS));
+        }
+        let entry = self.open_unnamed(owner, client, params)?;
+        named.insert(client, name, entry.session.id().to_owned());
+        Ok(entry)
+    }
+
+    /// Closes the named sessions nobody came back for.
+    fn expire_named(&self) {
+        let expired = self
+            .named
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .expire(Instant::now());
+        for id in expired {
+            if let Some((_, entry)) = self.sessions.remove(&id) {
+                entry.session.close();
+            }
+        }
+    }
+
+    /// How long a parked named session waits (tests shorten it).
+    pub fn set_named_session_idle(&self, idle: Duration) {
+        self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).idle = idle;
     }
 
     /// Opens a session whose events and permission questions go where the caller
@@ -482,11 +554,14 @@ impl Daemon {
     pub fn close_session(&self, owner: u64, session_id: &str) -> Result<(), SessionError> {
         let entry = self.session_for(owner, session_id)?;
         self.sessions.remove(session_id);
+        self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(session_id);
         entry.session.close();
         Ok(())
     }
 
-    /// Everything a connection owned goes away with it.
+    /// Everything a connection owned goes away with it, except named sessions: those
+    /// are parked for their client to find again (their calls end with the
+    /// connection's requests).
     pub fn disconnect(&self, owner: u64) {
         let owned: Vec<Arc<SessionEntry>> = self
             .sessions
@@ -494,10 +569,16 @@ impl Daemon {
             .filter(|entry| entry.owner == owner)
             .map(|entry| entry.value().clone())
             .collect();
+        let now = Instant::now();
         for entry in owned {
-            self.sessions.remove(entry.session.id());
+            let id = entry.session.id();
+            if self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).park(id, now) {
+                continue;
+            }
+            self.sessions.remove(id);
             entry.session.close();
         }
+        self.expire_named();
         for entry in &self.sessions {
             if let Some(hub) = &entry.events {
                 hub.unsubscribe_connection(owner);

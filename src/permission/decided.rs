@@ -106,6 +106,8 @@ fn decided_by_layer(layer: Layer) -> DecidedBy {
         Layer::Mode => DecidedBy::Mode,
         Layer::SessionGrant => DecidedBy::SessionGrant,
         Layer::Hook => DecidedBy::Hook,
+        // Paths outside the roots are refused where the tool opens them.
+        Layer::Confinement => DecidedBy::Registry,
     }
 }
 
@@ -117,6 +119,7 @@ fn layer_name(layer: Layer) -> &'static str {
         Layer::Mode => "mode",
         Layer::SessionGrant => "session_grant",
         Layer::Hook => "hook",
+        Layer::Confinement => "confinement",
     }
 }
 

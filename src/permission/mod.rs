@@ -218,6 +218,10 @@ pub enum Layer {
     /// A PreToolUse hook answered. The engine never decides by this layer; the agent
     /// layer uses it when a hook's answer settles the call.
     Hook,
+    /// Where the call's paths resolve: outside the session roots the tool refuses
+    /// (`access_denied`). The engine never decides by this layer; `tools/explain`
+    /// reports it.
+    Confinement,
 }
 
 /// The three configured rule lists.

@@ -292,9 +292,9 @@ impl Connection {
                     Value::String(raw) => Call::new("explain", params.name, raw.clone()),
                     other => Call::from_value("explain", params.name, other),
                 };
-                let (decision, explanation) =
+                let (decision, explanation, layers) =
                     client.explain(params.session_id.as_deref(), &call).map_err(session_error)?;
-                reply(id, &ToolsExplainResult { decision, explanation })
+                reply(id, &ToolsExplainResult { decision, explanation, layers })
             }
             method::EVENTS_SUBSCRIBE => {
                 let params: EventsSubscribeParams = jsonrpc::params(params)?;

@@ -1,0 +1,70 @@
+//! The confinement layer of `tools/explain`: whether the paths a call names stay inside
+//! the session's roots, checked with the lookup the tools themselves use (symlinks
+//! followed, never out of a root), so that explain and the call agree.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::permission::{Explanation, Layer};
+use crate::tools::Env;
+use crate::tools::fs::{self, FsError};
+
+/// The paths a built-in tool resolves, by argument: (argument, default when absent).
+fn path_arguments(tool: &str) -> &'static [(&'static str, Option<&'static str>)] {
+    match tool {
+        "read_file" | "write_file" | "edit_file" => &[("path", None)],
+        "find_files" | "search_code" => &[("path", Some("."))],
+        "run_command" => &[("cwd", Some("."))],
+        _ => &[],
+    }
+}
+
+/// The confinement layer's sentence, and whether it refuses the call; `None` when the
+/// tool takes no path toolgate confines.
+pub(crate) fn check(tool: &str, args: &Value, env: &Env) -> Option<(bool, Explanation)> {
+    let arguments = path_arguments(tool);
+    if arguments.is_empty() {
+        return None;
+    }
+    let mut checked = Vec::new();
+    for (name, default) in arguments {
+        let Some(path) = args.get(*name).and_then(Value::as_str).or(*default) else {
+            continue;
+        };
+        if let Err(reason) = inside(env, path) {
+            return Some((true, explanation(reason)));
+        }
+        let what = if *name == "cwd" { "the working directory" } else { "the path" };
+        checked.push(format!("{what} {path}"));
+    }
+    let reason = if checked.is_empty() {
+        format!("{tool} names no path to check")
+    } else {
+        format!("{} stays inside the session roots", checked.join(", "))
+    };
+    Some((false, explanation(reason)))
+}
+
+fn explanation(reason: String) -> Explanation {
+    Explanation { layer: Layer::Confinement, rule: None, list: None, reason }
+}
+
+/// Resolves `path`, or its nearest existing ancestor when it does not exist yet (a
+/// file to be written), as the tools do. Only leaving the roots is a refusal here;
+/// other errors (a malformed path, say) are the tool's to report.
+fn inside(env: &Env, path: &str) -> Result<(), String> {
+    let mut current = Path::new(path);
+    loop {
+        let text = if current.as_os_str().is_empty() { "." } else { &*current.to_string_lossy() };
+        match fs::resolve(env, text) {
+            Ok(_) => return Ok(()),
+            Err(FsError::AccessDenied(reason)) => return Err(reason),
+            Err(FsError::NotFound(_)) => match current.parent() {
+                Some(parent) => current = parent,
+                None => return Ok(()),
+            },
+            Err(_) => return Ok(()),
+        }
+    }
+}

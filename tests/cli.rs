@@ -1,0 +1,371 @@
+//! The `toolgate` client commands as a person or a script runs them: the real binary
+//! against a real daemon on a temporary socket.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A daemon started for one test, in its own directory; killed on drop.
+struct TestDaemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl TestDaemon {
+    fn start(config: &str) -> TestDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let socket = dir.path().join("run").join("toolgate.sock");
+        let child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(dir.path().join("config.toml"))
+            .current_dir(&workspace)
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = TestDaemon { child, dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&daemon.socket).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not start listening");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        daemon
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("workspace")
+    }
+
+    /// Runs `toolgate ARGS --socket S` with stdout and stderr captured (so stdout is
+    /// not a terminal) and stdin empty.
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_stdin(args, "")
+    }
+
+    fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), self.dir.path())
+            .args(args)
+            .arg("--socket")
+            .arg(&self.socket)
+            .current_dir(self.workspace())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// No configuration, runtime directory or session of the person running the tests.
+fn isolated(mut command: Command, dir: &Path) -> Command {
+    command
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config-home"))
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("TOOLGATE_SESSION")
+        .env_remove("NO_COLOR")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS");
+    command
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is not JSON ({err}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+const ACCEPT_EDITS: &str = "[permissions]\nmode = \"accept_edits\"\n";
+
+#[test]
+fn stdout_that_is_not_a_terminal_gets_json_and_so_does_json() {
+    let daemon = TestDaemon::start("");
+    for command in
+        [&["status"][..], &["list"], &["explain", "read_file", r#"{"path":"hello.txt"}"#]]
+    {
+        for json in [false, true] {
+            let mut args = command.to_vec();
+            if json {
+                args.push("--json");
+            }
+            let output = daemon.run(&args);
+            assert!(output.status.success(), "{args:?}: {output:?}");
+            let value = json_of(&output);
+            assert!(value.is_object(), "{args:?}: {value}");
+        }
+    }
+    let output = daemon.run(&["call", "read_file", r#"{"path":"hello.txt"}"#]);
+    assert!(output.status.success(), "{output:?}");
+    let result = json_of(&output);
+    assert_eq!(result["ok"], true);
+    assert!(result["content"].as_str().unwrap().contains("hello"), "{result}");
+    let output = daemon.run(&["call", "read_file", r#"{"path":"hello.txt"}"#, "--json"]);
+    assert_eq!(json_of(&output)["ok"], true);
+}
+
+#[test]
+fn call_reads_its_arguments_from_stdin_with_a_dash() {
+    let daemon = TestDaemon::start("");
+    let output = daemon.run_with_stdin(&["call", "read_file", "-"], r#"{"path": "hello.txt"}"#);
+    assert!(output.status.success(), "{output:?}");
+    let result = json_of(&output);
+    assert!(result["content"].as_str().unwrap().contains("world"), "{result}");
+
+    let output = daemon.run_with_stdin(&["explain", "read_file", "-"], r#"{"path": "hello.txt"}"#);
+    assert_eq!(json_of(&output)["decision"], "allow");
+
+    // Not JSON on stdin: a local error (exit 2), nothing sent.
+    let output = daemon.run_with_stdin(&["call", "read_file", "-"], "{not json");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid JSON arguments"));
+}
+
+#[test]
+fn a_named_session_lets_one_command_edit_what_another_read() {
+    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let edit = r#"{"path":"hello.txt","old_string":"world","new_string":"there"}"#;
+
+    // Without a session every command is a session of its own: the edit is stale.
+    let output = daemon.run(&["call", "read_file", r#"{"path":"hello.txt"}"#]);
+    assert!(output.status.success(), "{output:?}");
+    let output = daemon.run(&["call", "edit_file", edit]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(json_of(&output)["error_type"], "stale_file");
+
+    // With one name, the second process finds what the first one read.
+    let output = daemon.run(&["call", "--session", "work", "read_file", r#"{"path":"hello.txt"}"#]);
+    assert!(output.status.success(), "{output:?}");
+    // Another name is another session.
+    let output = daemon.run(&["call", "--session", "other", "edit_file", edit]);
+    assert_eq!(json_of(&output)["error_type"], "stale_file");
+    let output = daemon.run(&["call", "--session", "work", "edit_file", edit]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(json_of(&output)["ok"], true);
+    assert_eq!(
+        std::fs::read_to_string(daemon.workspace().join("hello.txt")).unwrap(),
+        "hello\nthere\n"
+    );
+
+    // TOOLGATE_SESSION names it too.
+    let mut command = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), daemon.dir.path());
+    let output = command
+        .args([
+            "call",
+            "edit_file",
+            r#"{"path":"hello.txt","old_string":"there","new_string":"all"}"#,
+        ])
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .env("TOOLGATE_SESSION", "work")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(daemon.workspace().join("hello.txt")).unwrap(),
+        "hello\nall\n"
+    );
+}
+
+#[test]
+fn explain_refuses_what_confinement_would_refuse() {
+    let daemon = TestDaemon::start("");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "s").unwrap();
+    std::os::unix::fs::symlink(outside.path(), daemon.workspace().join("link")).unwrap();
+
+    for path in ["/etc/passwd", "../config.toml", "link/secret", "link/new-file"] {
+        let arguments = serde_json::json!({ "path": path }).to_string();
+        let call = json_of(&daemon.run(&["call", "read_file", &arguments]));
+        if path != "link/new-file" {
+            assert_eq!(call["error_type"], "access_denied", "{path}: {call}");
+        }
+        let explained = json_of(&daemon.run(&["explain", "read_file", &arguments]));
+        assert_eq!(explained["decision"], "deny", "{path}: {explained}");
+        assert_eq!(explained["explanation"]["layer"], "confinement", "{path}: {explained}");
+        let layers: Vec<&str> = explained["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|layer| layer["layer"].as_str().unwrap())
+            .collect();
+        assert_eq!(layers, ["mode", "confinement"], "{path}: {explained}");
+    }
+
+    // Inside the roots, even a file that does not exist yet: the permission engine
+    // decides, confinement agrees.
+    for (tool, arguments) in [
+        ("read_file", r#"{"path":"hello.txt"}"#),
+        ("find_files", r#"{"pattern":"*.txt"}"#),
+        ("write_file", r#"{"path":"new/dir/file.txt","content":"x"}"#),
+    ] {
+        let explained = json_of(&daemon.run(&["explain", tool, arguments]));
+        assert_ne!(explained["decision"], "deny", "{tool}: {explained}");
+        let last = explained["layers"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["layer"], "confinement", "{tool}: {explained}");
+    }
+    let explained =
+        json_of(&daemon.run(&["explain", "run_command", r#"{"command":"ls","cwd":"/"}"#]));
+    assert_eq!(explained["decision"], "deny", "{explained}");
+}
+
+#[test]
+fn completions_and_the_manual_name_every_subcommand() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_toolgate")).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let subcommands =
+        ["serve", "mcp", "list", "call", "status", "check-config", "explain", "completions", "man"];
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run(&["completions", shell]);
+        for name in subcommands {
+            assert!(script.contains(name), "{shell} completions lack {name}");
+        }
+    }
+    // roff escapes the hyphens.
+    let manual = run(&["man"]).replace("\\-", "-");
+    assert!(manual.contains(".TH toolgate 1"), "{manual}");
+    for name in subcommands {
+        assert!(manual.contains(name), "the manual lacks {name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    for name in subcommands {
+        let page = std::fs::read_to_string(dir.path().join(format!("toolgate-{name}.1"))).unwrap();
+        assert!(page.contains(".TH"), "toolgate-{name}.1: {page}");
+    }
+    assert!(dir.path().join("toolgate.1").is_file());
+    assert!(run(&["--help"]).contains("NO_COLOR"));
+}
+
+/// A blocking NDJSON client on the daemon's socket.
+struct Client {
+    reader: std::io::BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Client {
+    fn connect(socket: &Path) -> Client {
+        let stream = UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Client {
+            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.writer, "{line}").unwrap();
+        id
+    }
+
+    fn next(&mut self) -> Value {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn result(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        loop {
+            let message = self.next();
+            if message["id"] == id {
+                assert!(message.get("error").is_none(), "{method}: {message}");
+                return message["result"].clone();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
+    let daemon = TestDaemon::start("");
+    let command = serde_json::json!({"command": "echo granted"});
+
+    let mut first = Client::connect(&daemon.socket);
+    let session = first.result("session/open", serde_json::json!({"name": "shell"}));
+    let id = session["session_id"].clone();
+    first.result("events/subscribe", serde_json::json!({"session_id": id}));
+    let call = first.send(
+        "tools/call",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    let result = loop {
+        let message = first.next();
+        if message["id"] == call {
+            break message["result"].clone();
+        }
+        let event = &message["params"]["result"];
+        if event["type"] == "permission_request" {
+            let respond = serde_json::json!({
+                "request_id": event["request_id"], "decision": "allow", "scope": "session"
+            });
+            first.send("permission/respond", respond);
+        }
+    };
+    assert_eq!(result["ok"], true, "{result}");
+    drop(first);
+
+    // A later connection opening the name gets the session, with its grant: the same
+    // call runs without asking (nobody could answer here).
+    let mut second = Client::connect(&daemon.socket);
+    let session = second.result("session/open", serde_json::json!({"name": "shell"}));
+    assert_eq!(session["session_id"], id);
+    let explained = second.result(
+        "tools/explain",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(explained["decision"], "allow", "{explained}");
+    assert_eq!(explained["explanation"]["layer"], "session_grant", "{explained}");
+    let result = second.result(
+        "tools/call",
+        serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(result["ok"], true, "{result}");
+
+    // Another name starts from nothing.
+    let other = second.result("session/open", serde_json::json!({"name": "other"}));
+    assert_ne!(other["session_id"], id);
+    let explained = second.result(
+        "tools/explain",
+        serde_json::json!({"session_id": other["session_id"], "name": "run_command", "arguments": command}),
+    );
+    assert_eq!(explained["decision"], "ask", "{explained}");
+}
