@@ -103,6 +103,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// Before the runtime starts threads: secrets out of the environment block, the
+/// process not dumpable (see `toolgate::sandbox::harden`).
+fn harden_daemon() {
+    for problem in toolgate::sandbox::harden_daemon() {
+        tracing::warn!("{problem}");
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { config } => toolgate::cli::check_config(config),
@@ -112,6 +120,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // (taking them edits the environment).
             let inherited =
                 if stdio { Vec::new() } else { toolgate::systemd::inherited_listeners()? };
+            harden_daemon();
             runtime()?.block_on(toolgate::server::serve(toolgate::server::ServeOptions {
                 config,
                 stdio,
@@ -122,6 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
             init_tracing();
+            harden_daemon();
             runtime()?.block_on(toolgate::server::serve_mcp(
                 toolgate::server::McpCommandOptions {
                     config,

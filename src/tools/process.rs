@@ -19,11 +19,22 @@
 //!    and again until none is left, reaping them all;
 //! 4. reports the command's exit status and that the tree is gone.
 //!
+//! Where the daemon can create cgroups ([`crate::sandbox::cgroup`]), the supervisor
+//! first moves itself into a cgroup of its own for the call, and the daemon kills that
+//! cgroup when the call ends. That covers what the walk cannot: a supervisor killed
+//! (by the command, or from outside as the OOM killer would) leaves orphans that no
+//! longer descend from it, but they are still in the cgroup. A supervisor found
+//! stopped (it gets SIGSTOP from the command) is killed with its tree. The supervisor
+//! is not dumpable and, under a root daemon, drops the capabilities that reach into
+//! other processes before it starts the command ([`crate::sandbox::harden`]).
+//!
 //! The daemon talks to the supervisor over a Unix socket pair installed as the
 //! supervisor's stdin (`fd 0`). The daemon sends the command's stdin bytes, then
 //! nothing: closing (or shutting down) its end means "kill everything now". Because the
 //! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
 //! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
+//! supervisor learns the daemon's pid from the socket (`SO_PEERCRED`), never from its
+//! command line, which any command can read. The
 //! supervisor answers with newline-terminated report lines (`spawned PID`, `exit code
 //! N`, `done`, ...). If the daemon's future is dropped mid-call, a guard also sweeps
 //! the supervisor's descendants itself, so the kill does not wait for the supervisor.
@@ -57,6 +68,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
+use crate::sandbox::{CallCgroup, Containment};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -134,6 +146,24 @@ pub enum Stdin {
     Bytes(Vec<u8>),
 }
 
+/// Set when this process's `main` checks for the supervisor mode, i.e. its own
+/// executable can supervise.
+static SELF_SUPERVISES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A `toolgate` binary next to the running executable or one directory above it.
+fn sibling_binary() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let exe = std::env::current_exe().ok()?;
+            let dir = exe.parent()?;
+            [dir.join("toolgate"), dir.parent()?.join("toolgate")]
+                .into_iter()
+                .find(|candidate| candidate.is_file() && *candidate != exe)
+        })
+        .clone()
+}
+
 /// Serializes the process-wide supervisor override; see [`Supervisor::install`].
 static INSTALLED_SUPERVISOR: RwLock<Option<PathBuf>> = RwLock::new(None);
 
@@ -161,14 +191,23 @@ impl Supervisor {
         *installed = Some(program.into());
     }
 
-    /// The installed supervisor binary, else this process's own executable.
+    /// The installed supervisor binary; else this process's own executable when it
+    /// is one that supervises (its `main` called [`supervise_if_requested`]); else a
+    /// `toolgate` binary beside this executable or one directory up (where cargo puts
+    /// it for the library's own tests); else this process's executable all the same,
+    /// which then fails the handshake with a clear error.
     pub fn current() -> Supervisor {
         let installed =
             INSTALLED_SUPERVISOR.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match installed.as_ref() {
-            Some(program) => Supervisor::new(program.clone()),
-            None => Supervisor::new("/proc/self/exe"),
+        if let Some(program) = installed.as_ref() {
+            return Supervisor::new(program.clone());
         }
+        if !SELF_SUPERVISES.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(program) = sibling_binary()
+        {
+            return Supervisor::new(program);
+        }
+        Supervisor::new("/proc/self/exe")
     }
 
     pub fn program(&self) -> &Path {
@@ -263,6 +302,8 @@ pub struct Outcome {
     /// The cancel token fired and the tree was killed.
     pub canceled: bool,
     pub duration: Duration,
+    /// How the call's process tree was held.
+    pub containment: Containment,
 }
 
 impl Outcome {
@@ -286,8 +327,16 @@ pub enum ProcessError {
     Handshake { program: PathBuf, detail: String },
     #[error("could not start {program}: {message}")]
     Spawn { program: String, message: String },
-    #[error("the process supervisor stopped before the command finished")]
-    SupervisorLost,
+    #[error(
+        "the command's process supervisor was {} before the command finished; {}",
+        if *stopped { "stopped" } else { "killed" },
+        if *contained {
+            "every process of the command was killed with its cgroup"
+        } else {
+            "its process tree was killed as far as it could still be found"
+        }
+    )]
+    SupervisorLost { stopped: bool, contained: bool },
 }
 
 /// Runs one command under a supervisor and waits until it and everything it started
@@ -303,6 +352,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             timed_out: false,
             canceled: true,
             duration: started.elapsed(),
+            containment: Containment::available().0,
         });
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
@@ -315,15 +365,24 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         Stdin::Bytes(bytes) => Some(bytes.clone()),
     };
 
+    let cgroup = match CallCgroup::create() {
+        Some(Ok(cgroup)) => Some(cgroup),
+        Some(Err(err)) => {
+            tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
+            None
+        }
+        None => None,
+    };
+    let containment = if cgroup.is_some() { Containment::Cgroup } else { Containment::Supervisor };
+
     let mut child = {
         let mut command = tokio::process::Command::new(spec.supervisor.program());
-        command
-            .arg0("toolgate-supervise")
-            .arg(SUPERVISE_ARG)
-            .arg("--parent")
-            .arg(std::process::id().to_string())
-            .arg("--cwd")
-            .arg(&spec.cwd);
+        // The daemon's pid is not on this command line: a command reads its
+        // supervisor's, and the supervisor learns its parent from the control socket.
+        command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).arg("--cwd").arg(&spec.cwd);
+        if let Some(cgroup) = &cgroup {
+            command.arg("--cgroup").arg(cgroup.dir());
+        }
         if let Some(bytes) = &payload {
             command.arg("--stdin-bytes").arg(bytes.len().to_string());
         }
@@ -348,7 +407,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         // `command` is dropped here, and with it the daemon's copy of the
         // supervisor's socket end: from now on only the supervisor holds it.
     };
-    let mut guard = TreeGuard { supervisor: child.id().and_then(pid_from_u32) };
+    let supervisor_pid = child.id().and_then(pid_from_u32);
+    let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
     };
@@ -358,7 +418,13 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let control_finished = CancellationToken::new();
     let (control_outcome, ()) = tokio::join!(
         async {
-            let outcome = drive_control(control, payload, &spec.cancel, deadline).await;
+            let outcome =
+                drive_control(control, payload, &spec.cancel, deadline, supervisor_pid).await;
+            if !outcome.finished {
+                // The supervisor is gone, stopped or unresponsive: kill the tree from
+                // here, which also closes the output pipes its processes hold.
+                guard.kill_now();
+            }
             control_finished.cancel();
             outcome
         },
@@ -382,13 +448,12 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         },
     );
 
-    if control_outcome.finished {
-        // The supervisor exits right after its last report.
-        match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
-            Ok(_) => guard.disarm(),
-            Err(_) => tracing::warn!("the process supervisor did not exit after its report"),
-        }
+    // The supervisor exits right after its last report, or was killed above.
+    match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
+        Ok(_) => guard.disarm(),
+        Err(_) => tracing::warn!("the process supervisor did not exit"),
     }
+    // Removes the call's cgroup, killing whatever is still in it.
     drop(guard);
 
     if let Some(message) = control_outcome.spawn_error {
@@ -403,7 +468,10 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         });
     }
     if !control_outcome.finished && !killed {
-        return Err(ProcessError::SupervisorLost);
+        return Err(ProcessError::SupervisorLost {
+            stopped: control_outcome.supervisor_stopped,
+            contained: containment == Containment::Cgroup,
+        });
     }
 
     let (stdout_budget, stderr_budget) =
@@ -415,28 +483,47 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         timed_out: control_outcome.timed_out,
         canceled: control_outcome.canceled,
         duration: started.elapsed(),
+        containment,
     })
 }
 
 /// Kills the supervisor's descendants if [`run`] ends without the supervisor having
 /// confirmed the tree is gone — above all when the future is dropped mid-call. The
 /// closing control socket makes the supervisor finish the job; this sweep makes the
-/// kill synchronous with the drop instead of a few milliseconds later.
+/// kill synchronous with the drop instead of a few milliseconds later. The call's
+/// cgroup, if any, is killed and removed in every case.
 struct TreeGuard {
+    /// The supervisor while it is our unreaped child (so its pid cannot be reused).
     supervisor: Option<Pid>,
+    cgroup: Option<CallCgroup>,
 }
 
 impl TreeGuard {
+    /// The supervisor has been reaped: only the cgroup is left to clean up.
     fn disarm(&mut self) {
         self.supervisor = None;
+    }
+
+    /// Kills everything now: the cgroup at once, the supervisor's tree (as far as
+    /// `/proc` still links it), and the supervisor itself.
+    fn kill_now(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+        if let Some(supervisor) = self.supervisor {
+            signal_descendants(supervisor);
+            let _ = nix::sys::signal::kill(supervisor, Signal::SIGKILL);
+        }
     }
 }
 
 impl Drop for TreeGuard {
     fn drop(&mut self) {
-        // The supervisor is our unreaped child, so its pid cannot have been reused.
         if let Some(supervisor) = self.supervisor {
             signal_descendants(supervisor);
+        }
+        if let Some(mut cgroup) = self.cgroup.take() {
+            cgroup.kill_and_remove();
         }
     }
 }
@@ -469,6 +556,8 @@ struct ControlOutcome {
     finished: bool,
     timed_out: bool,
     canceled: bool,
+    /// The supervisor was found stopped (SIGSTOP from a command, say).
+    supervisor_stopped: bool,
 }
 
 /// Talks to the supervisor: sends the stdin payload, turns the deadline and the
@@ -479,6 +568,7 @@ async fn drive_control(
     payload: Option<Vec<u8>>,
     cancel: &CancellationToken,
     deadline: Option<Instant>,
+    supervisor: Option<Pid>,
 ) -> ControlOutcome {
     let (reader, writer) = control.into_split();
     let mut writer = Some(writer);
@@ -487,6 +577,8 @@ async fn drive_control(
     let deadline_passed = sleep_until_opt(deadline);
     tokio::pin!(deadline_passed);
     let mut kill_requested_at: Option<Instant> = None;
+    let stopped = supervisor_stopped(supervisor);
+    tokio::pin!(stopped);
 
     if let (Some(bytes), Some(sink)) = (payload, writer.as_mut()) {
         tokio::select! {
@@ -543,9 +635,48 @@ async fn drive_control(
                 tracing::warn!("the process supervisor did not confirm the kill in time");
                 break;
             }
+            () = &mut stopped => {
+                // A stopped supervisor reports nothing and kills nothing: the caller
+                // kills the tree and the supervisor.
+                outcome.supervisor_stopped = true;
+                break;
+            }
         }
     }
     outcome
+}
+
+/// Resolves when the supervisor is found stopped (`T`, or `t` under a tracer), checked
+/// whenever a child of the daemon changes state (the kernel sends SIGCHLD when one
+/// stops) and once right after listening starts, so a stop just before is not missed.
+async fn supervisor_stopped(supervisor: Option<Pid>) {
+    let Some(pid) = supervisor else {
+        return std::future::pending().await;
+    };
+    let is_stopped = || read_state(pid.as_raw()).is_some_and(|state| matches!(state, 'T' | 't'));
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(mut changes) => loop {
+            if is_stopped() {
+                return;
+            }
+            if changes.recv().await.is_none() {
+                return std::future::pending().await;
+            }
+        },
+        // No SIGCHLD stream (no runtime signal driver): look now and then.
+        Err(_) => loop {
+            if is_stopped() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        },
+    }
+}
+
+/// The state letter of `/proc/PID/stat`.
+fn read_state(pid: i32) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
 
 /// Shuts down the daemon's side of the control socket: the supervisor reads
@@ -835,6 +966,7 @@ impl Report {
 /// [`SUPERVISE_ARG`]), returning its exit code; `None` otherwise. The `toolgate`
 /// binary calls this first thing in `main`.
 pub fn supervise_if_requested() -> Option<i32> {
+    SELF_SUPERVISES.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os();
     let _program = args.next();
     if args.next().as_deref() != Some(OsStr::new(SUPERVISE_ARG)) {
@@ -844,7 +976,7 @@ pub fn supervise_if_requested() -> Option<i32> {
 }
 
 /// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
-/// `[--parent PID] [--cwd DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
+/// `[--cwd DIR] [--cgroup DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
 /// control socket as stdin. Returns the process exit code.
 pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let args = match SuperviseArgs::parse(args) {
@@ -867,10 +999,9 @@ pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
 /// The supervisor's command line.
 #[derive(Debug, PartialEq, Eq)]
 struct SuperviseArgs {
-    /// The daemon's pid: if the supervisor's parent is already someone else when it
-    /// starts, the daemon died before the death signal was armed.
-    parent: Option<i32>,
     cwd: Option<PathBuf>,
+    /// The call's cgroup, entered before anything is started.
+    cgroup: Option<PathBuf>,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
     argv: Vec<OsString>,
@@ -879,7 +1010,7 @@ struct SuperviseArgs {
 impl SuperviseArgs {
     fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
         let mut args = args.into_iter();
-        let mut parsed = SuperviseArgs { parent: None, cwd: None, stdin_bytes: None, argv: vec![] };
+        let mut parsed = SuperviseArgs { cwd: None, cgroup: None, stdin_bytes: None, argv: vec![] };
         loop {
             let Some(arg) = args.next() else {
                 return Err("missing `--` before the command".to_owned());
@@ -887,7 +1018,10 @@ impl SuperviseArgs {
             let arg = arg.to_str().map(str::to_owned).ok_or("option is not UTF-8")?;
             match arg.as_str() {
                 "--" => break,
-                "--parent" => parsed.parent = Some(parse_number(args.next(), "--parent")?),
+                "--cgroup" => {
+                    let dir = args.next().ok_or("--cgroup needs a value")?;
+                    parsed.cgroup = Some(PathBuf::from(dir));
+                }
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
@@ -962,19 +1096,31 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // the tree, and its orphans would escape to init.
     nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
-    if let Some(parent) = args.parent
-        && nix::unistd::getppid() != Pid::from_raw(parent)
-    {
-        return Ok(()); // the daemon is already gone: start nothing
-    }
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
-
     let control = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
+    // The daemon created the control socket: if our parent is someone else now, the
+    // daemon died before the death signal was armed. Start nothing.
+    match nix::sys::socket::getsockopt(&control, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(creds) if nix::unistd::getppid() == Pid::from_raw(creds.pid()) => {}
+        Ok(_) => return Ok(()),
+        Err(source) => return Err(SuperviseError::Sys { what: "SO_PEERCRED", source }),
+    }
+    // Commands must not reach into the supervisor (forging reports) or, through its
+    // parent link, into the daemon; see `sandbox::harden`.
+    crate::sandbox::harden::make_not_dumpable()
+        .map_err(|source| SuperviseError::Io { what: "PR_SET_DUMPABLE", source })?;
+    crate::sandbox::harden::drop_reaching_capabilities()
+        .map_err(|source| SuperviseError::Io { what: "dropping capabilities", source })?;
+    if let Some(cgroup) = &args.cgroup {
+        std::fs::write(cgroup.join("cgroup.procs"), "0")
+            .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
+    }
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
+
     let payload = match args.stdin_bytes {
         None => None,
         Some(len) => {

@@ -155,6 +155,7 @@ fn result_for(outcome: &Outcome, timeout: Duration) -> ToolResult {
         .with_meta("truncated", outcome.truncated())
         .with_meta("omitted_bytes", outcome.stdout.omitted_bytes + outcome.stderr.omitted_bytes)
         .with_meta("duration_ms", millis(outcome.duration))
+        .with_meta("containment", outcome.containment.as_str())
 }
 
 /// stdout, then stderr under a `[stderr]` header, then one line saying how it ended.
@@ -215,6 +216,7 @@ mod tests {
             timed_out: false,
             canceled: false,
             duration: Duration::from_millis(12),
+            containment: crate::sandbox::Containment::Supervisor,
         }
     }
 
