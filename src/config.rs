@@ -184,6 +184,7 @@ pub struct Config {
     pub skills: SkillsConfig,
     pub env: EnvConfig,
     pub mcp_servers: Vec<McpServerConfig>,
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// The files that were read, in layer order (the embedded defaults not included).
     #[serde(skip)]
     pub sources: Vec<PathBuf>,
@@ -697,6 +698,7 @@ struct RawConfig {
     mcp_servers: Vec<McpServerConfig>,
     skills: RawSkills,
     env: EnvConfig,
+    sandbox: crate::sandbox::SandboxConfig,
 }
 
 #[derive(Deserialize)]
@@ -901,6 +903,7 @@ impl RawConfig {
             skills: SkillsConfig { dirs },
             env: self.env,
             mcp_servers,
+            sandbox: self.sandbox,
             sources: Vec::new(),
         })
     }

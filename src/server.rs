@@ -93,6 +93,7 @@ pub fn settings_from_config(
 pub fn load_config(explicit: Option<PathBuf>) -> Result<(Config, LoadOptions), ServeError> {
     let options = LoadOptions::from_process(explicit)?;
     let config = Config::load(&options)?;
+    crate::sandbox::configure_from(&config, &options);
     Ok((config, options))
 }
 

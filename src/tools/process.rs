@@ -68,7 +68,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
-use crate::sandbox::{CallCgroup, Containment};
+use crate::sandbox::{CallCgroup, Containment, Limits, Profile};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -241,6 +241,12 @@ pub struct Spec {
     /// Receives every chunk of output as it arrives.
     pub output: OutputSink,
     pub supervisor: Supervisor,
+    /// The kernel sandbox the command enters before `exec`; `None` runs it without.
+    /// With one, the command also gets a private temporary directory (`TMPDIR`),
+    /// writable, removed when the call ends.
+    pub sandbox: Option<Profile>,
+    /// Limits of the call's cgroup, where one is created with the controllers.
+    pub limits: Limits,
 }
 
 impl Spec {
@@ -257,6 +263,8 @@ impl Spec {
             output_cap: DEFAULT_MAX_OUTPUT_BYTES,
             output: OutputSink::discard(),
             supervisor: Supervisor::current(),
+            sandbox: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -304,6 +312,11 @@ pub struct Outcome {
     pub duration: Duration,
     /// How the call's process tree was held.
     pub containment: Containment,
+    /// The kernel sandbox the command ran in, as the supervisor put it in force
+    /// (`None`: none was asked for).
+    pub sandbox: Option<String>,
+    /// A cgroup limit the call ran into (`max_processes`, `max_memory_mb`).
+    pub limit_hit: Option<String>,
 }
 
 impl Outcome {
@@ -353,6 +366,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             canceled: true,
             duration: started.elapsed(),
             containment: Containment::available().0,
+            sandbox: None,
+            limit_hit: None,
         });
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
@@ -374,6 +389,29 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         None => None,
     };
     let containment = if cgroup.is_some() { Containment::Cgroup } else { Containment::Supervisor };
+    if let Some(cgroup) = &cgroup {
+        apply_limits(cgroup, spec.limits);
+    }
+    let mut env = spec.env.clone();
+    let temp_dir = match &spec.sandbox {
+        Some(_) => Some(CallTempDir::create().map_err(ProcessError::Setup)?),
+        None => None,
+    };
+    let sandbox_arg = match &spec.sandbox {
+        Some(profile) => {
+            let mut profile = profile.clone();
+            if let Some(temp) = &temp_dir {
+                profile.write.push(temp.path.clone());
+                env.retain(|(name, _)| !matches!(name.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+                env.push(("TMPDIR".to_owned(), temp.path.to_string_lossy().into_owned()));
+            }
+            Some(
+                serde_json::to_string(&profile)
+                    .map_err(|err| ProcessError::Setup(std::io::Error::other(err.to_string())))?,
+            )
+        }
+        None => None,
+    };
 
     let mut child = {
         let mut command = tokio::process::Command::new(spec.supervisor.program());
@@ -383,6 +421,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         if let Some(cgroup) = &cgroup {
             command.arg("--cgroup").arg(cgroup.dir());
         }
+        if let Some(profile) = &sandbox_arg {
+            command.arg("--sandbox").arg(profile);
+        }
         if let Some(bytes) = &payload {
             command.arg("--stdin-bytes").arg(bytes.len().to_string());
         }
@@ -390,7 +431,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             .arg("--")
             .args(spec.program.argv())
             .env_clear()
-            .envs(spec.env.iter().map(|(name, value)| (name, value)))
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .current_dir("/")
             .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
             .stdout(Stdio::piped())
@@ -408,7 +449,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         // supervisor's socket end: from now on only the supervisor holds it.
     };
     let supervisor_pid = child.id().and_then(pid_from_u32);
-    let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup };
+    let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
     };
@@ -453,6 +494,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         Ok(_) => guard.disarm(),
         Err(_) => tracing::warn!("the process supervisor did not exit"),
     }
+    let limit_hit = guard.cgroup.as_ref().and_then(|cgroup| limit_hit(cgroup, spec.limits));
     // Removes the call's cgroup, killing whatever is still in it.
     drop(guard);
 
@@ -484,7 +526,72 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         canceled: control_outcome.canceled,
         duration: started.elapsed(),
         containment,
+        sandbox: control_outcome.sandbox,
+        limit_hit,
     })
+}
+
+/// Sets the call cgroup's limits where its controllers are there.
+fn apply_limits(cgroup: &CallCgroup, limits: Limits) {
+    let cgroups = crate::sandbox::CallCgroups::get().ok();
+    let has = |name: &str| cgroups.is_some_and(|cgroups| cgroups.has_controller(name));
+    if limits.max_processes > 0
+        && has("pids")
+        && let Err(err) = cgroup.set_limit("pids.max", &limits.max_processes.to_string())
+    {
+        tracing::warn!(%err, "cannot set the call's process limit");
+    }
+    if limits.max_memory_mb > 0 && has("memory") {
+        let bytes = limits.max_memory_mb.saturating_mul(1024 * 1024).to_string();
+        if let Err(err) = cgroup.set_limit("memory.max", &bytes) {
+            tracing::warn!(%err, "cannot set the call's memory limit");
+        }
+    }
+}
+
+/// Which limit the call ran into, if any.
+fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
+    if limits.max_memory_mb > 0 && cgroup.counter("memory.events", "oom_kill") > 0 {
+        return Some(format!(
+            "a process was killed at the memory limit ({} MiB)",
+            limits.max_memory_mb
+        ));
+    }
+    if limits.max_processes > 0 && cgroup.counter("pids.events", "max") > 0 {
+        return Some(format!(
+            "starting a process failed at the process limit ({})",
+            limits.max_processes
+        ));
+    }
+    None
+}
+
+/// A command's private temporary directory (mode 0700), removed with everything in
+/// it when the call ends.
+struct CallTempDir {
+    path: PathBuf,
+}
+
+impl CallTempDir {
+    fn create() -> std::io::Result<CallTempDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("toolgate-call-{}-{number}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(CallTempDir { path })
+    }
+}
+
+impl Drop for CallTempDir {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.path)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(%err, dir = %self.path.display(), "cannot remove a call's temporary directory");
+        }
+    }
 }
 
 /// Kills the supervisor's descendants if [`run`] ends without the supervisor having
@@ -496,6 +603,8 @@ struct TreeGuard {
     /// The supervisor while it is our unreaped child (so its pid cannot be reused).
     supervisor: Option<Pid>,
     cgroup: Option<CallCgroup>,
+    /// Removed after the tree is gone.
+    temp_dir: Option<CallTempDir>,
 }
 
 impl TreeGuard {
@@ -525,6 +634,7 @@ impl Drop for TreeGuard {
         if let Some(mut cgroup) = self.cgroup.take() {
             cgroup.kill_and_remove();
         }
+        drop(self.temp_dir.take());
     }
 }
 
@@ -558,6 +668,8 @@ struct ControlOutcome {
     canceled: bool,
     /// The supervisor was found stopped (SIGSTOP from a command, say).
     supervisor_stopped: bool,
+    /// The sandbox the supervisor put in force.
+    sandbox: Option<String>,
 }
 
 /// Talks to the supervisor: sends the stdin payload, turns the deadline and the
@@ -607,6 +719,7 @@ async fn drive_control(
             line = lines.next_line() => match line {
                 Ok(Some(line)) => match Report::parse(&line) {
                     Some(Report::Spawned(_)) => outcome.spawned = true,
+                    Some(Report::Sandbox(description)) => outcome.sandbox = Some(description),
                     Some(Report::SpawnError(message)) => outcome.spawn_error = Some(message),
                     Some(Report::Exited(status)) => outcome.status = Some(status),
                     Some(Report::Done) => {
@@ -917,6 +1030,8 @@ fn split_budget(cap: usize, stdout_total: u64, stderr_total: u64) -> (usize, usi
 enum Report {
     /// The command started with this pid.
     Spawned(u32),
+    /// The command runs in this sandbox (sent before `Spawned`).
+    Sandbox(String),
     /// The command could not be started; nothing is running.
     SpawnError(String),
     /// The command itself ended this way.
@@ -929,6 +1044,9 @@ impl Report {
     fn to_line(&self) -> String {
         match self {
             Report::Spawned(pid) => format!("spawned {pid}\n"),
+            Report::Sandbox(description) => {
+                format!("sandbox {}\n", description.replace(['\n', '\r'], " "))
+            }
             // One line: the message must not be able to forge another report.
             Report::SpawnError(message) => {
                 format!("spawn-error {}\n", message.replace(['\n', '\r'], " "))
@@ -943,6 +1061,7 @@ impl Report {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         match word {
             "spawned" => rest.parse().ok().map(Report::Spawned),
+            "sandbox" => Some(Report::Sandbox(rest.to_owned())),
             "spawn-error" => Some(Report::SpawnError(rest.to_owned())),
             "exit" => match rest.split_once(' ')? {
                 ("code", code) => {
@@ -1002,6 +1121,8 @@ struct SuperviseArgs {
     cwd: Option<PathBuf>,
     /// The call's cgroup, entered before anything is started.
     cgroup: Option<PathBuf>,
+    /// The command's sandbox profile (JSON).
+    sandbox: Option<String>,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
     argv: Vec<OsString>,
@@ -1010,7 +1131,13 @@ struct SuperviseArgs {
 impl SuperviseArgs {
     fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
         let mut args = args.into_iter();
-        let mut parsed = SuperviseArgs { cwd: None, cgroup: None, stdin_bytes: None, argv: vec![] };
+        let mut parsed = SuperviseArgs {
+            cwd: None,
+            cgroup: None,
+            sandbox: None,
+            stdin_bytes: None,
+            argv: vec![],
+        };
         loop {
             let Some(arg) = args.next() else {
                 return Err("missing `--` before the command".to_owned());
@@ -1021,6 +1148,11 @@ impl SuperviseArgs {
                 "--cgroup" => {
                     let dir = args.next().ok_or("--cgroup needs a value")?;
                     parsed.cgroup = Some(PathBuf::from(dir));
+                }
+                "--sandbox" => {
+                    let profile = args.next().ok_or("--sandbox needs a value")?;
+                    let profile = profile.into_string().map_err(|_| "--sandbox is not UTF-8")?;
+                    parsed.sandbox = Some(profile);
                 }
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
@@ -1138,6 +1270,21 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         command.current_dir(cwd);
     }
     command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+    if let Some(profile) = &args.sandbox {
+        let prepared = serde_json::from_str::<Profile>(profile)
+            .map_err(|err| err.to_string())
+            .and_then(|profile| crate::sandbox::confine::prepare(&profile));
+        match prepared {
+            Ok(prepared) => {
+                send_report(&control, &Report::Sandbox(prepared.description.clone()));
+                crate::sandbox::confine::install(&mut command, prepared);
+            }
+            Err(message) => {
+                send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
+                return Ok(());
+            }
+        }
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
