@@ -495,3 +495,25 @@ fn with_network_off_a_command_cannot_connect_to_loopback() {
     );
     assert_eq!(udp["ok"], json!(false), "{udp}");
 }
+
+#[test]
+fn a_process_limit_caps_a_fork_flood_and_nothing_survives_the_call() {
+    let marker = unique_marker();
+    let mut daemon = McpDaemon::start(&[], Some("[sandbox]\nmax_processes = 100\n"));
+    let result = daemon.run(
+        &format!(
+            "started=0; for i in $(seq 1 2000); do sleep 1000.{marker} 2>/dev/null & \
+             started=$((started + 1)); done 2>/dev/null; echo started=$started; true"
+        ),
+        60_000,
+    );
+    assert_none_left(&marker, "2,000 background sleeps");
+    match result["metadata"]["limit"].as_str() {
+        Some(limit) => assert!(limit.contains("process limit (100)"), "{result}"),
+        None => eprintln!(
+            "skipped the cap: the call's cgroup has no pids controller here (containment \
+             {:?}); the sleeps were all killed with the call",
+            result["metadata"]["containment"]
+        ),
+    }
+}

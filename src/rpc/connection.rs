@@ -410,6 +410,7 @@ impl Connection {
                     calls_in_flight: self.daemon.calls_in_flight(),
                     tools: self.daemon.registry().names().len(),
                     upstreams: self.daemon.upstreams(),
+                    sandbox: crate::sandbox::status(),
                 },
             ),
             other => {

@@ -269,6 +269,32 @@ impl Spec {
     }
 }
 
+impl Spec {
+    /// A spec for a command a tool runs on a session's behalf, with everything the
+    /// call sets: the session's environment policy, the cwd, the call's deadline,
+    /// cancellation, output budget and live output, and the configured sandbox and
+    /// limits for the session's roots. Any tool that starts a process (run_command,
+    /// skill commands) builds its spec here, so they are all contained and confined
+    /// alike. Fails with the reason when the sandbox is required but unavailable.
+    pub fn for_call(
+        program: Program,
+        cwd: impl Into<PathBuf>,
+        ctx: &super::ToolContext,
+    ) -> Result<Spec, String> {
+        let mut spec = Spec::new(program, cwd);
+        spec.env = ctx.env.env_policy.build();
+        spec.timeout = Some(ctx.timeout);
+        spec.cancel = ctx.cancel.clone();
+        spec.output_cap = ctx.env.max_output_bytes;
+        spec.output = ctx.output.clone();
+        if let Some((profile, limits)) = crate::sandbox::profile_for(&ctx.env.roots)? {
+            spec.sandbox = Some(profile);
+            spec.limits = limits;
+        }
+        Ok(spec)
+    }
+}
+
 /// How the command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitStatus {

@@ -90,21 +90,12 @@ impl Tool for RunCommand {
             Ok(cwd) => cwd,
             Err(err) => return err.into(),
         };
-        let mut spec = Spec::new(Program::Shell(args.command), cwd);
-        spec.env = ctx.env.env_policy.build();
+        let mut spec = match Spec::for_call(Program::Shell(args.command), cwd, &ctx) {
+            Ok(spec) => spec,
+            Err(reason) => return ToolResult::failure(ErrorType::AccessDenied, reason),
+        };
         spec.stdin = Stdin::Closed;
         spec.timeout = Some(own_deadline(ctx.timeout));
-        spec.cancel = ctx.cancel.clone();
-        spec.output_cap = ctx.env.max_output_bytes;
-        spec.output = ctx.output.clone();
-        match crate::sandbox::profile_for(&ctx.env.roots) {
-            Ok(Some((profile, limits))) => {
-                spec.sandbox = Some(profile);
-                spec.limits = limits;
-            }
-            Ok(None) => {}
-            Err(reason) => return ToolResult::failure(ErrorType::AccessDenied, reason),
-        }
         match process::run(spec).await {
             Ok(outcome) => result_for(&outcome, ctx.timeout),
             Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
