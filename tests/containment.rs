@@ -237,6 +237,22 @@ fn outside_kill_is_contained(daemon: &mut McpDaemon) -> Result<(), String> {
 #[test]
 fn a_command_that_kills_its_supervisor_leaves_nothing_running() {
     let mut daemon = McpDaemon::start(&[], Some(NO_SANDBOX));
+    if containment_of(&daemon.run("true", 20_000)) == "supervisor" {
+        // Without a per-call cgroup (a normal user without delegation), what stops
+        // this attack is the sandbox's signal scoping (Landlock ABI 6).
+        daemon = McpDaemon::start(&[], None);
+        let probe = daemon.run("true", 20_000);
+        let abi = sandbox_in_force(&probe)
+            .ok()
+            .and_then(|sandbox| sandbox.strip_prefix("landlock v")?.get(..1)?.parse::<u32>().ok());
+        if abi.is_none_or(|abi| abi < 6) {
+            eprintln!(
+                "skipped: neither a per-call cgroup nor Landlock signal scoping here ({})",
+                probe["metadata"]
+            );
+            return;
+        }
+    }
     let marker = unique_marker();
     let result =
         daemon.run(&format!("setsid sleep 1000.{marker} & sleep 0.1; kill -9 $PPID"), 20_000);
