@@ -100,7 +100,8 @@ fn wait_for_number(path: &Path) -> i32 {
     }
 }
 
-/// `toolgate mcp` on pipes over a temporary root, in bypass mode.
+/// `toolgate mcp` on pipes over a temporary root, in bypass mode. `{root}` in an
+/// extra variable's value stands for the root.
 struct McpDaemon {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -130,7 +131,11 @@ impl McpDaemon {
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
             .env("XDG_STATE_HOME", dir.path().join("state"))
             .env("TOOLGATE_LOG", "warn")
-            .envs(extra_env.iter().copied())
+            .envs(
+                extra_env.iter().map(|(name, value)| {
+                    (*name, value.replace("{root}", &root.display().to_string()))
+                }),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -532,4 +537,31 @@ fn a_process_limit_caps_a_fork_flood_and_nothing_survives_the_call() {
             result["metadata"]["containment"]
         ),
     }
+}
+
+#[test]
+fn toolgate_state_inside_a_root_is_cut_out_of_the_sandbox() {
+    let marker = unique_marker();
+    // The state directory exists before the first command: the sandbox is built per
+    // command, so it sees it.
+    let mut daemon = McpDaemon::start(&[("XDG_STATE_HOME", "{root}/.state")], None);
+    let state = daemon.root.join(".state/toolgate");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("audit.jsonl"), format!("{marker}\n")).unwrap();
+    let probe = daemon.run("true", 20_000);
+    if let Err(reason) = sandbox_in_force(&probe) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let read = daemon.run("cat .state/toolgate/audit.jsonl", 20_000);
+    assert_eq!(read["ok"], json!(false), "{read}");
+    assert!(!read["content"].as_str().unwrap_or_default().contains(&marker), "{read}");
+    let erase = daemon.run(": > .state/toolgate/audit.jsonl", 20_000);
+    assert_eq!(erase["ok"], json!(false), "{erase}");
+    assert!(std::fs::read_to_string(state.join("audit.jsonl")).unwrap().contains(&marker));
+    // The rest of the root stays readable and writable beneath its existing entries
+    // (the directories on the way to a cut-out path only keep their listing).
+    std::fs::create_dir(daemon.root.join("src")).unwrap();
+    let elsewhere = daemon.run("echo ok > src/new && cat src/new && ls .state", 20_000);
+    assert_eq!(elsewhere["ok"], json!(true), "{elsewhere}");
 }
