@@ -602,11 +602,39 @@ impl CallTempDir {
     fn create() -> std::io::Result<CallTempDir> {
         use std::os::unix::fs::DirBuilderExt;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(remove_stale_temp_dirs);
         let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path =
             std::env::temp_dir().join(format!("toolgate-call-{}-{number}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
         Ok(CallTempDir { path })
+    }
+}
+
+/// Removes the temporary directories of daemons that died mid-call (a SIGKILL runs
+/// no destructor): `toolgate-call-<pid>-<n>` directories of this user whose pid is
+/// gone.
+fn remove_stale_temp_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let own_uid = rustix::process::getuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("toolgate-call-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|metadata| metadata.uid() == own_uid);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
