@@ -196,6 +196,7 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// `[audit]`: rotation of the audit log and what it records of arguments.
     pub audit: crate::audit::AuditSettings,
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// The files that were read, in layer order (the embedded defaults not included).
     #[serde(skip)]
     pub sources: Vec<PathBuf>,
@@ -801,6 +802,7 @@ struct RawConfig {
     skills: RawSkills,
     env: EnvConfig,
     audit: crate::audit::AuditSettings,
+    sandbox: crate::sandbox::SandboxConfig,
 }
 
 #[derive(Deserialize)]
@@ -1045,6 +1047,7 @@ impl RawConfig {
             env: self.env,
             mcp_servers,
             audit: self.audit,
+            sandbox: self.sandbox,
             sources: Vec::new(),
         })
     }

@@ -117,6 +117,7 @@ fn defaults_with_no_files() {
         env: EnvConfig { inherit: true, exclude: vec![], set: BTreeMap::new() },
         mcp_servers: vec![],
         audit: crate::audit::AuditSettings::default(),
+        sandbox: crate::sandbox::SandboxConfig::default(),
         sources: vec![],
     };
     assert_eq!(config, expected);
@@ -302,7 +303,7 @@ fn an_unknown_key_is_named_with_its_place() {
     check_user_error(
         "\n[permission]\nmode = \"plan\"\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:2:2: permission: unknown field `permission`, expected one of `server`, `workspace`, `limits`, `permissions`, `hooks`, `mcp_servers`, `skills`, `env`, `audit`"
+            "$T/home/.config/toolgate/config.toml:2:2: permission: unknown field `permission`, expected one of `server`, `workspace`, `limits`, `permissions`, `hooks`, `mcp_servers`, `skills`, `env`, `audit`, `sandbox`"
         ],
     );
     check_user_error(

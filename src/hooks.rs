@@ -9,23 +9,18 @@
 //! model: a finished call cannot be un-run.
 //!
 //! Hooks are local configuration, but their *processes* are treated like any other
-//! child of the daemon: an explicit environment, the session's cwd, their own process
-//! group, capped output, a deadline, and the whole group killed when the deadline passes,
-//! when the call is canceled, or when the hook leaves background processes behind. A hook
+//! child of the daemon: an explicit environment, the session's cwd, the supervision of
+//! [`crate::tools::process`], capped output, a deadline, and the whole tree killed when
+//! the deadline passes, when the call is canceled, or when the hook exits. A hook
 //! that could not be run is never reported as a policy decision: the outcome records it
 //! as an error, and `on_error` alone decides whether the call goes on.
 
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::ChildStdin;
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::{Env, ToolResult};
@@ -163,9 +158,6 @@ pub const MAX_HOOK_OUTPUT_BYTES: usize = 64 * 1024;
 /// Longest reason or feedback text taken from one hook. It lands in the model's context:
 /// enough for a sentence or a short list of findings, not enough to flood the prompt.
 pub const MAX_REASON_BYTES: usize = 8 * 1024;
-
-/// Size of one read from a hook's pipe.
-const READ_CHUNK_BYTES: usize = 8 * 1024;
 
 /// Which hook event is running; serialized with Claude Code's names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -692,60 +684,11 @@ struct Finished {
     stderr: String,
 }
 
-/// Bytes read from one pipe, at most [`MAX_HOOK_OUTPUT_BYTES`].
-#[derive(Debug, Default)]
-struct Captured {
-    bytes: Vec<u8>,
-    truncated: bool,
-}
-
-impl Captured {
-    fn into_text(self) -> String {
-        String::from_utf8_lossy(&self.bytes).into_owned()
-    }
-}
-
-/// Why the wait for a hook ended.
-enum Ending {
-    Exited(ExitStatus),
-    TimedOut,
-    Canceled,
-    WaitFailed(std::io::Error),
-}
-
-/// Kills a hook's process group when dropped (the caller's future was dropped mid-run)
-/// and on demand. The group id stays reserved while any member lives, so killing it
-/// cannot hit an unrelated group; once the leader is reaped and every member is gone,
-/// the number could only be reused after the pid space wraps around, in the short window
-/// before the guard is disarmed.
-struct GroupGuard {
-    pgid: Option<Pid>,
-}
-
-impl GroupGuard {
-    fn kill(&self) {
-        if let Some(pgid) = self.pgid {
-            // ESRCH only means every member is already gone.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-
-    /// The group is dead and reaped: nothing left to kill.
-    fn disarm(&mut self) {
-        self.pgid = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Runs one hook process to its end (or its deadline, or cancellation) and returns its
-/// exit code and output. Everything the hook left running in its process group is
-/// killed before this returns: a hook is a synchronous check, not a way to start
-/// services.
+/// exit code and output. It runs contained exactly like a command (see
+/// [`crate::tools::process`]): everything the hook started, `setsid` and double-forked
+/// children included, is killed before this returns. A hook is a synchronous check,
+/// not a way to start services.
 async fn run_hook(
     hook: &CompiledHook,
     event: HookEvent,
@@ -754,143 +697,48 @@ async fn run_hook(
     env: &[(String, String)],
     cancel: &CancellationToken,
 ) -> Result<Finished, HookFailure> {
+    use crate::tools::process::{self, ExitStatus, Program, Spec, Stdin};
+
     if cancel.is_cancelled() {
         return Err(HookFailure::Canceled);
     }
-    let mut command = tokio::process::Command::new(SHELL);
-    command
-        .arg("-c")
-        .arg(&hook.command)
-        .current_dir(cwd)
-        .env_clear()
-        .envs(env.iter().map(|(name, value)| (name, value)))
-        .env(HOOK_EVENT_VAR, event.as_str())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            return Err(HookFailure::NotStarted(format!("{SHELL} in {}: {err}", cwd.display())));
-        }
+    let mut spec = Spec::new(Program::Shell(hook.command.clone()), cwd);
+    spec.env = env.to_vec();
+    spec.env.retain(|(name, _)| name != HOOK_EVENT_VAR);
+    spec.env.push((HOOK_EVENT_VAR.to_owned(), event.as_str().to_owned()));
+    spec.stdin = Stdin::Bytes(input.to_vec());
+    spec.timeout = Some(hook.timeout);
+    spec.cancel = cancel.child_token();
+    // Room for the whole cap on each stream: stdout is an answer, not a log.
+    spec.output_cap = 2 * MAX_HOOK_OUTPUT_BYTES;
+    let outcome = match process::run(spec).await {
+        Ok(outcome) => outcome,
+        Err(
+            err @ (process::ProcessError::Spawn { .. }
+            | process::ProcessError::StartSupervisor { .. }
+            | process::ProcessError::Handshake { .. }
+            | process::ProcessError::Setup(_)),
+        ) => return Err(HookFailure::NotStarted(format!("{SHELL} in {}: {err}", cwd.display()))),
+        Err(err) => return Err(HookFailure::Io(err.to_string())),
     };
-    // With process_group(0) the group id is the child's pid.
-    let mut group =
-        GroupGuard { pgid: child.id().and_then(|pid| i32::try_from(pid).ok()).map(Pid::from_raw) };
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let mut stdout_buf = Captured::default();
-    let mut stderr_buf = Captured::default();
-    let deadline = tokio::time::sleep(hook.timeout);
-    tokio::pin!(deadline);
-
-    let ending = {
-        let io = async {
-            tokio::join!(
-                feed_stdin(stdin, input),
-                read_capped(stdout, &mut stdout_buf),
-                read_capped(stderr, &mut stderr_buf),
-            )
-        };
-        tokio::pin!(io);
-        let mut io_done = false;
-        let ending = loop {
-            tokio::select! {
-                biased;
-                _ = &mut io, if !io_done => io_done = true,
-                status = child.wait() => match status {
-                    Ok(status) => break Ending::Exited(status),
-                    Err(err) => break Ending::WaitFailed(err),
-                },
-                () = cancel.cancelled() => break Ending::Canceled,
-                () = &mut deadline => break Ending::TimedOut,
-            }
-        };
-        // The leader is gone (or must go): take everything it started with it, which also
-        // closes the pipes those processes held open.
-        group.kill();
-        match ending {
-            Ending::Exited(status) => {
-                if !io_done {
-                    // Only a process that left the group (setsid) can still hold the
-                    // pipes; the deadline bounds how long it may do so.
-                    tokio::select! {
-                        _ = &mut io => {}
-                        () = cancel.cancelled() => {}
-                        () = &mut deadline => {}
-                    }
-                }
-                Ending::Exited(status)
-            }
-            other => {
-                // The group kill already took the leader; killing it directly as well
-                // covers a leader whose group id was unknown. Then reap it so that it
-                // does not linger as a zombie.
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                other
-            }
-        }
-    };
-    group.disarm();
-
-    if stdout_buf.truncated || stderr_buf.truncated {
+    if outcome.canceled {
+        return Err(HookFailure::Canceled);
+    }
+    if outcome.timed_out {
+        return Err(HookFailure::TimedOut { timeout_ms: hook.timeout_ms });
+    }
+    if outcome.truncated() {
         tracing::debug!(command = %hook.command, "hook output truncated to {MAX_HOOK_OUTPUT_BYTES} bytes");
     }
-    match ending {
-        Ending::Exited(status) => match status.code() {
-            Some(code) => Ok(Finished {
-                code,
-                stdout_truncated: stdout_buf.truncated,
-                stdout: stdout_buf.into_text(),
-                stderr: stderr_buf.into_text(),
-            }),
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                Err(HookFailure::Signaled(status.signal().unwrap_or(0)))
-            }
-        },
-        Ending::TimedOut => Err(HookFailure::TimedOut { timeout_ms: hook.timeout_ms }),
-        Ending::Canceled => Err(HookFailure::Canceled),
-        Ending::WaitFailed(err) => Err(HookFailure::Io(format!("waiting for the hook: {err}"))),
-    }
-}
-
-/// Writes the input JSON and closes stdin so the hook sees end of file. A hook that
-/// never reads its stdin makes the write fail with a broken pipe, which is fine.
-async fn feed_stdin(stdin: Option<ChildStdin>, input: &[u8]) {
-    if let Some(mut stdin) = stdin {
-        if let Err(err) = stdin.write_all(input).await {
-            tracing::trace!(error = %err, "hook did not read all of its input");
-        }
-        drop(stdin);
-    }
-}
-
-/// Reads a pipe to its end, keeping the first [`MAX_HOOK_OUTPUT_BYTES`].
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, out: &mut Captured) {
-    let Some(mut pipe) = pipe else {
-        return;
-    };
-    let mut chunk = [0u8; READ_CHUNK_BYTES];
-    loop {
-        let n_read = match pipe.read(&mut chunk).await {
-            Ok(0) => return,
-            Ok(n_read) => n_read,
-            Err(err) => {
-                tracing::debug!(error = %err, "reading hook output failed");
-                return;
-            }
-        };
-        let room = MAX_HOOK_OUTPUT_BYTES.saturating_sub(out.bytes.len());
-        let keep = n_read.min(room);
-        out.bytes.extend_from_slice(&chunk[..keep]);
-        if keep < n_read {
-            out.truncated = true;
-        }
+    match outcome.status {
+        Some(ExitStatus::Code(code)) => Ok(Finished {
+            code,
+            stdout_truncated: outcome.stdout.omitted_bytes > 0,
+            stdout: outcome.stdout.text,
+            stderr: outcome.stderr.text,
+        }),
+        Some(ExitStatus::Signal(signal)) => Err(HookFailure::Signaled(signal)),
+        None => Err(HookFailure::Io("the hook's exit status could not be determined".to_owned())),
     }
 }
 

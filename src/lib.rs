@@ -6,6 +6,8 @@
 
 pub mod tools;
 
+pub mod sandbox;
+
 pub mod upstream;
 
 pub mod skills;

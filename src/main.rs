@@ -212,6 +212,14 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
+/// Before the runtime starts threads: secrets out of the environment block, the
+/// process not dumpable (see `toolgate::sandbox::harden`).
+fn harden_daemon() {
+    for problem in toolgate::sandbox::harden_daemon() {
+        tracing::warn!("{problem}");
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { config } => toolgate::cli::check_config(config),
@@ -223,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // (taking them edits the environment).
             let inherited =
                 if stdio { Vec::new() } else { toolgate::systemd::inherited_listeners()? };
+            harden_daemon();
             runtime()?.block_on(toolgate::server::serve(toolgate::server::ServeOptions {
                 config,
                 stdio,
@@ -232,6 +241,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
+            harden_daemon();
             runtime()?.block_on(toolgate::server::serve_mcp(
                 toolgate::server::McpCommandOptions {
                     config,

@@ -276,6 +276,11 @@ pub struct DaemonStatusResult {
     /// The configured upstream MCP servers, by name.
     #[serde(default)]
     pub upstreams: Vec<UpstreamStatus>,
+    /// The kernel sandbox and process containment commands get: `landlock_abi` (0:
+    /// none), `enabled`, `required`, `network`, `containment` (`cgroup` or
+    /// `supervisor`), `containment_note` (why not a cgroup) and a `summary` line.
+    #[serde(default)]
+    pub sandbox: Value,
 }
 
 /// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).
@@ -348,6 +353,7 @@ impl From<Status> for DaemonStatusResult {
             calls_in_flight: status.calls_in_flight,
             tools: status.tools,
             upstreams: status.upstreams,
+            sandbox: status.sandbox,
         }
     }
 }

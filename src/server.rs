@@ -173,6 +173,7 @@ pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, Ser
 pub fn load_config(explicit: Option<PathBuf>) -> Result<(Config, LoadOptions), ServeError> {
     let options = LoadOptions::from_process(explicit)?;
     let config = Config::load(&options)?;
+    crate::sandbox::configure_from(&config, &options);
     Ok((config, options))
 }
 

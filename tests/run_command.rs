@@ -262,8 +262,6 @@ async fn supervise_by_hand(
     let mut command = std::process::Command::new(TOOLGATE);
     command
         .arg(SUPERVISE_ARG)
-        .arg("--parent")
-        .arg(std::process::id().to_string())
         .arg("--cwd")
         .arg(dir)
         .arg("--")

@@ -68,6 +68,9 @@ pub struct Status {
     pub calls_in_flight: usize,
     pub tools: usize,
     pub upstreams: Vec<UpstreamStatus>,
+    /// The kernel sandbox and process containment commands get (see
+    /// `sandbox::status`).
+    pub sandbox: serde_json::Value,
 }
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
@@ -641,6 +644,7 @@ impl Daemon {
             calls_in_flight: self.calls_in_flight(),
             tools: self.registry.names().len(),
             upstreams: self.upstreams(),
+            sandbox: crate::sandbox::status(),
         }
     }
 }

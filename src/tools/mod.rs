@@ -314,8 +314,10 @@ impl EnvPolicy {
     /// The complete environment for a child process: filtered inheritance plus the
     /// explicit variables.
     pub fn build(&self) -> Vec<(String, String)> {
-        let mut vars: Vec<(String, String)> =
-            std::env::vars().filter(|(name, _)| self.inherits(name)).collect();
+        let mut vars: Vec<(String, String)> = crate::sandbox::daemon_environment()
+            .into_iter()
+            .filter(|(name, _)| self.inherits(name))
+            .collect();
         for (name, value) in &self.set {
             vars.retain(|(existing, _)| existing != name);
             vars.push((name.clone(), value.clone()));

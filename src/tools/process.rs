@@ -19,11 +19,22 @@
 //!    and again until none is left, reaping them all;
 //! 4. reports the command's exit status and that the tree is gone.
 //!
+//! Where the daemon can create cgroups ([`crate::sandbox::cgroup`]), the supervisor
+//! first moves itself into a cgroup of its own for the call, and the daemon kills that
+//! cgroup when the call ends. That covers what the walk cannot: a supervisor killed
+//! (by the command, or from outside as the OOM killer would) leaves orphans that no
+//! longer descend from it, but they are still in the cgroup. A supervisor found
+//! stopped (it gets SIGSTOP from the command) is killed with its tree. The supervisor
+//! is not dumpable and, under a root daemon, drops the capabilities that reach into
+//! other processes before it starts the command ([`crate::sandbox::harden`]).
+//!
 //! The daemon talks to the supervisor over a Unix socket pair installed as the
 //! supervisor's stdin (`fd 0`). The daemon sends the command's stdin bytes, then
 //! nothing: closing (or shutting down) its end means "kill everything now". Because the
 //! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
 //! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
+//! supervisor learns the daemon's pid from the socket (`SO_PEERCRED`), never from its
+//! command line, which any command can read. The
 //! supervisor answers with newline-terminated report lines (`spawned PID`, `exit code
 //! N`, `done`, ...). If the daemon's future is dropped mid-call, a guard also sweeps
 //! the supervisor's descendants itself, so the kill does not wait for the supervisor.
@@ -57,6 +68,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
+use crate::sandbox::{CallCgroup, Containment, Limits, Profile};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -134,6 +146,24 @@ pub enum Stdin {
     Bytes(Vec<u8>),
 }
 
+/// Set when this process's `main` checks for the supervisor mode, i.e. its own
+/// executable can supervise.
+static SELF_SUPERVISES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A `toolgate` binary next to the running executable or one directory above it.
+fn sibling_binary() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let exe = std::env::current_exe().ok()?;
+            let dir = exe.parent()?;
+            [dir.join("toolgate"), dir.parent()?.join("toolgate")]
+                .into_iter()
+                .find(|candidate| candidate.is_file() && *candidate != exe)
+        })
+        .clone()
+}
+
 /// Serializes the process-wide supervisor override; see [`Supervisor::install`].
 static INSTALLED_SUPERVISOR: RwLock<Option<PathBuf>> = RwLock::new(None);
 
@@ -161,14 +191,23 @@ impl Supervisor {
         *installed = Some(program.into());
     }
 
-    /// The installed supervisor binary, else this process's own executable.
+    /// The installed supervisor binary; else this process's own executable when it
+    /// is one that supervises (its `main` called [`supervise_if_requested`]); else a
+    /// `toolgate` binary beside this executable or one directory up (where cargo puts
+    /// it for the library's own tests); else this process's executable all the same,
+    /// which then fails the handshake with a clear error.
     pub fn current() -> Supervisor {
         let installed =
             INSTALLED_SUPERVISOR.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match installed.as_ref() {
-            Some(program) => Supervisor::new(program.clone()),
-            None => Supervisor::new("/proc/self/exe"),
+        if let Some(program) = installed.as_ref() {
+            return Supervisor::new(program.clone());
         }
+        if !SELF_SUPERVISES.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(program) = sibling_binary()
+        {
+            return Supervisor::new(program);
+        }
+        Supervisor::new("/proc/self/exe")
     }
 
     pub fn program(&self) -> &Path {
@@ -205,6 +244,12 @@ pub struct Spec {
     /// Receives every chunk of output as it arrives.
     pub output: OutputSink,
     pub supervisor: Supervisor,
+    /// The kernel sandbox the command enters before `exec`; `None` runs it without.
+    /// With one, the command also gets a private temporary directory (`TMPDIR`),
+    /// writable, removed when the call ends.
+    pub sandbox: Option<Profile>,
+    /// Limits of the call's cgroup, where one is created with the controllers.
+    pub limits: Limits,
 }
 
 impl Spec {
@@ -222,7 +267,35 @@ impl Spec {
             output_cap: DEFAULT_MAX_OUTPUT_BYTES,
             output: OutputSink::discard(),
             supervisor: Supervisor::current(),
+            sandbox: None,
+            limits: Limits::default(),
         }
+    }
+}
+
+impl Spec {
+    /// A spec for a command a tool runs on a session's behalf, with everything the
+    /// call sets: the session's environment policy, the cwd, the call's deadline,
+    /// cancellation, output budget and live output, and the configured sandbox and
+    /// limits for the session's roots. Any tool that starts a process (run_command,
+    /// skill commands) builds its spec here, so they are all contained and confined
+    /// alike. Fails with the reason when the sandbox is required but unavailable.
+    pub fn for_call(
+        program: Program,
+        cwd: impl Into<PathBuf>,
+        ctx: &super::ToolContext,
+    ) -> Result<Spec, String> {
+        let mut spec = Spec::new(program, cwd);
+        spec.env = ctx.env.env_policy.build();
+        spec.timeout = Some(ctx.timeout);
+        spec.cancel = ctx.cancel.clone();
+        spec.output_cap = ctx.env.max_output_bytes;
+        spec.output = ctx.output.clone();
+        if let Some((profile, limits)) = crate::sandbox::profile_for(&ctx.env.roots)? {
+            spec.sandbox = Some(profile);
+            spec.limits = limits;
+        }
+        Ok(spec)
     }
 }
 
@@ -267,6 +340,13 @@ pub struct Outcome {
     /// The cancel token fired and the tree was killed.
     pub canceled: bool,
     pub duration: Duration,
+    /// How the call's process tree was held.
+    pub containment: Containment,
+    /// The kernel sandbox the command ran in, as the supervisor put it in force
+    /// (`None`: none was asked for).
+    pub sandbox: Option<String>,
+    /// A cgroup limit the call ran into (`max_processes`, `max_memory_mb`).
+    pub limit_hit: Option<String>,
 }
 
 impl Outcome {
@@ -290,8 +370,16 @@ pub enum ProcessError {
     Handshake { program: PathBuf, detail: String },
     #[error("could not start {program}: {message}")]
     Spawn { program: String, message: String },
-    #[error("the process supervisor stopped before the command finished")]
-    SupervisorLost,
+    #[error(
+        "the command's process supervisor was {} before the command finished; {}",
+        if *stopped { "stopped" } else { "killed" },
+        if *contained {
+            "every process of the command was killed with its cgroup"
+        } else {
+            "its process tree was killed as far as it could still be found"
+        }
+    )]
+    SupervisorLost { stopped: bool, contained: bool },
 }
 
 /// Runs one command under a supervisor and waits until it and everything it started
@@ -307,6 +395,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             timed_out: false,
             canceled: true,
             duration: started.elapsed(),
+            containment: Containment::available().0,
+            sandbox: None,
+            limit_hit: None,
         });
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
@@ -322,17 +413,52 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         Stdin::Bytes(bytes) => Some(bytes.clone()),
     };
 
+    let cgroup = match CallCgroup::create() {
+        Some(Ok(cgroup)) => Some(cgroup),
+        Some(Err(err)) => {
+            tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
+            None
+        }
+        None => None,
+    };
+    let containment = if cgroup.is_some() { Containment::Cgroup } else { Containment::Supervisor };
+    if let Some(cgroup) = &cgroup {
+        apply_limits(cgroup, spec.limits);
+    }
+    let mut env = spec.env.clone();
+    let temp_dir = match &spec.sandbox {
+        Some(_) => Some(CallTempDir::create().map_err(ProcessError::Setup)?),
+        None => None,
+    };
+    let sandbox_arg = match &spec.sandbox {
+        Some(profile) => {
+            let mut profile = profile.clone();
+            if let Some(temp) = &temp_dir {
+                profile.write.push(temp.path.clone());
+                env.retain(|(name, _)| !matches!(name.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+                env.push(("TMPDIR".to_owned(), temp.path.to_string_lossy().into_owned()));
+            }
+            Some(
+                serde_json::to_string(&profile)
+                    .map_err(|err| ProcessError::Setup(std::io::Error::other(err.to_string())))?,
+            )
+        }
+        None => None,
+    };
+
     let mut child = {
         let mut command = tokio::process::Command::new(spec.supervisor.program());
-        command
-            .arg0("toolgate-supervise")
-            .arg(SUPERVISE_ARG)
-            .arg("--parent")
-            .arg(std::process::id().to_string())
-            .arg("--cwd")
-            .arg(&spec.cwd);
+        // The daemon's pid is not on this command line: a command reads its
+        // supervisor's, and the supervisor learns its parent from the control socket.
+        command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).arg("--cwd").arg(&spec.cwd);
         if spec.cwd_dir.is_some() {
             command.arg("--cwd-fd");
+        }
+        if let Some(cgroup) = &cgroup {
+            command.arg("--cgroup").arg(cgroup.dir());
+        }
+        if let Some(profile) = &sandbox_arg {
+            command.arg("--sandbox").arg(profile);
         }
         if let Some(bytes) = &payload {
             command.arg("--stdin-bytes").arg(bytes.len().to_string());
@@ -341,7 +467,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             .arg("--")
             .args(spec.program.argv())
             .env_clear()
-            .envs(spec.env.iter().map(|(name, value)| (name, value)))
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .current_dir("/")
             .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
             .stdout(Stdio::piped())
@@ -358,7 +484,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         // `command` is dropped here, and with it the daemon's copy of the
         // supervisor's socket end: from now on only the supervisor holds it.
     };
-    let mut guard = TreeGuard { supervisor: child.id().and_then(pid_from_u32) };
+    let supervisor_pid = child.id().and_then(pid_from_u32);
+    let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
     };
@@ -368,7 +495,13 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let control_finished = CancellationToken::new();
     let (control_outcome, ()) = tokio::join!(
         async {
-            let outcome = drive_control(control, payload, &spec.cancel, deadline).await;
+            let outcome =
+                drive_control(control, payload, &spec.cancel, deadline, supervisor_pid).await;
+            if !outcome.finished {
+                // The supervisor is gone, stopped or unresponsive: kill the tree from
+                // here, which also closes the output pipes its processes hold.
+                guard.kill_now();
+            }
             control_finished.cancel();
             outcome
         },
@@ -392,13 +525,13 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         },
     );
 
-    if control_outcome.finished {
-        // The supervisor exits right after its last report.
-        match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
-            Ok(_) => guard.disarm(),
-            Err(_) => tracing::warn!("the process supervisor did not exit after its report"),
-        }
+    // The supervisor exits right after its last report, or was killed above.
+    match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
+        Ok(_) => guard.disarm(),
+        Err(_) => tracing::warn!("the process supervisor did not exit"),
     }
+    let limit_hit = guard.cgroup.as_ref().and_then(|cgroup| limit_hit(cgroup, spec.limits));
+    // Removes the call's cgroup, killing whatever is still in it.
     drop(guard);
 
     if let Some(message) = control_outcome.spawn_error {
@@ -413,7 +546,10 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         });
     }
     if !control_outcome.finished && !killed {
-        return Err(ProcessError::SupervisorLost);
+        return Err(ProcessError::SupervisorLost {
+            stopped: control_outcome.supervisor_stopped,
+            contained: containment == Containment::Cgroup,
+        });
     }
 
     let (stdout_budget, stderr_budget) =
@@ -425,29 +561,144 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         timed_out: control_outcome.timed_out,
         canceled: control_outcome.canceled,
         duration: started.elapsed(),
+        containment,
+        sandbox: control_outcome.sandbox,
+        limit_hit,
     })
+}
+
+/// Sets the call cgroup's limits where its controllers are there.
+fn apply_limits(cgroup: &CallCgroup, limits: Limits) {
+    let cgroups = crate::sandbox::CallCgroups::get().ok();
+    let has = |name: &str| cgroups.is_some_and(|cgroups| cgroups.has_controller(name));
+    if limits.max_processes > 0
+        && has("pids")
+        && let Err(err) = cgroup.set_limit("pids.max", &limits.max_processes.to_string())
+    {
+        tracing::warn!(%err, "cannot set the call's process limit");
+    }
+    if limits.max_memory_mb > 0 && has("memory") {
+        let bytes = limits.max_memory_mb.saturating_mul(1024 * 1024).to_string();
+        if let Err(err) = cgroup.set_limit("memory.max", &bytes) {
+            tracing::warn!(%err, "cannot set the call's memory limit");
+        }
+    }
+}
+
+/// Which limit the call ran into, if any.
+fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
+    if limits.max_memory_mb > 0 && cgroup.counter("memory.events", "oom_kill") > 0 {
+        return Some(format!(
+            "a process was killed at the memory limit ({} MiB)",
+            limits.max_memory_mb
+        ));
+    }
+    if limits.max_processes > 0 && cgroup.counter("pids.events", "max") > 0 {
+        return Some(format!(
+            "starting a process failed at the process limit ({})",
+            limits.max_processes
+        ));
+    }
+    None
+}
+
+/// A command's private temporary directory (mode 0700), removed with everything in
+/// it when the call ends.
+struct CallTempDir {
+    path: PathBuf,
+}
+
+impl CallTempDir {
+    fn create() -> std::io::Result<CallTempDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(remove_stale_temp_dirs);
+        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("toolgate-call-{}-{number}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(CallTempDir { path })
+    }
+}
+
+/// Removes the temporary directories of daemons that died mid-call (a SIGKILL runs
+/// no destructor): `toolgate-call-<pid>-<n>` directories of this user whose pid is
+/// gone.
+fn remove_stale_temp_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let own_uid = rustix::process::getuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("toolgate-call-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|metadata| metadata.uid() == own_uid);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+impl Drop for CallTempDir {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.path)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(%err, dir = %self.path.display(), "cannot remove a call's temporary directory");
+        }
+    }
 }
 
 /// Kills the supervisor's descendants if [`run`] ends without the supervisor having
 /// confirmed the tree is gone — above all when the future is dropped mid-call. The
 /// closing control socket makes the supervisor finish the job; this sweep makes the
-/// kill synchronous with the drop instead of a few milliseconds later.
+/// kill synchronous with the drop instead of a few milliseconds later. The call's
+/// cgroup, if any, is killed and removed in every case.
 struct TreeGuard {
+    /// The supervisor while it is our unreaped child (so its pid cannot be reused).
     supervisor: Option<Pid>,
+    cgroup: Option<CallCgroup>,
+    /// Removed after the tree is gone.
+    temp_dir: Option<CallTempDir>,
 }
 
 impl TreeGuard {
+    /// The supervisor has been reaped: only the cgroup is left to clean up.
     fn disarm(&mut self) {
         self.supervisor = None;
+    }
+
+    /// Kills everything now: the cgroup at once, the supervisor's tree (as far as
+    /// `/proc` still links it), and the supervisor itself.
+    fn kill_now(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+        if let Some(supervisor) = self.supervisor {
+            signal_descendants(supervisor);
+            let _ = nix::sys::signal::kill(supervisor, Signal::SIGKILL);
+        }
     }
 }
 
 impl Drop for TreeGuard {
     fn drop(&mut self) {
-        // The supervisor is our unreaped child, so its pid cannot have been reused.
         if let Some(supervisor) = self.supervisor {
             signal_descendants(supervisor);
         }
+        if let Some(mut cgroup) = self.cgroup.take() {
+            cgroup.kill_and_remove();
+        }
+        drop(self.temp_dir.take());
     }
 }
 
@@ -479,6 +730,10 @@ struct ControlOutcome {
     finished: bool,
     timed_out: bool,
     canceled: bool,
+    /// The supervisor was found stopped (SIGSTOP from a command, say).
+    supervisor_stopped: bool,
+    /// The sandbox the supervisor put in force.
+    sandbox: Option<String>,
 }
 
 /// Talks to the supervisor: sends the stdin payload, turns the deadline and the
@@ -489,6 +744,7 @@ async fn drive_control(
     payload: Option<Vec<u8>>,
     cancel: &CancellationToken,
     deadline: Option<Instant>,
+    supervisor: Option<Pid>,
 ) -> ControlOutcome {
     let (reader, writer) = control.into_split();
     let mut writer = Some(writer);
@@ -497,6 +753,8 @@ async fn drive_control(
     let deadline_passed = sleep_until_opt(deadline);
     tokio::pin!(deadline_passed);
     let mut kill_requested_at: Option<Instant> = None;
+    let stopped = supervisor_stopped(supervisor);
+    tokio::pin!(stopped);
 
     if let (Some(bytes), Some(sink)) = (payload, writer.as_mut()) {
         tokio::select! {
@@ -525,6 +783,7 @@ async fn drive_control(
             line = lines.next_line() => match line {
                 Ok(Some(line)) => match Report::parse(&line) {
                     Some(Report::Spawned(_)) => outcome.spawned = true,
+                    Some(Report::Sandbox(description)) => outcome.sandbox = Some(description),
                     Some(Report::SpawnError(message)) => outcome.spawn_error = Some(message),
                     Some(Report::Exited(status)) => outcome.status = Some(status),
                     Some(Report::Done) => {
@@ -553,9 +812,48 @@ async fn drive_control(
                 tracing::warn!("the process supervisor did not confirm the kill in time");
                 break;
             }
+            () = &mut stopped => {
+                // A stopped supervisor reports nothing and kills nothing: the caller
+                // kills the tree and the supervisor.
+                outcome.supervisor_stopped = true;
+                break;
+            }
         }
     }
     outcome
+}
+
+/// Resolves when the supervisor is found stopped (`T`, or `t` under a tracer), checked
+/// whenever a child of the daemon changes state (the kernel sends SIGCHLD when one
+/// stops) and once right after listening starts, so a stop just before is not missed.
+async fn supervisor_stopped(supervisor: Option<Pid>) {
+    let Some(pid) = supervisor else {
+        return std::future::pending().await;
+    };
+    let is_stopped = || read_state(pid.as_raw()).is_some_and(|state| matches!(state, 'T' | 't'));
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(mut changes) => loop {
+            if is_stopped() {
+                return;
+            }
+            if changes.recv().await.is_none() {
+                return std::future::pending().await;
+            }
+        },
+        // No SIGCHLD stream (no runtime signal driver): look now and then.
+        Err(_) => loop {
+            if is_stopped() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        },
+    }
+}
+
+/// The state letter of `/proc/PID/stat`.
+fn read_state(pid: i32) -> Option<char> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
 }
 
 /// Shuts down the daemon's side of the control socket: the supervisor reads
@@ -796,6 +1094,8 @@ fn split_budget(cap: usize, stdout_total: u64, stderr_total: u64) -> (usize, usi
 enum Report {
     /// The command started with this pid.
     Spawned(u32),
+    /// The command runs in this sandbox (sent before `Spawned`).
+    Sandbox(String),
     /// The command could not be started; nothing is running.
     SpawnError(String),
     /// The command itself ended this way.
@@ -808,6 +1108,9 @@ impl Report {
     fn to_line(&self) -> String {
         match self {
             Report::Spawned(pid) => format!("spawned {pid}\n"),
+            Report::Sandbox(description) => {
+                format!("sandbox {}\n", description.replace(['\n', '\r'], " "))
+            }
             // One line: the message must not be able to forge another report.
             Report::SpawnError(message) => {
                 format!("spawn-error {}\n", message.replace(['\n', '\r'], " "))
@@ -822,6 +1125,7 @@ impl Report {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         match word {
             "spawned" => rest.parse().ok().map(Report::Spawned),
+            "sandbox" => Some(Report::Sandbox(rest.to_owned())),
             "spawn-error" => Some(Report::SpawnError(rest.to_owned())),
             "exit" => match rest.split_once(' ')? {
                 ("code", code) => {
@@ -845,6 +1149,7 @@ impl Report {
 /// [`SUPERVISE_ARG`]), returning its exit code; `None` otherwise. The `toolgate`
 /// binary calls this first thing in `main`.
 pub fn supervise_if_requested() -> Option<i32> {
+    SELF_SUPERVISES.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os();
     let _program = args.next();
     if args.next().as_deref() != Some(OsStr::new(SUPERVISE_ARG)) {
@@ -854,7 +1159,7 @@ pub fn supervise_if_requested() -> Option<i32> {
 }
 
 /// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
-/// `[--parent PID] [--cwd DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
+/// `[--cwd DIR] [--cgroup DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
 /// control socket as stdin. Returns the process exit code.
 pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let args = match SuperviseArgs::parse(args) {
@@ -877,12 +1182,13 @@ pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
 /// The supervisor's command line.
 #[derive(Debug, PartialEq, Eq)]
 struct SuperviseArgs {
-    /// The daemon's pid: if the supervisor's parent is already someone else when it
-    /// starts, the daemon died before the death signal was armed.
-    parent: Option<i32>,
     cwd: Option<PathBuf>,
     /// `--cwd-fd`: the working directory arrives as a descriptor on the control socket.
     cwd_fd: bool,
+    /// The call's cgroup, entered before anything is started.
+    cgroup: Option<PathBuf>,
+    /// The command's sandbox profile (JSON).
+    sandbox: Option<String>,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
     argv: Vec<OsString>,
@@ -892,9 +1198,10 @@ impl SuperviseArgs {
     fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
         let mut args = args.into_iter();
         let mut parsed = SuperviseArgs {
-            parent: None,
             cwd: None,
             cwd_fd: false,
+            cgroup: None,
+            sandbox: None,
             stdin_bytes: None,
             argv: vec![],
         };
@@ -905,7 +1212,15 @@ impl SuperviseArgs {
             let arg = arg.to_str().map(str::to_owned).ok_or("option is not UTF-8")?;
             match arg.as_str() {
                 "--" => break,
-                "--parent" => parsed.parent = Some(parse_number(args.next(), "--parent")?),
+                "--cgroup" => {
+                    let dir = args.next().ok_or("--cgroup needs a value")?;
+                    parsed.cgroup = Some(PathBuf::from(dir));
+                }
+                "--sandbox" => {
+                    let profile = args.next().ok_or("--sandbox needs a value")?;
+                    let profile = profile.into_string().map_err(|_| "--sandbox is not UTF-8")?;
+                    parsed.sandbox = Some(profile);
+                }
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
@@ -981,19 +1296,31 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // the tree, and its orphans would escape to init.
     nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
         .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
-    if let Some(parent) = args.parent
-        && nix::unistd::getppid() != Pid::from_raw(parent)
-    {
-        return Ok(()); // the daemon is already gone: start nothing
-    }
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
-
     let control = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
+    // The daemon created the control socket: if our parent is someone else now, the
+    // daemon died before the death signal was armed. Start nothing.
+    match nix::sys::socket::getsockopt(&control, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(creds) if nix::unistd::getppid() == Pid::from_raw(creds.pid()) => {}
+        Ok(_) => return Ok(()),
+        Err(source) => return Err(SuperviseError::Sys { what: "SO_PEERCRED", source }),
+    }
+    // Commands must not reach into the supervisor (forging reports) or, through its
+    // parent link, into the daemon; see `sandbox::harden`.
+    crate::sandbox::harden::make_not_dumpable()
+        .map_err(|source| SuperviseError::Io { what: "PR_SET_DUMPABLE", source })?;
+    crate::sandbox::harden::drop_reaching_capabilities()
+        .map_err(|source| SuperviseError::Io { what: "dropping capabilities", source })?;
+    if let Some(cgroup) = &args.cgroup {
+        std::fs::write(cgroup.join("cgroup.procs"), "0")
+            .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
+    }
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
+
     if args.cwd_fd
         && let Err(err) = super::fs::cwd::enter_received_dir(&control)
     {
@@ -1017,6 +1344,21 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         command.current_dir(cwd);
     }
     command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+    if let Some(profile) = &args.sandbox {
+        let prepared = serde_json::from_str::<Profile>(profile)
+            .map_err(|err| err.to_string())
+            .and_then(|profile| crate::sandbox::confine::prepare(&profile));
+        match prepared {
+            Ok(prepared) => {
+                send_report(&control, &Report::Sandbox(prepared.description.clone()));
+                crate::sandbox::confine::install(&mut command, prepared);
+            }
+            Err(message) => {
+                send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
+                return Ok(());
+            }
+        }
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {

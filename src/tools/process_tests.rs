@@ -149,10 +149,10 @@ fn supervise_args_parse() {
     let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
     assert_eq!(
         SuperviseArgs::parse(args(&[
-            "--parent",
-            "12",
             "--cwd",
             "/tmp",
+            "--cgroup",
+            "/sys/fs/cgroup/toolgate/1-2",
             "--stdin-bytes",
             "5",
             "--",
@@ -161,21 +161,23 @@ fn supervise_args_parse() {
             "x"
         ])),
         Ok(SuperviseArgs {
-            parent: Some(12),
             cwd: Some(PathBuf::from("/tmp")),
             cwd_fd: false,
+            cgroup: Some(PathBuf::from("/sys/fs/cgroup/toolgate/1-2")),
+            sandbox: None,
             stdin_bytes: Some(5),
             argv: args(&["/bin/sh", "-c", "x"]),
         })
     );
     // Options after `--` belong to the command.
     assert_eq!(
-        SuperviseArgs::parse(args(&["--", "ls", "--parent"])).unwrap().argv,
-        args(&["ls", "--parent"])
+        SuperviseArgs::parse(args(&["--", "ls", "--cwd"])).unwrap().argv,
+        args(&["ls", "--cwd"])
     );
     assert!(SuperviseArgs::parse(args(&["--",])).is_err());
     assert!(SuperviseArgs::parse(args(&["/bin/sh"])).is_err());
-    assert!(SuperviseArgs::parse(args(&["--parent", "x", "--", "ls"])).is_err());
+    assert!(SuperviseArgs::parse(args(&["--parent", "12", "--", "ls"])).is_err());
+    assert!(SuperviseArgs::parse(args(&["--cgroup"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--stdin-bytes"])).is_err());
 }
 

@@ -90,14 +90,13 @@ impl Tool for RunCommand {
             Ok(cwd) => cwd,
             Err(err) => return err.into(),
         };
-        let mut spec = Spec::new(Program::Shell(args.command), cwd.path);
+        let mut spec = match Spec::for_call(Program::Shell(args.command), cwd.path, &ctx) {
+            Ok(spec) => spec,
+            Err(reason) => return ToolResult::failure(ErrorType::AccessDenied, reason),
+        };
         spec.cwd_dir = Some(std::sync::Arc::new(cwd.fd));
-        spec.env = ctx.env.env_policy.build();
         spec.stdin = Stdin::Closed;
         spec.timeout = Some(own_deadline(ctx.timeout));
-        spec.cancel = ctx.cancel.clone();
-        spec.output_cap = ctx.env.max_output_bytes;
-        spec.output = ctx.output.clone();
         match process::run(spec).await {
             Ok(outcome) => result_for(&outcome, ctx.timeout),
             Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
@@ -150,12 +149,19 @@ fn result_for(outcome: &Outcome, timeout: Duration) -> ToolResult {
         Some(ExitStatus::Signal(signal)) => res.with_meta("signal", signal),
         None => res,
     };
-    res.with_content(render(outcome, timeout))
+    let res = res
+        .with_content(render(outcome, timeout))
         .with_meta("stdout_bytes", outcome.stdout.total_bytes)
         .with_meta("stderr_bytes", outcome.stderr.total_bytes)
         .with_meta("truncated", outcome.truncated())
         .with_meta("omitted_bytes", outcome.stdout.omitted_bytes + outcome.stderr.omitted_bytes)
         .with_meta("duration_ms", millis(outcome.duration))
+        .with_meta("containment", outcome.containment.as_str())
+        .with_meta("sandbox", outcome.sandbox.as_deref().unwrap_or("none"));
+    match &outcome.limit_hit {
+        Some(limit) => res.with_meta("limit", limit.as_str()),
+        None => res,
+    }
 }
 
 /// stdout, then stderr under a `[stderr]` header, then one line saying how it ended.
@@ -216,6 +222,9 @@ mod tests {
             timed_out: false,
             canceled: false,
             duration: Duration::from_millis(12),
+            containment: crate::sandbox::Containment::Supervisor,
+            sandbox: None,
+            limit_hit: None,
         }
     }
 

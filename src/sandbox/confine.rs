@@ -1,0 +1,239 @@
+//! The kernel sandbox a command runs in: a Landlock domain (files, TCP, signal and
+//! abstract-socket scoping) and a seccomp filter (the rest of the network), both
+//! entered by the command's process between `fork` and `exec`, so that the
+//! supervisor — and the daemon — stay outside the domain the command is in.
+//!
+//! This is the only place in the crate with `unsafe`: `pre_exec` itself.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+};
+
+use super::Profile;
+
+/// The newest Landlock ABI this build asks for; the running kernel may give less
+/// (best effort: every right the kernel knows is used).
+const WANTED_ABI: ABI = ABI::V6;
+
+/// What the running kernel offers, probed once: the Landlock ABI in force (0 when
+/// Landlock is missing or disabled).
+pub fn landlock_abi() -> i32 {
+    static ABI_IN_FORCE: OnceLock<i32> = OnceLock::new();
+    *ABI_IN_FORCE.get_or_init(|| {
+        // Restricting a throwaway thread is the one way the crate reports the
+        // kernel's ABI; the restriction ends with the thread.
+        std::thread::spawn(|| {
+            let status = Ruleset::default()
+                .handle_access(AccessFs::Execute)
+                .and_then(|ruleset| ruleset.create())
+                .and_then(RulesetCreated::restrict_self);
+            match status {
+                Ok(status) => match status.landlock {
+                    LandlockStatus::Available { effective_abi, kernel_abi } => {
+                        kernel_abi.unwrap_or(effective_abi as i32)
+                    }
+                    _ => 0,
+                },
+                Err(_) => 0,
+            }
+        })
+        .join()
+        .unwrap_or(0)
+    })
+}
+
+/// A sandbox ready to be entered by a child: built in the supervisor, so that the
+/// child only has to make two system calls.
+pub struct Prepared {
+    ruleset: Option<RulesetCreated>,
+    seccomp: Option<seccompiler::BpfProgram>,
+    /// What is in force, for results and the audit log.
+    pub description: String,
+}
+
+/// Builds the Landlock ruleset and the seccomp filter for `profile`.
+pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
+    let abi = landlock_abi();
+    let mut parts = Vec::new();
+    let ruleset = if abi > 0 {
+        let all = AccessFs::from_all(WANTED_ABI);
+        let read = AccessFs::from_read(WANTED_ABI);
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(all)
+            .map_err(|err| format!("landlock: {err}"))?;
+        if !profile.network {
+            ruleset = ruleset
+                .handle_access(AccessNet::from_all(WANTED_ABI))
+                .map_err(|err| format!("landlock: {err}"))?;
+        }
+        ruleset = ruleset
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)
+            .map_err(|err| format!("landlock: {err}"))?;
+        let mut created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
+        let (read_paths, read_dirs_only) = carve(&profile.read, &profile.protect);
+        let (write_paths, write_dirs_only) = carve(&profile.write, &profile.protect);
+        created = created
+            .add_rules(path_beneath_rules(read_paths, read))
+            .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
+            .and_then(|created| {
+                created.add_rules(path_beneath_rules(
+                    read_dirs_only.into_iter().chain(write_dirs_only),
+                    AccessFs::ReadDir,
+                ))
+            })
+            .map_err(|err| format!("landlock: {err}"))?;
+        parts.push(format!("landlock v{abi}"));
+        Some(created)
+    } else {
+        None
+    };
+    let seccomp = if profile.network {
+        None
+    } else {
+        parts.push(if abi >= 4 {
+            "network off (landlock tcp, seccomp)".to_owned()
+        } else {
+            "network off (seccomp)".to_owned()
+        });
+        Some(network_filter()?)
+    };
+    let description = if parts.is_empty() { "none".to_owned() } else { parts.join(", ") };
+    Ok(Prepared { ruleset, seccomp, description })
+}
+
+/// Makes `command`'s process enter the sandbox right before `exec`.
+pub fn install(command: &mut std::process::Command, prepared: Prepared) {
+    let Prepared { ruleset, seccomp, .. } = prepared;
+    let ruleset = Mutex::new(ruleset);
+    let enter = move || -> std::io::Result<()> {
+        let ruleset = ruleset.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(ruleset) = ruleset {
+            match ruleset.restrict_self() {
+                Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {}
+                Ok(_) => return Err(std::io::Error::other("landlock was not enforced")),
+                Err(err) => return Err(std::io::Error::other(err)),
+            }
+        }
+        if let Some(program) = &seccomp {
+            seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
+        }
+        Ok(())
+    };
+    // SAFETY: `pre_exec` runs `enter` in the forked child before `exec`. The
+    // supervisor that forks is single-threaded at that point (it starts its helper
+    // threads only after the command is spawned), so no lock or allocator state can
+    // be held by another thread; `enter` makes only the `landlock_restrict_self`,
+    // `prctl` and `seccomp` system calls on data prepared before the fork, and it
+    // touches nothing shared with the parent.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(enter);
+    }
+}
+
+/// Denies IP and packet sockets (`EACCES`) and io_uring (which could open them
+/// without the `socket` system call). Unix sockets keep working.
+fn network_filter() -> Result<seccompiler::BpfProgram, String> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let domain_is = |family: i32| -> Result<SeccompRule, String> {
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            u64::try_from(family).map_err(|err| err.to_string())?,
+        )
+        .map_err(|err| err.to_string())?;
+        SeccompRule::new(vec![condition]).map_err(|err| err.to_string())
+    };
+    let rules = vec![
+        (
+            libc::SYS_socket,
+            vec![
+                domain_is(libc::AF_INET)?,
+                domain_is(libc::AF_INET6)?,
+                domain_is(libc::AF_PACKET)?,
+            ],
+        ),
+        (libc::SYS_io_uring_setup, vec![]),
+    ];
+    let arch = std::env::consts::ARCH.try_into().map_err(|err| format!("seccomp: {err:?}"))?;
+    let filter = SeccompFilter::new(
+        rules.into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(u32::try_from(libc::EACCES).unwrap_or(13)),
+        arch,
+    )
+    .map_err(|err| format!("seccomp: {err}"))?;
+    filter.try_into().map_err(|err: seccompiler::BackendError| format!("seccomp: {err}"))
+}
+
+/// Splits allowed paths around protected ones. A protected path beneath an allowed
+/// directory is cut out: the directory is replaced by its entries (recursively along
+/// the way to the protected path), and the directories along that way keep only
+/// their listing. Returns (paths with full access, directories with listing only).
+/// Protected paths that do not exist have nothing to protect yet and are skipped.
+fn carve(allowed: &[PathBuf], protected: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let protected: Vec<PathBuf> =
+        protected.iter().filter(|path| path.symlink_metadata().is_ok()).cloned().collect();
+    let mut full = Vec::new();
+    let mut listing = Vec::new();
+    for path in allowed {
+        carve_one(path, &protected, 0, &mut full, &mut listing);
+    }
+    (full, listing)
+}
+
+fn carve_one(
+    path: &Path,
+    protected: &[PathBuf],
+    depth: usize,
+    full: &mut Vec<PathBuf>,
+    listing: &mut Vec<PathBuf>,
+) {
+    if protected.iter().any(|guarded| path.starts_with(guarded)) {
+        return;
+    }
+    let inside: Vec<&PathBuf> =
+        protected.iter().filter(|guarded| guarded.starts_with(path)).collect();
+    if inside.is_empty() || depth > 32 || !path.is_dir() {
+        full.push(path.to_owned());
+        return;
+    }
+    listing.push(path.to_owned());
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        carve_one(&entry.path(), protected, depth + 1, full, listing);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carving_leaves_out_only_the_protected_path() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = dir.path();
+        for sub in ["a/config/toolgate", "a/config/other", "a/work", "b"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap_or_else(|err| panic!("{err}"));
+        }
+        let guarded = root.join("a/config/toolgate");
+        let (mut full, mut listing) = carve(&[root.join("a"), root.join("b")], &[guarded]);
+        full.sort();
+        listing.sort();
+        assert_eq!(full, vec![root.join("a/config/other"), root.join("a/work"), root.join("b")]);
+        assert_eq!(listing, vec![root.join("a"), root.join("a/config")]);
+        let (full, listing) = carve(&[root.join("a/config/toolgate/x")], &[root.join("a/config")]);
+        assert!(full.is_empty() && listing.is_empty());
+    }
+}

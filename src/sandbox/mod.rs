@@ -1,0 +1,246 @@
+//! Containment and confinement of everything toolgate runs.
+//!
+//! - [`cgroup`]: one cgroup v2 per call where the daemon can create one, so that
+//!   nothing a call started survives it, whatever happens to its supervisor; with
+//!   the `pids` and `memory` controllers, its limits.
+//! - [`harden`]: the daemon's own protection (not dumpable, secrets wiped from its
+//!   environment block) and the capabilities a root daemon's commands lose.
+//! - [`confine`]: the kernel sandbox a command enters before `exec` (Landlock and
+//!   seccomp), described by a [`Profile`] built here from the `[sandbox]`
+//!   configuration and the session's roots.
+
+pub mod cgroup;
+pub mod confine;
+pub mod harden;
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use serde::{Deserialize, Serialize};
+
+pub use cgroup::{CallCgroup, CallCgroups};
+pub use harden::{daemon_environment, harden_daemon};
+
+/// How a call's process tree is held, as reported in results and `toolgate status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Containment {
+    /// A cgroup v2 per call: nothing inside can leave it, `cgroup.kill` ends it.
+    Cgroup,
+    /// The per-call supervisor alone (a subreaper walking the process tree). A
+    /// supervisor killed from outside can leave its orphans running.
+    Supervisor,
+}
+
+impl Containment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Containment::Cgroup => "cgroup",
+            Containment::Supervisor => "supervisor",
+        }
+    }
+
+    /// What calls get on this machine, and why when it is not a cgroup.
+    pub fn available() -> (Containment, Option<&'static str>) {
+        match CallCgroups::get() {
+            Ok(_) => (Containment::Cgroup, None),
+            Err(reason) => (Containment::Supervisor, Some(reason)),
+        }
+    }
+}
+
+/// `[sandbox]`: the kernel sandbox around commands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Run commands in the sandbox (where the kernel has Landlock).
+    pub enabled: bool,
+    /// Refuse to run commands when the sandbox cannot be put in force.
+    pub required: bool,
+    /// Paths commands may write beneath, besides the roots and a per-call temporary
+    /// directory (`~` is the daemon's home).
+    pub writable: Vec<String>,
+    /// Paths commands may read beneath, besides the system directories and the roots.
+    pub readable: Vec<String>,
+    /// Whether commands may open TCP and UDP connections.
+    pub network: bool,
+    /// Processes (and threads) one call may have at once; 0: no limit.
+    pub max_processes: u64,
+    /// Memory one call may use, in MiB; 0: no limit.
+    pub max_memory_mb: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            enabled: true,
+            required: false,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            network: true,
+            max_processes: 0,
+            max_memory_mb: 0,
+        }
+    }
+}
+
+/// The system directories a command may read (and execute from).
+pub const SYSTEM_READABLE: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
+    "/proc", "/sys", "/dev", "/run",
+];
+
+/// Device files a command may write.
+pub const DEVICE_WRITABLE: &[&str] =
+    &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+
+/// What the daemon configured: the settings and the paths no command may touch.
+#[derive(Clone, Debug)]
+struct Configured {
+    config: SandboxConfig,
+    protected: Vec<PathBuf>,
+}
+
+static CONFIGURED: RwLock<Option<Configured>> = RwLock::new(None);
+
+/// Sets the sandbox for every command from now on (at start-up and on reload).
+/// `protected` are toolgate's own files and directories (configuration, tokens,
+/// audit log, state), never readable or writable by a command. Until this is called
+/// (library users, tests) commands run without a sandbox.
+pub fn configure(config: SandboxConfig, protected: Vec<PathBuf>) {
+    if config.enabled && confine::landlock_abi() == 0 {
+        tracing::warn!(
+            "this kernel has no Landlock: commands run without the sandbox{}",
+            if config.required { " (it is required: commands are refused)" } else { "" }
+        );
+    }
+    {
+        let mut slot = CONFIGURED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(Configured { config, protected });
+    }
+    tracing::info!("{}", describe());
+}
+
+/// The sandbox and containment in force, for `daemon/status`.
+pub fn status() -> serde_json::Value {
+    let (containment, why) = Containment::available();
+    let config = configured();
+    serde_json::json!({
+        "landlock_abi": confine::landlock_abi(),
+        "enabled": config.as_ref().is_some_and(|config| config.enabled),
+        "required": config.as_ref().is_some_and(|config| config.required),
+        "network": config.as_ref().is_none_or(|config| config.network),
+        "containment": containment.as_str(),
+        "containment_note": why,
+        "summary": describe(),
+    })
+}
+
+/// The configured sandbox settings, if the daemon configured one.
+pub fn configured() -> Option<SandboxConfig> {
+    let slot = CONFIGURED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    slot.as_ref().map(|configured| configured.config.clone())
+}
+
+/// One command's sandbox: what it may read and write, what it may never touch, and
+/// whether it has the network. Travels to the supervisor as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub protect: Vec<PathBuf>,
+    pub network: bool,
+}
+
+/// Limits for one call's cgroup (0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub max_processes: u64,
+    pub max_memory_mb: u64,
+}
+
+/// The sandbox for a command of a session with these roots: `Ok(None)` when the
+/// sandbox is off (or not configured), an error when it is required and cannot be
+/// put in force.
+pub fn profile_for(roots: &[PathBuf]) -> Result<Option<(Profile, Limits)>, String> {
+    let slot = CONFIGURED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(configured) = slot.as_ref() else {
+        return Ok(None);
+    };
+    let config = &configured.config;
+    let limits =
+        Limits { max_processes: config.max_processes, max_memory_mb: config.max_memory_mb };
+    if !config.enabled {
+        return Ok(None);
+    }
+    if confine::landlock_abi() == 0 && config.required {
+        return Err("the sandbox is required ([sandbox] required = true) but this kernel has \
+                    no Landlock"
+            .to_owned());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let expand = |raw: &String| -> Option<PathBuf> {
+        let path = match raw.strip_prefix("~/") {
+            Some(rest) => home.as_ref()?.join(rest),
+            None if raw == "~" => home.clone()?,
+            None => PathBuf::from(raw),
+        };
+        path.is_absolute().then_some(path)
+    };
+    let mut read: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
+    read.extend(config.readable.iter().filter_map(expand));
+    let mut write: Vec<PathBuf> = roots.to_vec();
+    write.extend(DEVICE_WRITABLE.iter().map(PathBuf::from));
+    write.extend(config.writable.iter().filter_map(expand));
+    Ok(Some((
+        Profile { read, write, protect: configured.protected.clone(), network: config.network },
+        limits,
+    )))
+}
+
+/// A one-line account of the sandbox for `toolgate status` and the start-up log.
+pub fn describe() -> String {
+    let abi = confine::landlock_abi();
+    let (containment, why) = Containment::available();
+    let sandbox = match configured() {
+        None => "not configured".to_owned(),
+        Some(config) if !config.enabled => "disabled ([sandbox] enabled = false)".to_owned(),
+        Some(_) if abi == 0 => "unavailable (no Landlock in this kernel)".to_owned(),
+        Some(config) => {
+            format!("landlock v{abi}{}", if config.network { "" } else { ", network off" })
+        }
+    };
+    let containment = match why {
+        None => containment.as_str().to_owned(),
+        Some(why) => format!("{} ({why})", containment.as_str()),
+    };
+    format!("sandbox: {sandbox}; containment: {containment}")
+}
+
+/// toolgate's own files that commands may never read or write: every configuration
+/// file read, the configuration directories, the state directory, the audit log,
+/// token files and the socket's directory. Paths that do not exist are kept as they
+/// are (they may appear later); existing ones are canonicalized.
+pub fn own_paths(candidates: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = candidates
+        .into_iter()
+        .filter(|path| path.is_absolute() && path != Path::new("/"))
+        .map(|path| std::fs::canonicalize(&path).unwrap_or(path))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// [`configure`] from a loaded configuration: its `[sandbox]` section, and toolgate's
+/// own files as this configuration and the process's directories place them.
+pub fn configure_from(config: &crate::config::Config, options: &crate::config::LoadOptions) {
+    let mut own: Vec<PathBuf> = config.sources.clone();
+    own.extend(options.system_dir.clone());
+    own.extend(options.user_dir.clone());
+    own.extend(options.state_home.as_ref().map(|dir| dir.join("toolgate")));
+    own.extend(options.runtime_dir.as_ref().map(|dir| dir.join("toolgate")));
+    own.extend(config.server.token_file.clone());
+    own.extend(config.server.audit_log.clone());
+    own.push(config.server.socket.clone());
+    configure(config.sandbox.clone(), own_paths(own));
+}
