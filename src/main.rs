@@ -215,7 +215,8 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 /// Before the runtime starts threads: secrets out of the environment block, the
 /// process not dumpable (see `toolgate::sandbox::harden`).
 fn harden_daemon() {
-    for problem in toolgate::sandbox::harden_daemon() {
+    let policy = toolgate::tools::EnvPolicy::default();
+    for problem in toolgate::sandbox::harden_daemon(|name| policy.inherits(name)) {
         tracing::warn!("{problem}");
     }
 }

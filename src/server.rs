@@ -165,7 +165,10 @@ pub fn settings_for(config: &Config, options: &LoadOptions) -> Result<Settings, 
 /// load. Returns the runtime settings.
 pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
     let settings = settings_for(config, options)?;
-    configured_tokens(config)?;
+    // The token file matters to the network faces alone.
+    if config.server.tcp.is_some() || config.server.mcp_http.is_some() {
+        configured_tokens(config)?;
+    }
     Ok(settings)
 }
 
@@ -173,8 +176,21 @@ pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, Ser
 pub fn load_config(explicit: Option<PathBuf>) -> Result<(Config, LoadOptions), ServeError> {
     let options = LoadOptions::from_process(explicit)?;
     let config = Config::load(&options)?;
-    crate::sandbox::configure_from(&config, &options);
     Ok((config, options))
+}
+
+/// [`crate::sandbox::configure`] from a loaded configuration: its `[sandbox]` section, and toolgate's
+/// own files as this configuration and the process's directories place them.
+fn configure_sandbox(config: &Config, options: &LoadOptions) {
+    let mut own: Vec<PathBuf> = config.sources.clone();
+    own.extend(options.system_dir.clone());
+    own.extend(options.user_dir.clone());
+    own.extend(options.state_home.as_ref().map(|dir| dir.join("toolgate")));
+    own.extend(options.runtime_dir.as_ref().map(|dir| dir.join("toolgate")));
+    own.extend(config.server.token_file.clone());
+    own.extend(config.server.audit_log.clone());
+    own.push(config.server.socket.clone());
+    crate::sandbox::configure(config.sandbox.clone(), crate::sandbox::own_paths(own));
 }
 
 /// The registry every face serves: the built-ins and the system tools.
@@ -302,6 +318,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
     let settings = preflight(&config, &load_options)?;
     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
+    configure_sandbox(&config, &load_options);
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
     let max_message = config.server.max_message_bytes;
 
@@ -421,9 +438,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 match load_config(explicit.clone()).and_then(|(config, options)| {
                     let settings = settings_for(&config, &options)?;
                     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
-                    Ok((config, settings))
+                    Ok((config, options, settings))
                 }) {
-                    Ok((config, settings)) => {
+                    Ok((config, options, settings)) => {
+                        configure_sandbox(&config, &options);
                         daemon.reload(settings);
                         dynamic.reload(&config);
                         tracing::info!("configuration reloaded");
@@ -510,6 +528,7 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
         config.workspace.roots = roots;
     }
     let mut settings = preflight(&config, &load_options)?;
+    configure_sandbox(&config, &load_options);
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;
     }

@@ -195,7 +195,7 @@ fn secrets_and_contents_stay_out_of_the_audit_log() {
     assert_eq!(records[2]["arguments"]["path"], json!("settings.yml"));
     let raw_recorded = records[3]["arguments"].as_str().unwrap();
     assert!(raw_recorded.contains("\"token\": [redacted]"), "{raw_recorded}");
-    assert_eq!(records[4]["decision"], json!("deny"), "{}", records[4]);
+    assert_eq!(records[4]["decision"]["outcome"], json!("deny"), "{}", records[4]);
     let big_recorded = records[4]["arguments"]["content"].as_str().unwrap();
     assert!(big_recorded.starts_with("[8388608 bytes, sha256:"), "{big_recorded}");
     let junk_recorded = records[5]["arguments"].as_str().unwrap();

@@ -13,37 +13,40 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first. A module may use modules of lower layers only (and
 /// itself). Keep in step with the layer map in ARCHITECTURE.md.
 const LAYERS: &[(&str, usize)] = &[
+    // Containment and the kernel sandbox around every process a tool starts, and the
+    // daemon's own hardening: below the tools that start processes.
+    ("sandbox", 0),
     // The tool contract, the registry and the tools.
-    ("tools", 0),
+    ("tools", 1),
     // Pure policy (and the typed decision about a call) and leaf services.
-    ("permission", 1),
-    ("systemd", 1),
+    ("permission", 2),
+    ("systemd", 2),
     // Who may connect: admission pools and deadlines, bearer tokens. Below the faces,
     // which all authenticate through them.
-    ("admission", 1),
-    ("auth", 2),
+    ("admission", 2),
+    ("auth", 3),
     // Hook matchers read the permission layer's alias table.
-    ("hooks", 2),
-    ("audit", 2),
-    ("config", 3),
+    ("hooks", 3),
+    ("audit", 3),
+    ("config", 4),
     // toolgate's own files, which no tool may open.
-    ("own_files", 4),
+    ("own_files", 5),
     // Tools that come and go.
-    ("upstream", 4),
-    ("skills", 5),
+    ("upstream", 5),
+    ("skills", 6),
     // One model turn.
-    ("agent", 5),
+    ("agent", 6),
     // Sessions, the client API every face calls, typed events: no wire format.
-    ("daemon", 6),
+    ("daemon", 7),
     // The native protocol's wire types, converted from and to the daemon's own.
-    ("protocol", 7),
+    ("protocol", 8),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
-    ("rpc", 8),
-    ("mcp", 9),
+    ("rpc", 9),
+    ("mcp", 10),
     // Start-up and the human's client.
-    ("server", 10),
-    ("cli", 11),
+    ("server", 11),
+    ("cli", 12),
 ];
 
 fn src() -> PathBuf {

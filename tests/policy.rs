@@ -516,7 +516,7 @@ fn a_specifier_on_a_skill_tool_matches_its_arguments() {
             write_private(
                 &skills.join("say.toml"),
                 "name = \"say\"\ndescription = \"Echoes.\"\ncommand = [\"echo\", \"{text}\"]\n\
-                 [input_schema]\ntype = \"object\"\n[input_schema.properties]\ntext = { type = \"string\" }\n",
+                 [input_schema]\ntype = \"object\"\n[input_schema.properties]\ntext = { type = \"string\", kind = \"text\" }\n",
             );
         },
     );

@@ -713,7 +713,7 @@ const SLOW_PATTERN: &str = "[a-z]+_[0-9]+ = nothing";
 /// delay. Whether the cancel lands before or during the walk, the answer must be
 /// `canceled`, so the outcome does not depend on timing; the tree is large so that it
 /// normally lands mid-walk.
-async fn cancel_through_registry(tree: &Tree, tool: &str, args: Value) {
+async fn cancel_through_registry(tree: &Tree, tool: &str, args: Value, after: Duration) {
     let registry = Arc::new(Registry::with_builtins());
     let cancel = CancellationToken::new();
     let env = tree.env();
@@ -723,7 +723,7 @@ async fn cancel_through_registry(tree: &Tree, tool: &str, args: Value) {
         let cancel = cancel.clone();
         tokio::spawn(async move { registry.execute(&call, &env, &cancel).await })
     };
-    let canceler = cancel_soon(&cancel);
+    let canceler = cancel_after(&cancel, after);
     // A safety net only: a canceled call answers at once.
     let res = tokio::time::timeout(Duration::from_secs(60), running).await.unwrap().unwrap();
     canceler.await.unwrap();
@@ -732,9 +732,13 @@ async fn cancel_through_registry(tree: &Tree, tool: &str, args: Value) {
 }
 
 fn cancel_soon(cancel: &CancellationToken) -> tokio::task::JoinHandle<()> {
+    cancel_after(cancel, Duration::from_millis(20))
+}
+
+fn cancel_after(cancel: &CancellationToken, after: Duration) -> tokio::task::JoinHandle<()> {
     let cancel = cancel.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(after).await;
         cancel.cancel();
     })
 }
@@ -756,10 +760,18 @@ async fn cancel_mid_walk_returns_canceled() {
         &tree,
         "search_code",
         json!({"pattern": SLOW_PATTERN, "output_mode": "count"}),
+        Duration::from_millis(20),
     )
     .await;
-    cancel_through_registry(&tree, "find_files", json!({"pattern": "*.rs", "limit": 100_000}))
-        .await;
+    // Listing names is fast enough to finish a whole tree within a few milliseconds, so
+    // the cancel comes as soon as the call is under way.
+    cancel_through_registry(
+        &tree,
+        "find_files",
+        json!({"pattern": "*.rs", "limit": 100_000}),
+        Duration::ZERO,
+    )
+    .await;
 
     // Without the registry around it, the tool itself notices the cancel mid-search
     // and stops: if it ignored the token it would finish the search and answer `ok`.

@@ -134,6 +134,9 @@ impl Question {
 }
 
 /// What [`Session::preflight`] concluded.
+// Made once per call and moved once into the face's answer; boxing the larger
+// variants would only add an allocation to every call.
+#[allow(clippy::large_enum_variant)]
 pub enum Preflight {
     /// Allowed: run it.
     Run(Ready),

@@ -37,16 +37,16 @@ pub const DROPPED_CAPABILITIES: CapabilitySet = CapabilitySet::SYS_PTRACE
     .union(CapabilitySet::MAC_OVERRIDE)
     .union(CapabilitySet::SYS_BOOT);
 
-/// Hardens the daemon process itself; call first thing in a command that serves (one
+/// Hardens the daemon process itself (`inherits`: whether the default environment
+/// policy passes a variable on to commands); call first thing in a command that serves (one
 /// thread only: the environment is edited). Wipes from the environment block the
 /// values of the variables the default environment policy never passes on
 /// (`*TOKEN*`, `*SECRET*`, `*KEY*`, `*PASSWORD*`, ...) and makes the process not
 /// dumpable. Returns what failed: a failure makes a break-in easier, it does not make
 /// the service wrong, so the caller logs it and goes on.
-pub fn harden_daemon() -> Vec<String> {
-    let policy = crate::tools::EnvPolicy::default();
+pub fn harden_daemon(inherits: impl Fn(&str) -> bool) -> Vec<String> {
     let mut notes = Vec::new();
-    match scrub_secret_environment(|name| !policy.inherits(name)) {
+    match scrub_secret_environment(|name| !inherits(name)) {
         Ok(_) => {}
         Err(err) => notes.push(format!("could not wipe secrets from the environment block: {err}")),
     }

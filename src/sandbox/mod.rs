@@ -230,17 +230,3 @@ pub fn own_paths(candidates: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> 
     paths.dedup();
     paths
 }
-
-/// [`configure`] from a loaded configuration: its `[sandbox]` section, and toolgate's
-/// own files as this configuration and the process's directories place them.
-pub fn configure_from(config: &crate::config::Config, options: &crate::config::LoadOptions) {
-    let mut own: Vec<PathBuf> = config.sources.clone();
-    own.extend(options.system_dir.clone());
-    own.extend(options.user_dir.clone());
-    own.extend(options.state_home.as_ref().map(|dir| dir.join("toolgate")));
-    own.extend(options.runtime_dir.as_ref().map(|dir| dir.join("toolgate")));
-    own.extend(config.server.token_file.clone());
-    own.extend(config.server.audit_log.clone());
-    own.push(config.server.socket.clone());
-    configure(config.sandbox.clone(), own_paths(own));
-}
