@@ -333,6 +333,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         return Ok(());
     }
 
+    // Signals are ours before anyone can connect: a client that sends SIGHUP (or
+    // SIGTERM) as soon as the socket answers must reach the handlers, not the default
+    // action that would end the process.
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|err| ServeError::Other(err.to_string()))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|err| ServeError::Other(err.to_string()))?;
+
     // Listeners: inherited ones first (socket activation), else bind our own.
     let accept_stop = CancellationToken::new();
     let mut unix_listener = None;
@@ -422,12 +432,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let watchdog_stop = CancellationToken::new();
     let _watchdog = crate::systemd::spawn_watchdog(watchdog_stop.clone());
 
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|err| ServeError::Other(err.to_string()))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|err| ServeError::Other(err.to_string()))?;
-    let mut hangup =
-        signal(SignalKind::hangup()).map_err(|err| ServeError::Other(err.to_string()))?;
     let explicit = options.config.clone();
     loop {
         tokio::select! {
