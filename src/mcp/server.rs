@@ -312,8 +312,11 @@ impl LiveHandler {
             };
             let answer = answer_from_json(response, &call.name)
                 .map_err(|err| McpError::invalid_params(err, None))?;
+            // The call runs under the id it was asked with: its live output carries that
+            // id, so the progress forwarder is registered under it too.
+            let asked_id = pending.question.call().id.clone();
             let resumed = session.resume(pending.question, answer, &ctx.ct);
-            let result = self.with_progress(&call.id, ctx, resumed).await;
+            let result = self.with_progress(&asked_id, ctx, resumed).await;
             return Ok(CallToolResponse::Complete(
                 mapping::call_result(&result).map_err(internal)?,
             ));
