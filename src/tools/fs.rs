@@ -1144,6 +1144,31 @@ impl Drop for TempFile<'_> {
     }
 }
 
+/// Gives a new file (one that replaces another) the owner and mode of the one it
+/// replaces. The owner is best effort: only a privileged daemon may give a file away,
+/// and a file owned by us is still better than no write at all.
+pub(crate) fn keep_owner_and_mode(
+    file: &std::fs::File,
+    mode: Option<u32>,
+    owner: Option<(u32, u32)>,
+) -> io::Result<()> {
+    if let Some((uid, gid)) = owner {
+        let same = uid == rustix::process::geteuid().as_raw()
+            && gid == rustix::process::getegid().as_raw();
+        if !same {
+            let _ = rustix::fs::fchown(
+                file,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            );
+        }
+    }
+    if let Some(mode) = mode {
+        rustix::fs::fchmod(file, Mode::from_raw_mode(mode & 0o7777))?;
+    }
+    Ok(())
+}
+
 fn write_atomic_inner(
     dir: BorrowedFd<'_>,
     name: &OsStr,
@@ -1154,22 +1179,7 @@ fn write_atomic_inner(
     let (fd, temp) = create_temp(dir, name, mode)?;
     let mut guard = TempFile { dir, name: temp, armed: true };
     let mut file = std::fs::File::from(fd);
-    if let Some((uid, gid)) = owner {
-        let same = uid == rustix::process::geteuid().as_raw()
-            && gid == rustix::process::getegid().as_raw();
-        if !same {
-            // Best effort: only a privileged daemon may give a file away, and a file
-            // owned by us is still better than no write at all.
-            let _ = rustix::fs::fchown(
-                &file,
-                Some(rustix::fs::Uid::from_raw(uid)),
-                Some(rustix::fs::Gid::from_raw(gid)),
-            );
-        }
-    }
-    if let Some(mode) = mode {
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
-    }
+    keep_owner_and_mode(&file, mode, owner)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     let info = file_info(&file)?;

@@ -373,21 +373,8 @@ fn stage(
     let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(create_mode))?;
     let mut file = std::fs::File::from(fd);
     let written = (|| -> io::Result<FileStamp> {
-        if let Some((uid, gid)) = owner {
-            let same = uid == rustix::process::geteuid().as_raw()
-                && gid == rustix::process::getegid().as_raw();
-            if !same {
-                // Best effort, as for single-file writes.
-                let _ = rustix::fs::fchown(
-                    &file,
-                    Some(rustix::fs::Uid::from_raw(uid)),
-                    Some(rustix::fs::Gid::from_raw(gid)),
-                );
-            }
-        }
-        if let Some(mode) = mode {
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o777))?;
-        }
+        // As for single-file writes (special mode bits included).
+        fs::keep_owner_and_mode(&file, mode, owner)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         let info = fs::file_info(&file)?;
