@@ -583,5 +583,115 @@ pub fn schema_for<T: JsonSchema>() -> Value {
         map.remove("$schema");
         map.remove("title");
     }
+    without_null_types(&mut value);
     value
+}
+
+/// Makes a generated schema portable to hosts with a stricter schema dialect: an
+/// optional property is described without `null` (`"type": ["integer", "null"]`
+/// becomes `"type": "integer"`; an `anyOf` with a `null` branch becomes its other
+/// branch), at every depth. The meaning stays: the registry takes a `null` given for
+/// such a property as the property left out ([`null_means_absent`]).
+fn without_null_types(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let required: Vec<String> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default();
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if !required.contains(name) {
+                        strip_null(property);
+                    }
+                }
+            }
+            for child in map.values_mut() {
+                without_null_types(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_null_types),
+        _ => {}
+    }
+}
+
+fn strip_null(property: &mut Value) {
+    let Value::Object(map) = property else { return };
+    if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|kind| kind != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            map.insert("type".to_owned(), only);
+        }
+    }
+    let is_null = |branch: &Value| branch.get("type").and_then(Value::as_str) == Some("null");
+    if let Some(Value::Array(branches)) = map.get("anyOf")
+        && branches.iter().any(is_null)
+    {
+        let rest: Vec<Value> = branches.iter().filter(|branch| !is_null(branch)).cloned().collect();
+        map.remove("anyOf");
+        match rest.as_slice() {
+            [Value::Object(only)] => {
+                for (key, value) in only {
+                    map.entry(key.clone()).or_insert_with(|| value.clone());
+                }
+            }
+            _ => {
+                map.insert("anyOf".to_owned(), Value::Array(rest));
+            }
+        }
+    }
+}
+
+/// The top-level properties of `schema` for which a `null` means "left out": optional
+/// ones whose own schema does not take `null`. Models (and hosts that make every
+/// property required) send `null` for what they leave out; the registry drops those
+/// before validation, so a portable schema takes them as before.
+pub fn null_means_absent(schema: &Value) -> Vec<String> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .filter(|(name, property)| {
+            !required.contains(&name.as_str()) && !takes_null(schema, property, 0)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Whether `property` may be `null`; in doubt (no type, a reference it cannot follow),
+/// yes, so that nothing a schema accepts is ever dropped.
+fn takes_null(root: &Value, property: &Value, depth: usize) -> bool {
+    if depth > 8 {
+        return true;
+    }
+    if let Some(target) = property.get("$ref").and_then(Value::as_str) {
+        return match target.strip_prefix('#').and_then(|pointer| root.pointer(pointer)) {
+            Some(resolved) => takes_null(root, resolved, depth + 1),
+            None => true,
+        };
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        if let Some(branches) = property.get(keyword).and_then(Value::as_array) {
+            return branches.iter().any(|branch| takes_null(root, branch, depth + 1));
+        }
+    }
+    if let Some(values) = property.get("enum").and_then(Value::as_array) {
+        return values.iter().any(Value::is_null);
+    }
+    if property.get("const").is_some() {
+        return property.get("const").is_some_and(Value::is_null);
+    }
+    match property.get("type") {
+        Some(Value::String(kind)) => kind == "null",
+        Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == "null"),
+        _ => true,
+    }
 }

@@ -111,6 +111,21 @@ struct Entry {
     tool: Arc<dyn Tool>,
     validator: Arc<jsonschema::Validator>,
     source: ToolSource,
+    /// Top-level properties for which a `null` means "left out"
+    /// ([`super::null_means_absent`]).
+    null_means_absent: Arc<[String]>,
+}
+
+impl Entry {
+    /// Drops the `null`s that stand for a property left out.
+    fn drop_absent_nulls(&self, args: &mut Value) {
+        if self.null_means_absent.is_empty() {
+            return;
+        }
+        if let Value::Object(map) = args {
+            map.retain(|name, value| !(value.is_null() && self.null_means_absent.contains(name)));
+        }
+    }
 }
 
 /// The catalogue. Cheap to share behind an `Arc`; lookups take a short read lock that
@@ -378,10 +393,11 @@ impl Registry {
         };
 
         // 2. JSON, then the schema.
-        let args = match parse_arguments(&call.arguments) {
+        let mut args = match parse_arguments(&call.arguments) {
             Ok(args) => args,
             Err(res) => return res,
         };
+        entry.drop_absent_nulls(&mut args);
         if let Err(res) = validate(&entry.validator, &args) {
             return res;
         }
@@ -455,7 +471,8 @@ impl Registry {
                 format!("unknown tool: {name:?}"),
             ));
         };
-        let args = parse_arguments(arguments)?;
+        let mut args = parse_arguments(arguments)?;
+        entry.drop_absent_nulls(&mut args);
         validate(&entry.validator, &args)?;
         Ok(args)
     }
@@ -472,7 +489,8 @@ impl Registry {
             super::schema::compile(&definition.input_schema).map_err(|reason| {
                 RegisterError::InvalidSchema { name: definition.name.clone(), reason }
             })?;
-        Ok(Entry { tool, validator: Arc::new(validator), source })
+        let null_means_absent = super::null_means_absent(&definition.input_schema).into();
+        Ok(Entry { tool, validator: Arc::new(validator), source, null_means_absent })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {

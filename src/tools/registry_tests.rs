@@ -284,6 +284,46 @@ async fn schema_violations_name_the_json_pointer() {
 }
 
 #[tokio::test]
+async fn a_null_for_an_optional_property_counts_as_left_out() {
+    let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
+    // `count` takes no null, so a null there is the property left out.
+    let res = run(&registry, "echo", r#"{"path": "a", "count": null}"#).await;
+    assert!(res.ok, "{res:?}");
+    assert_eq!(res.content, r#"{"path":"a"}"#);
+    // A null where a value is required, or inside a nested object, is still invalid.
+    let res = run(&registry, "echo", r#"{"nested": {"flag": null}}"#).await;
+    assert_eq!(res.error_type, Some(ErrorType::InvalidArguments), "{res:?}");
+}
+
+#[test]
+fn generated_schemas_carry_no_null_types_and_keep_nulls_that_mean_something() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        path: String,
+        offset: Option<u64>,
+        speed: Option<Speed>,
+    }
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    enum Speed {
+        Fast,
+        Slow,
+    }
+    let schema = super::super::schema_for::<Args>();
+    let text = schema.to_string();
+    assert!(!text.contains("null"), "{text}");
+    assert_eq!(schema["properties"]["offset"]["type"], json!("integer"), "{text}");
+    let mut absent = super::super::null_means_absent(&schema);
+    absent.sort();
+    assert_eq!(absent, vec!["offset".to_owned(), "speed".to_owned()]);
+    // A property whose schema takes null keeps its null.
+    let nullable = json!({"type": "object", "properties": {"x": {"type": ["string", "null"]}}});
+    assert!(super::super::null_means_absent(&nullable).is_empty());
+}
+
+#[tokio::test]
 async fn blank_arguments_count_as_an_empty_object() {
     let registry = registry_with(vec![TestTool::new("echo", Behaviour::Echo)]);
     let res = run(&registry, "echo", "  ").await;
