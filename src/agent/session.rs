@@ -330,15 +330,10 @@ impl Session {
         self.cancel.cancel();
     }
 
-    /// Explains, without running anything, which layer and rule would decide a call.
-    pub fn explain(&self, call: &Call) -> (String, Option<Explanation>) {
-        let (verdict, explanation, _) = self.explain_layers(call);
-        (verdict, explanation)
-    }
-
-    /// Like [`Session::explain`], with the sentence of every layer consulted, in the
-    /// pipeline's order: the permission engine, then confinement of the call's paths
-    /// (which refuses what the permission engine would let through).
+    /// Explains, without running anything, which layer and rule would decide a call,
+    /// with the sentence of every layer consulted, in the pipeline's order: the
+    /// permission engine, then confinement of the call's paths (which refuses what the
+    /// permission engine would let through).
     pub fn explain_layers(&self, call: &Call) -> (String, Option<Explanation>, Vec<Explanation>) {
         let Some(tool) = self.registry.get(&call.name) else {
             return ("unknown_tool".to_owned(), None, Vec::new());

@@ -39,7 +39,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client without a session yet (see [`Client::open_default_with`]).
+    /// A client without a session yet (see [`Client::open_default_as`]).
     pub fn connect(daemon: &Arc<Daemon>, identity: impl Into<String>) -> Client {
         Client {
             daemon: daemon.clone(),
@@ -62,19 +62,9 @@ impl Client {
 
     /// Opens the default session with its events and questions going where the face
     /// says (the MCP face turns output into progress and questions into
-    /// elicitations). Once opened, later calls return it as it is.
-    pub fn open_default_with(
-        &self,
-        spec: &SessionSpec,
-        events: Arc<dyn EventSink>,
-        approvals: Arc<dyn ApprovalBroker>,
-    ) -> Result<Arc<SessionEntry>, SessionError> {
-        self.open_default_as(&self.identity, spec, events, approvals)
-    }
-
-    /// [`Client::open_default_with`] for a face that learns who is calling only with
-    /// the first request (MCP over HTTP: the bearer token's name); the session records
-    /// that identity.
+    /// elicitations), recorded under `identity`: the MCP face learns who is calling
+    /// only with the first request (over HTTP, the bearer token's name). Once opened,
+    /// later calls return it as it is.
     pub fn open_default_as(
         &self,
         identity: &str,

@@ -348,11 +348,6 @@ impl Daemon {
         }
     }
 
-    /// How long a parked named session waits (tests shorten it).
-    pub fn set_named_session_idle(&self, idle: Duration) {
-        self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).idle = idle;
-    }
-
     /// Opens a session whose events and permission questions go where the caller
     /// says (the MCP face turns output into progress notifications and questions into
     /// elicitations). The intersection with the configuration is the same as for
