@@ -21,8 +21,12 @@
 //! authentication deadlines, unauthenticated connections counted apart from the
 //! authenticated ones, idle keep-alive connections cut.
 //!
-//! Behind it, one answer is adjusted: rmcp's 202 for a DELETE that ended a session
-//! becomes the 200 that the reference servers send and the Python SDK expects.
+//! Behind them, two answers are adjusted: rmcp's 202 for a DELETE that ended a session
+//! becomes the 200 that the reference servers send and the Python SDK expects; and a
+//! body that is not a JSON-RPC message, which rmcp refuses with `415` and a text body,
+//! gets the JSON-RPC error every other face answers (`-32700` parse error for
+//! malformed JSON, `-32600` invalid request for JSON that is no message) with `400`
+//! (see [`json_rpc_errors`]).
 //!
 //! Session ids are 128 bits from the OS CSPRNG (see [`RandomIdSessions`]).
 
@@ -80,10 +84,15 @@ pub fn http_router(daemon: Arc<Daemon>, options: McpOptions) -> axum::Router {
         allowed_hosts: options.allowed_hosts.iter().map(|host| host.to_ascii_lowercase()).collect(),
         allowed_origins: options.allowed_origins.clone(),
     });
-    // Layers run last-added first: Host and Origin, then the token. Only `/mcp` is
-    // routed; anything else (OAuth metadata included) is 404.
+    // Layers run last-added first: Host and Origin, then the token, then (for an
+    // authenticated request only) the JSON-RPC error answers. Only `/mcp` is routed;
+    // anything else (OAuth metadata included) is 404.
+    let limit = options.max_message_bytes;
     axum::Router::new()
         .route_service("/mcp", service)
+        .route_layer(middleware::from_fn(move |request, next| {
+            json_rpc_errors(limit, request, next)
+        }))
         .route_layer(middleware::from_fn_with_state(gate, crate::auth::require_bearer))
         .layer(middleware::from_fn_with_state(guard, check))
 }
@@ -131,6 +140,65 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     }
     response
 }
+
+/// Answers a POSTed JSON body that is not a JSON-RPC message the way every other face
+/// does: HTTP 400 with a JSON-RPC error, `-32700` when the body is not JSON at all and
+/// `-32600` when it is JSON but no message, instead of rmcp's `415` with a text body
+/// (which it also uses, rightly, for a body that is not declared as JSON). The body is
+/// kept (a cheap shared copy of what rmcp reads anyway) and parsed again only when rmcp
+/// refused it.
+async fn json_rpc_errors(limit: usize, request: Request, next: Next) -> Response {
+    let declared_json = request.method() == axum::http::Method::POST
+        && request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| {
+                let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+                essence.trim().eq_ignore_ascii_case("application/json")
+            });
+    if !declared_json {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            let text = format!("Payload Too Large: request body exceeds {limit} bytes");
+            return (StatusCode::PAYLOAD_TOO_LARGE, text).into_response();
+        }
+    };
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
+    let response = next.run(request).await;
+    if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    let (id, error) = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Err(err) => (serde_json::Value::Null, (PARSE_ERROR, format!("parse error: {err}"))),
+        Ok(value) => {
+            let id = value.get("id").filter(|id| id.is_string() || id.is_number()).cloned();
+            (
+                id.unwrap_or_default(),
+                (
+                    INVALID_REQUEST,
+                    "invalid request: not a JSON-RPC request, notification or response of MCP"
+                        .to_owned(),
+                ),
+            )
+        }
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": error.0, "message": error.1},
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// JSON-RPC 2.0: the body is not JSON.
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0: the JSON is not a valid request object.
+const INVALID_REQUEST: i64 = -32600;
 
 impl Guard {
     fn admit(&self, headers: &HeaderMap) -> Result<(), Response> {
