@@ -2,10 +2,14 @@
 //! all of them. Each face is reached as its clients reach it — the real binary on a
 //! Unix socket (NDJSON and WebSocket) and on stdio (`serve --stdio`), the TCP
 //! transport (HTTP and WebSocket), and the MCP face (stdio and Streamable HTTP) — and
-//! every row of the tables below runs on every face that has its method.
+//! every row of the tables below runs on every face that has its method. The
+//! authentication rows run on every face that takes a token, each as the real binary
+//! serves it: the TCP transport's HTTP and WebSocket routes, the daemon's MCP
+//! Streamable HTTP listener and `toolgate mcp --http`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod auth_support;
 mod mcp_support;
 
 use std::net::SocketAddr;
@@ -25,6 +29,8 @@ use toolgate::mcp::{McpOptions, http_router};
 use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::Registry;
 
+use auth_support::{Home, NetFace, TOKENS, free_port, run_to_end, start_every_face};
+
 /// A safety net only: every wait ends on an answer, never on time.
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "faces-secret-0123456789abcdef";
@@ -32,8 +38,6 @@ const TOKEN: &str = "faces-secret-0123456789abcdef";
 const PARSE_ERROR: i64 = -32700;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
-/// What the MCP Streamable HTTP face answers malformed JSON with (an HTTP status).
-const MCP_HTTP_MALFORMED: i64 = 415;
 
 async fn within<F: std::future::Future>(future: F) -> F::Output {
     tokio::time::timeout(PATIENCE, future).await.expect("answered in time")
@@ -128,11 +132,73 @@ fn protocol_checks() -> Vec<Check> {
     ]
 }
 
-/// Authentication, for every network face: no token, a wrong token, a token file
-/// readable by others, a token too short to be secret. Each row names the check and
-/// the faces it applies to; the rows come with the one token loader every network
-/// face shares.
-const AUTHENTICATION_CHECKS: &[(&str, &[&str])] = &[];
+/// Every face that takes a bearer token.
+const TOKEN_FACES: &[NetFace] =
+    &[NetFace::TcpHttp, NetFace::TcpWs, NetFace::McpServe, NetFace::McpCommand];
+
+/// What an authentication row does on a face.
+enum Auth {
+    /// A request with this `Authorization` header (none for `None`): let in, or
+    /// refused with `401`, a Bearer challenge that invites no OAuth discovery and a
+    /// body that says how to pass the token.
+    Request { authorization: Option<String>, admitted: bool },
+    /// The face is started with this token file (`None`: a path where no file is):
+    /// it refuses to start, `check-config` refuses the same configuration, and both
+    /// say `expected`.
+    TokenFile { lines: Option<String>, mode: u32, expected: &'static str },
+}
+
+/// One authentication row and the faces it applies to.
+struct AuthCheck {
+    name: &'static str,
+    auth: Auth,
+    faces: &'static [NetFace],
+}
+
+/// Authentication, for every face that takes a token: no token, a wrong token, a
+/// token file readable by others, a token too short to be secret, and the rest of
+/// what the one token loader and header parser promise.
+fn authentication_checks() -> Vec<AuthCheck> {
+    let (_, secret) = TOKENS[0];
+    let request = |name, authorization: Option<String>, admitted| AuthCheck {
+        name,
+        auth: Auth::Request { authorization, admitted },
+        faces: TOKEN_FACES,
+    };
+    let file = |name, lines: Option<String>, mode, expected| AuthCheck {
+        name,
+        auth: Auth::TokenFile { lines, mode, expected },
+        faces: TOKEN_FACES,
+    };
+    let named = format!("ci:{secret}\n");
+    vec![
+        request("no token", None, false),
+        request("wrong token", Some("Bearer wr0ng-7Hq2xLp9Vw4Zr8Nb3Kd6".to_owned()), false),
+        request("token with a character added", Some(format!("Bearer {secret}x")), false),
+        request("token cut short", Some(format!("Bearer {}", &secret[..secret.len() - 1])), false),
+        request("another scheme", Some(format!("Basic {secret}")), false),
+        request("the token", Some(format!("Bearer {secret}")), true),
+        request("the scheme in lower case", Some(format!("bearer {secret}")), true),
+        request("the scheme in upper case", Some(format!("BEARER {secret}")), true),
+        request("a second named token", Some(format!("Bearer {}", TOKENS[1].1)), true),
+        request("a third named token", Some(format!("Bearer {}", TOKENS[2].1)), true),
+        file(
+            "token file readable by others",
+            Some(named.clone()),
+            0o644,
+            "readable by other users",
+        ),
+        file("short token", Some("ci:abc\n".to_owned()), 0o600, "at least 16 characters"),
+        file(
+            "guessable token",
+            Some("ci:aaaaaaaaaaaaaaaaaaaaaaaa\n".to_owned()),
+            0o600,
+            "guessable",
+        ),
+        file("token without a name", Some(format!("{secret}\n")), 0o600, "name:secret"),
+        file("no token file", None, 0o600, "cannot read the token file"),
+    ]
+}
 
 /// The text sent for a check (`Value::Null` stands for malformed JSON).
 fn frame_text(frame: &Value) -> String {
@@ -481,7 +547,111 @@ async fn every_native_face_refuses_the_same_things() {
     drop(tcp);
 
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(AUTHENTICATION_CHECKS.iter().all(|(_, faces)| !faces.is_empty()));
+}
+
+#[test]
+fn every_face_that_takes_a_token_authenticates_the_same_way() {
+    let checks = authentication_checks();
+    let mut failures = Vec::new();
+
+    // Requests: the daemon (TCP transport and MCP HTTP) and `toolgate mcp --http`,
+    // all on one token file of three named tokens.
+    let home = Home::new();
+    let (ports, running) = start_every_face(&home);
+    for check in &checks {
+        let Auth::Request { authorization, admitted } = &check.auth else { continue };
+        for face in check.faces {
+            let Some(&(_, port)) = ports.iter().find(|(running, _)| running == face) else {
+                failures.push(format!("{face:?}: not started"));
+                continue;
+            };
+            let reply = face.attempt(port, authorization.as_deref());
+            let name = check.name;
+            if *admitted {
+                if reply.status != face.admitted() {
+                    failures.push(format!("{face:?}: {name}: {}{}", reply.head, reply.body));
+                }
+                continue;
+            }
+            let challenge = reply.header("www-authenticate").unwrap_or_default();
+            if reply.status != 401 || !challenge.starts_with("Bearer") {
+                failures
+                    .push(format!("{face:?}: {name}: expected a 401 challenge: {}", reply.head));
+            }
+            // Nothing invites an OAuth discovery (toolgate runs no authorization
+            // server); a bearer token that is wrong is said to be invalid.
+            let bearer = authorization
+                .as_deref()
+                .is_some_and(|value| value.to_ascii_lowercase().starts_with("bearer "));
+            if challenge.contains("resource_metadata")
+                || challenge.contains("error=\"invalid_token\"") != bearer
+            {
+                failures.push(format!("{face:?}: {name}: challenge {challenge:?}"));
+            }
+            if !reply.body.contains("Authorization: Bearer") {
+                failures
+                    .push(format!("{face:?}: {name}: the body does not say how: {}", reply.body));
+            }
+        }
+    }
+    drop(running);
+
+    // Token files: each face refuses to start on a weak or exposed one, and so does
+    // `check-config` on the same configuration.
+    for check in &checks {
+        let Auth::TokenFile { lines, mode, expected } = &check.auth else { continue };
+        let home = Home::new();
+        let tokens = match lines {
+            Some(lines) => home.token_file(lines, *mode),
+            None => home.path().join("no-such-tokens"),
+        };
+        for face in check.faces {
+            for (shown, command) in refusing_commands(&home, *face, &tokens) {
+                let output = run_to_end(command);
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                if output.status.success() || !stderr.contains(expected) {
+                    failures.push(format!(
+                        "{face:?}: {}: {shown} should refuse with {expected:?}: {stderr}",
+                        check.name
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The commands that serve `face` with `tokens` (and `check-config` for the
+/// daemon's faces), each shown by its arguments.
+fn refusing_commands(
+    home: &Home,
+    face: NetFace,
+    tokens: &std::path::Path,
+) -> Vec<(String, std::process::Command)> {
+    let address = format!("127.0.0.1:{}", free_port());
+    let key = match face {
+        NetFace::TcpHttp | NetFace::TcpWs => "tcp",
+        NetFace::McpServe => "mcp_http",
+        NetFace::McpCommand => "",
+    };
+    let listener = if key.is_empty() { String::new() } else { format!("{key} = \"{address}\"\n") };
+    let config =
+        home.config(&format!("[server]\n{listener}token_file = \"{}\"\n", tokens.display()));
+    let config = config.to_str().unwrap().to_owned();
+    let socket = home.path().join("run").join("toolgate").join("refused.sock");
+    let commands = match face {
+        NetFace::McpCommand => {
+            vec![home.command(&["mcp", "--config", &config, "--http", &address])]
+        }
+        _ => vec![
+            home.command(&["serve", "--config", &config, "--socket", socket.to_str().unwrap()]),
+            home.command(&["check-config", "--config", &config]),
+        ],
+    };
+    commands
+        .into_iter()
+        .map(|command| (format!("{:?}", command.get_args().collect::<Vec<_>>()), command))
+        .collect()
 }
 
 #[tokio::test]
@@ -527,14 +697,19 @@ async fn every_mcp_face_answers_protocol_errors_the_same_way() {
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let _ = face_post_status(&face, &initialized.to_string()).await;
         let answer = face.exchange(&frame_text(&check.frame)).await;
-        // Known difference: rmcp's Streamable HTTP service refuses a body that is not
-        // JSON with `415 Unsupported Media Type` and a text body, where every other
-        // face answers a JSON-RPC parse error. Kept visible here until the HTTP face
-        // answers `-32700` like the rest.
-        let expect: &[i64] =
-            if check.expect == [PARSE_ERROR] { &[MCP_HTTP_MALFORMED] } else { check.expect };
-        if codes(&answer) != expect {
-            failures.push(format!("mcp http: {}: expected {expect:?}, got {answer}", check.name));
+        if codes(&answer) != check.expect {
+            failures.push(format!(
+                "mcp http: {}: expected {:?}, got {answer}",
+                check.name, check.expect
+            ));
+        }
+        // Streamable HTTP answers a body it cannot accept with 400 (the JSON-RPC error
+        // in the body, as checked above).
+        if check.expect == [PARSE_ERROR]
+            && face_post_status(&face, &frame_text(&check.frame)).await
+                != "HTTP/1.1 400 Bad Request"
+        {
+            failures.push(format!("mcp http: {}: not answered 400", check.name));
         }
     }
     drop(http);
