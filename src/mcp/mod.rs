@@ -16,7 +16,8 @@
 //!
 //! Layout: [`mapping`] (Definition → Tool, Result → CallToolResult), `server` (the
 //! handler), [`approval`] (permission questions as elicitations), `stdio`, `http`,
-//! [`fixtures`] (the conformance suite's fixture tools, behind an option) and `roots`.
+//! [`fixtures`] (the conformance suite's fixture tools, behind an option), `tasks` (the
+//! tasks extension: long calls answered as tasks) and `roots`.
 
 pub mod approval;
 pub mod fixtures;
@@ -25,6 +26,7 @@ pub mod mapping;
 mod roots;
 mod server;
 mod stdio;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,7 +67,16 @@ pub struct McpOptions {
     /// [::1] on any port.
     pub allowed_origins: Vec<String>,
     pub max_message_bytes: usize,
+    /// How long a `tools/call` from a client that declared the tasks extension
+    /// (`io.modelcontextprotocol/tasks`) may run before it is answered with a task
+    /// instead of its result.
+    pub task_after: Duration,
 }
+
+/// The default of [`McpOptions::task_after`]: a call still running after this long
+/// becomes a task (well below the minute after which many MCP clients give up on
+/// a request).
+pub const DEFAULT_TASK_AFTER: Duration = Duration::from_secs(2);
 
 impl Default for McpOptions {
     fn default() -> McpOptions {
@@ -75,6 +86,7 @@ impl Default for McpOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            task_after: DEFAULT_TASK_AFTER,
         }
     }
 }
@@ -95,6 +107,14 @@ pub(crate) struct Face {
     /// Questions asked with `input_required` and not answered yet, by the opaque
     /// `requestState` handle the client echoes back.
     pub(crate) pending: DashMap<String, PendingInput>,
+    /// Calls answered as tasks (the tasks extension), by owner.
+    pub(crate) tasks: tasks::Tasks,
+}
+
+impl Drop for Face {
+    fn drop(&mut self) {
+        self.tasks.shutdown();
+    }
 }
 
 /// One question asked with `input_required`: the retry must be the same call, and
@@ -111,7 +131,8 @@ impl Face {
         if options.conformance_fixtures {
             fixtures::register(daemon.registry());
         }
-        Arc::new(Face { daemon, options, pending: DashMap::new() })
+        let tasks = tasks::Tasks::new(daemon.settings().max_timeout);
+        Arc::new(Face { daemon, options, pending: DashMap::new(), tasks })
     }
 
     /// Remembers a question, forgetting expired ones and keeping the table bounded.

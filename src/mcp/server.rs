@@ -22,11 +22,13 @@ use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, InputRequiredResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ErrorCode, GetTaskParams,
+    GetTaskResult, InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerConfig, SetLevelRequestParams,
+    SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskFuture};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +38,7 @@ use super::{Face, fixtures, mapping};
 use crate::agent::{Event, EventSink, Session};
 use crate::agent::{Preflight, Question};
 use crate::daemon::{Client, SessionSpec};
-use crate::tools::Call;
+use crate::tools::{Call, ErrorType, ToolResult};
 
 /// Live-output chunks queued per call before they become progress notifications;
 /// past this, chunks are dropped (progress is advisory: the full output is in the
@@ -107,6 +109,45 @@ impl<V> Drop for Registered<'_, V> {
 fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Registered<'a, V> {
     map.insert(key.to_owned(), value);
     Registered { map, key: key.to_owned() }
+}
+
+/// How a call's questions reach the client, registered for the call's whole life
+/// (which may outlast its request when the call becomes a task).
+struct AskerRegistration {
+    broker: Arc<McpBroker>,
+    key: String,
+}
+
+impl AskerRegistration {
+    fn new(broker: &Arc<McpBroker>, key: &str, asker: Asker) -> AskerRegistration {
+        broker.askers.insert(key.to_owned(), Arc::new(asker));
+        AskerRegistration { broker: broker.clone(), key: key.to_owned() }
+    }
+}
+
+impl Drop for AskerRegistration {
+    fn drop(&mut self) {
+        self.broker.askers.remove(&self.key);
+    }
+}
+
+/// What a call runs with besides itself: how its questions reach the client, and
+/// how long it may run before it is answered with a task.
+struct HowToRun {
+    asker: AskerRegistration,
+    task_after: Duration,
+}
+
+/// A call's execution from its decision on, started with the token that cancels it
+/// and owning all it needs, so that it can go on as a task after its request ended.
+pub(crate) type Execution =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Arc<ToolResult>> + Send>>;
+
+/// What became of a call within the task threshold.
+enum Waited {
+    Done(Arc<ToolResult>),
+    Canceled,
+    Long,
 }
 
 impl LiveHandler {
@@ -274,6 +315,112 @@ impl LiveHandler {
         result
     }
 
+    /// `tools/call`, answered with a task once the call has run `task_after` (the
+    /// face's threshold when `None`) for a client that takes tasks.
+    pub(crate) async fn call_tool_after(
+        &self,
+        mut params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+        task_after: Option<Duration>,
+    ) -> Result<CallToolResponse, McpError> {
+        let task_after = task_after.unwrap_or(self.face.options.task_after);
+        if !self.face.daemon.registry().contains(&params.name) {
+            return Err(unknown_tool(&params.name));
+        }
+        let session = self.session(&ctx).await?;
+        let arguments = Value::Object(params.arguments.take().unwrap_or_default());
+        let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
+
+        let modern_asks =
+            is_modern(&ctx) && (params.request_state.is_some() || client_elicits(&ctx));
+        let asker = if !modern_asks && client_elicits(&ctx) {
+            Asker::Elicit(ctx.peer.clone())
+        } else {
+            Asker::Unsupported
+        };
+        let asker = AskerRegistration::new(&self.state.broker, &call.id, asker);
+
+        if modern_asks {
+            return self
+                .modern_call(
+                    &session,
+                    call,
+                    arguments,
+                    &params,
+                    &ctx,
+                    HowToRun { asker, task_after },
+                )
+                .await;
+        }
+        let call_id = call.id.clone();
+        self.respond(&call_id, &ctx, task_after, move |cancel| {
+            Box::pin(async move {
+                let _asker = asker;
+                session.execute_shared(&call, &cancel).await
+            })
+        })
+        .await
+    }
+
+    /// Answers a call: with its result, or, for a client that declared the tasks
+    /// extension, with a task when the call is still running after
+    /// [`super::McpOptions::task_after`] (the call then goes on, and `tasks/cancel`
+    /// cancels the token it was started with, as `notifications/cancelled` cancels a
+    /// plain call's). Live output is forwarded as progress while the request is open.
+    async fn respond(
+        &self,
+        call_id: &str,
+        ctx: &RequestContext<RoleServer>,
+        task_after: Duration,
+        start: impl FnOnce(CancellationToken) -> Execution,
+    ) -> Result<CallToolResponse, McpError> {
+        let owner = super::http::client_identity(ctx);
+        if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&owner) {
+            let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
+            return complete(&result);
+        }
+        let cancel = CancellationToken::new();
+        let mut execution = start(cancel.clone());
+        let waited = {
+            let forwarded = self.with_progress(call_id, ctx, &mut execution);
+            tokio::pin!(forwarded);
+            tokio::select! {
+                result = &mut forwarded => Waited::Done(result),
+                () = ctx.ct.cancelled() => Waited::Canceled,
+                () = tokio::time::sleep(task_after) => Waited::Long,
+            }
+        };
+        match waited {
+            Waited::Done(result) => complete(&result),
+            Waited::Canceled => {
+                cancel.cancel();
+                complete(&*execution.await)
+            }
+            Waited::Long => {
+                // The conversation (and so its session) lives as long as the task.
+                let conversation = self.clone();
+                let created = self.face.tasks.start(&owner, move |task: TaskContext| {
+                    let run = async move {
+                        let _conversation = conversation;
+                        let result = tokio::select! {
+                            result = &mut execution => result,
+                            () = task.cancelled() => {
+                                cancel.cancel();
+                                execution.await
+                            }
+                        };
+                        if cancel.is_cancelled() || result.error_type == Some(ErrorType::Canceled) {
+                            return Err(TaskExit::Cancelled);
+                        }
+                        mapping::call_result(&result).map_err(|err| TaskExit::Error(internal(err)))
+                    };
+                    Box::pin(run) as TaskFuture
+                });
+                Ok(CallToolResponse::Task(created))
+            }
+        }
+    }
+
     /// A 2026-07-28 call from a client that can answer questions: either the answer
     /// to an earlier question comes with it (the call resumes where it stopped), or
     /// the call is decided up front and a question comes back as `input_required`
@@ -281,12 +428,14 @@ impl LiveHandler {
     /// audited once.
     async fn modern_call(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         call: Call,
         arguments: Value,
         params: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
+        how: HowToRun,
     ) -> Result<CallToolResponse, McpError> {
+        let HowToRun { asker, task_after } = how;
         if let Some(state) = &params.request_state {
             let Some((_, pending)) = self.face.pending.remove(state) else {
                 return Err(McpError::invalid_params(
@@ -315,24 +464,33 @@ impl LiveHandler {
             // The call runs under the id it was asked with: its live output carries that
             // id, so the progress forwarder is registered under it too.
             let asked_id = pending.question.call().id.clone();
-            let resumed = session.resume(pending.question, answer, &ctx.ct);
-            let result = self.with_progress(&asked_id, ctx, resumed).await;
-            return Ok(CallToolResponse::Complete(
-                mapping::call_result(&result).map_err(internal)?,
-            ));
+            let session = session.clone();
+            let question = pending.question;
+            return self
+                .respond(&asked_id, ctx, task_after, move |cancel| {
+                    Box::pin(async move {
+                        let _asker = asker;
+                        session.resume(question, answer, &cancel).await
+                    })
+                })
+                .await;
         }
-        let result = match session.preflight(&call, &ctx.ct).await {
-            Preflight::Refuse(result) => result,
+        match session.preflight(&call, &ctx.ct).await {
+            Preflight::Refuse(result) => complete(&result),
             Preflight::Run(ready) => {
-                self.with_progress(&call.id, ctx, session.run(ready, &ctx.ct)).await
+                let session = session.clone();
+                self.respond(&call.id, ctx, task_after, move |cancel| {
+                    Box::pin(async move {
+                        let _asker = asker;
+                        session.run(ready, &cancel).await
+                    })
+                })
+                .await
             }
             Preflight::Ask(question) => {
-                return Ok(CallToolResponse::InputRequired(
-                    self.input_required(question, arguments)?,
-                ));
+                Ok(CallToolResponse::InputRequired(self.input_required(question, arguments)?))
             }
-        };
-        Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
+        }
     }
 
     /// Records a pending question and builds the `input_required` result for it.
@@ -400,6 +558,16 @@ fn client_elicits(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities().is_some_and(|caps| caps.elicitation.is_some())
 }
 
+/// Whether this request's client takes tasks (declared the tasks extension, at
+/// `initialize` or in the request's own `_meta`).
+fn client_takes_tasks(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks())
+}
+
+fn complete(result: &ToolResult) -> Result<CallToolResponse, McpError> {
+    Ok(CallToolResponse::Complete(mapping::call_result(result).map_err(internal)?))
+}
+
 fn client_offers_roots(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities().is_some_and(|caps| caps.roots.is_some())
 }
@@ -427,6 +595,7 @@ impl ServerHandler for LiveHandler {
         let capabilities = json!({
             "tools": {"listChanged": true},
             "logging": {},
+            "extensions": {(rmcp::model::TASKS_EXTENSION_ID): {}},
         });
         let info = json!({
             "protocolVersion": ProtocolVersion::LATEST,
@@ -461,31 +630,35 @@ impl ServerHandler for LiveHandler {
 
     async fn call_tool(
         &self,
-        mut params: CallToolRequestParams,
+        params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if !self.face.daemon.registry().contains(&params.name) {
-            return Err(unknown_tool(&params.name));
-        }
-        let session = self.session(&ctx).await?;
-        let arguments = Value::Object(params.arguments.take().unwrap_or_default());
-        let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
+        self.call_tool_after(params, ctx, None).await
+    }
 
-        let modern_asks =
-            is_modern(&ctx) && (params.request_state.is_some() || client_elicits(&ctx));
-        let asker = if !modern_asks && client_elicits(&ctx) {
-            Asker::Elicit(ctx.peer.clone())
-        } else {
-            Asker::Unsupported
-        };
-        let _asker = register(&self.state.broker.askers, &call.id, Arc::new(asker));
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.face.tasks.get(&super::http::client_identity(&ctx), &request.task_id)
+    }
 
-        if modern_asks {
-            return self.modern_call(&session, call, arguments, &params, &ctx).await;
-        }
-        let result =
-            self.with_progress(&call.id, &ctx, session.execute_shared(&call, &ctx.ct)).await;
-        Ok(CallToolResponse::Complete(mapping::call_result(&result).map_err(internal)?))
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = super::http::client_identity(&ctx);
+        self.face.tasks.update(&owner, &request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.face.tasks.cancel(&super::http::client_identity(&ctx), &request.task_id)
     }
 
     fn accepted_subscription_filter(
@@ -618,6 +791,30 @@ impl ServerHandler for McpHandler {
         }
     }
 
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.live().get_task(request, ctx).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.live().update_task(request, ctx).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.live().cancel_task(request, ctx).await
+    }
+
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
@@ -626,7 +823,10 @@ impl ServerHandler for McpHandler {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        self.live().listen(subscription).await
+        match self {
+            McpHandler::Live(live) => live.listen(subscription).await,
+            McpHandler::Conformance(conformance) => conformance.listen(subscription).await,
+        }
     }
 
     async fn set_level(
