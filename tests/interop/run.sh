@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Interop checks of the MCP face against official clients:
 #   1. the MCP conformance suite (npm @modelcontextprotocol/conformance) against the
-#      Streamable HTTP endpoint, for the initialize era and for 2026-07-28;
+#      Streamable HTTP endpoint: every scenario (extensions included), at every spec
+#      revision, and the 2026-07-28 requirement set;
 #   2. the official Python SDK (PyPI `mcp`), 1.x (py_client.py) and 2.x
 #      (py_client_v2.py, which negotiates both 2026-07-28 and the initialize
-#      handshake), each over stdio and Streamable HTTP.
+#      handshake; py_tasks_v2.py, the tasks extension's lifecycle: start, poll,
+#      cancel), each over stdio and Streamable HTTP.
 # Installs go to target/interop-cache (reruns are fast). Loopback only.
 # The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here).
 set -euo pipefail
@@ -110,16 +112,22 @@ conformance() {
     "$conf_dir/node_modules/.bin/conformance" server --url "$url" \
     --expected-failures "$repo/tests/interop/conformance-expected-failures.yml" "$@")
 }
-log "conformance: initialize era (active suite)"
-set +e
-conformance | tee "$work/conformance-legacy.txt" | grep -E '^(✓|✗)|^Total' ; rc=${PIPESTATUS[0]}
-set -e
-record "$rc"
-log "conformance: 2026-07-28 requirement set"
-set +e
-conformance --requirements 2026-07-28 | tee "$work/conformance-2026.txt" | grep -E '^(✓|✗)|^Total|scored' ; rc=${PIPESTATUS[0]}
-set -e
-record "$rc"
+# Every scenario (`--suite all`: pending and extension scenarios, the tasks extension's
+# included) at its own revision, then the whole suite again at each spec revision, then
+# exactly what 2026-07-28 requires.
+for version in "" 2025-03-26 2025-06-18 2025-11-25 2026-07-28 requirements; do
+  case "$version" in
+    "") args=(--suite all); name="all scenarios" ;;
+    requirements) args=(--requirements 2026-07-28); name="the 2026-07-28 requirement set" ;;
+    *) args=(--suite all --spec-version "$version"); name="spec $version" ;;
+  esac
+  log "conformance: $name"
+  set +e
+  conformance "${args[@]}" | tee "$work/conformance-${version:-all}.txt" | grep -E '^(✓|✗)|^Total|scored'
+  rc=${PIPESTATUS[0]}
+  set -e
+  record "$rc"
+done
 
 # --- 2. the Python SDKs over stdio and HTTP --------------------------------------------
 # python_client VERSION SCRIPT: one stdio run and one Streamable HTTP run.
@@ -142,6 +150,7 @@ python_client() {
 }
 python_client "$python_sdk_version" py_client.py
 python_client "$python_sdk2_version" py_client_v2.py
+python_client "$python_sdk2_version" py_tasks_v2.py
 
 echo "interop: $passed passed, $failed failed"
 exit "$status"
