@@ -32,6 +32,7 @@ fn mcp_http_publishes_no_oauth_metadata() {
             "/.well-known/oauth-protected-resource/mcp",
             "/.well-known/oauth-authorization-server",
             "/.well-known/openid-configuration",
+            "/register",
         ] {
             let reply = exchange(
                 port,
@@ -40,6 +41,13 @@ fn mcp_http_publishes_no_oauth_metadata() {
                 ),
             );
             assert_eq!(reply.status, 404, "{face:?} {path}: {}", reply.head);
+            // A client that tried OAuth anyway ends on such a 404 (registration is
+            // the last step): its body says how to authenticate instead.
+            assert!(
+                reply.body.contains("Authorization: Bearer"),
+                "{face:?} {path}: {}",
+                reply.body
+            );
         }
     }
 }

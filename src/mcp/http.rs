@@ -86,10 +86,12 @@ pub fn http_router(daemon: Arc<Daemon>, options: McpOptions) -> axum::Router {
     });
     // Layers run last-added first: Host and Origin, then the token, then (for an
     // authenticated request only) the JSON-RPC error answers. Only `/mcp` is routed;
-    // anything else (OAuth metadata included) is 404.
+    // anything else (OAuth metadata and client registration included) is 404 with a
+    // body that says how to authenticate instead.
     let limit = options.max_message_bytes;
     axum::Router::new()
         .route_service("/mcp", service)
+        .fallback(not_served)
         .route_layer(middleware::from_fn(move |request, next| {
             json_rpc_errors(limit, request, next)
         }))
@@ -193,6 +195,20 @@ async fn json_rpc_errors(limit: usize, request: Request, next: Next) -> Response
         "error": {"code": error.0, "message": error.1},
     });
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// Every path but `/mcp`: 404. An MCP client that answered a 401 by starting an
+/// OAuth flow looks for metadata under `/.well-known/` and then registers itself at
+/// `/register`; clients show the body of the refusal that ends the flow (the MCP
+/// Inspector: "Dynamic Client Registration rejected (HTTP 404): <body>"), so the body
+/// says what to do instead.
+async fn not_served() -> Response {
+    let body = format!(
+        "Not found: toolgate serves MCP at /mcp only and runs no OAuth authorization server \
+         (no metadata, no client registration). {} {HINT}\n",
+        crate::auth::HOW_TO_AUTHENTICATE
+    );
+    (StatusCode::NOT_FOUND, body).into_response()
 }
 
 /// JSON-RPC 2.0: the body is not JSON.
