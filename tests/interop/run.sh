@@ -6,7 +6,9 @@
 #   2. the official Python SDK (PyPI `mcp`), 1.x (py_client.py) and 2.x
 #      (py_client_v2.py, which negotiates both 2026-07-28 and the initialize
 #      handshake; py_tasks_v2.py, the tasks extension's lifecycle: start, poll,
-#      cancel), each over stdio and Streamable HTTP.
+#      cancel), each over stdio and Streamable HTTP;
+#   3. the MCP Inspector CLI (npm @modelcontextprotocol/inspector) over Streamable
+#      HTTP, with the bearer token and without (what it tells the user).
 # Installs go to target/interop-cache (reruns are fast). Loopback only.
 # The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here).
 set -euo pipefail
@@ -15,6 +17,7 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="$repo/target/interop-cache"
 mkdir -p "$cache"
 conformance_version="0.2.0-alpha.12"
+inspector_version="2.12.0"
 python_sdk_version="1.30.0"
 python_sdk2_version="2.3.0"
 
@@ -42,6 +45,14 @@ if [[ ! -x "$conf_dir/node_modules/.bin/conformance" ]]; then
   mkdir -p "$conf_dir"
   PATH="$node_bin:$PATH" npm install --silent --no-audit --no-fund --prefix "$conf_dir" \
     "@modelcontextprotocol/conformance@$conformance_version" >/dev/null
+fi
+
+inspector_dir="$cache/inspector-$inspector_version"
+if [[ ! -x "$inspector_dir/node_modules/.bin/mcp-inspector" ]]; then
+  log "installing @modelcontextprotocol/inspector@$inspector_version"
+  mkdir -p "$inspector_dir"
+  PATH="$node_bin:$PATH" npm install --silent --no-audit --no-fund --prefix "$inspector_dir" \
+    "@modelcontextprotocol/inspector@$inspector_version" >/dev/null
 fi
 
 # --- the Python SDKs (one venv per pinned version) ------------------------------------
@@ -151,6 +162,47 @@ python_client() {
 python_client "$python_sdk_version" py_client.py
 python_client "$python_sdk2_version" py_client_v2.py
 python_client "$python_sdk2_version" py_tasks_v2.py
+
+# --- 3. the MCP Inspector CLI over HTTP, with and without the token -----------------
+# Straight to the server (no proxy adding the token). The Inspector answers any 401 of
+# an HTTP server by starting OAuth; without a terminal it stops there
+# ("auth_required"), with one (forced here) it looks for OAuth metadata (404) and
+# tries to register at /register, whose 404 body it prints: that body must say how
+# to pass the token.
+inspector() {
+  (cd "$work" && PATH="$node_bin:$PATH" HOME="$work/inspector-home" \
+    MCP_INSPECTOR_SECRET_STORE=memory BROWSER=/bin/false timeout 120 \
+    "$inspector_dir/node_modules/.bin/mcp-inspector" --cli "$@" </dev/null)
+}
+inspector_check() {
+  local name="$1" ok="$2"
+  if [[ "$ok" == 1 ]]; then echo "PASS inspector: $name"; record 0; else echo "FAIL inspector: $name"; record 1; fi
+}
+mkdir -p "$work/inspector-root" "$work/inspector-home"
+port="$(free_port)"
+"$TOOLGATE_BIN" mcp --config "$work/interop.toml" --root "$work/inspector-root" \
+  --http "127.0.0.1:$port" >/dev/null 2>"$work/inspector-server.log" &
+pids+=("$!")
+for _ in $(seq 1 200); do
+  grep -q "MCP Streamable HTTP endpoint" "$work/inspector-server.log" 2>/dev/null && break
+  sleep 0.05
+done
+direct="http://127.0.0.1:$port/mcp"
+set +e
+inspector "$direct" --method tools/list --header "Authorization: Bearer $token" >"$work/insp-ok.txt" 2>&1
+rc=$?
+inspector_check "tools/list with the bearer token" "$([[ $rc == 0 ]] && grep -q '"run_command"' "$work/insp-ok.txt" && echo 1)"
+inspector "$direct" --method tools/list >"$work/insp-none.txt" 2>&1
+rc=$?
+inspector_check "without a token, no terminal: auth_required" "$([[ $rc != 0 ]] && grep -q auth_required "$work/insp-none.txt" && echo 1)"
+MCP_AUTO_OPEN_ENABLED=true inspector "$direct" --method tools/list >"$work/insp-oauth.txt" 2>&1
+rc=$?
+inspector_check "without a token, OAuth attempted: told how to pass the token" \
+  "$([[ $rc != 0 ]] && grep -q 'Authorization: Bearer' "$work/insp-oauth.txt" && echo 1)"
+set -e
+if [[ "$status" != 0 ]]; then
+  for file in insp-ok insp-none insp-oauth; do echo "--- $file"; head -c 2000 "$work/$file.txt"; echo; done
+fi
 
 echo "interop: $passed passed, $failed failed"
 exit "$status"
