@@ -69,9 +69,10 @@ fn with_tasks() -> Value {
     json!({"extensions": {TASKS: {}}})
 }
 
-/// A command that waits for `go` in the root, then prints `finished-42`.
+/// A command that prints `started`, waits for `go` in the root, then prints
+/// `finished-42`.
 fn waits_for_go() -> Value {
-    json!({"command": "while [ ! -e go ]; do sleep 0.01; done; echo finished-$((6 * 7))"})
+    json!({"command": "echo started; while [ ! -e go ]; do sleep 0.01; done; echo finished-$((6 * 7))"})
 }
 
 /// Polls `tasks/get` until the task is terminal; its last state.
@@ -117,14 +118,23 @@ async fn a_long_call_becomes_a_task_whose_result_is_polled() {
     }
     let task_id = task["taskId"].clone();
 
-    // Still waiting for `go`: working.
-    let working = client.request(2, "tasks/get", json!({"taskId": task_id})).await;
-    assert_eq!(working["result"]["status"], json!("working"), "{working}");
-    assert_eq!(working["result"]["resultType"], json!("complete"), "{working}");
-    assert!(working["result"].get("result").is_none(), "{working}");
+    // Still waiting for `go`: working, its output so far in the status message.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut id = 1;
+    loop {
+        id += 1;
+        let working = client.request(id, "tasks/get", json!({"taskId": task_id})).await;
+        assert_eq!(working["result"]["status"], json!("working"), "{working}");
+        assert_eq!(working["result"]["resultType"], json!("complete"), "{working}");
+        assert!(working["result"].get("result").is_none(), "{working}");
+        if working["result"]["statusMessage"] == json!("started") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no output in the status: {working}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     std::fs::write(test.root.join("go"), "").unwrap();
-    let mut id = 2;
     let done = settled(&mut client, &mut id, &task_id).await;
     assert_eq!(done["status"], json!("completed"), "{done}");
     let result = &done["result"];

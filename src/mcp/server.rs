@@ -111,6 +111,34 @@ fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Register
     Registered { map, key: key.to_owned() }
 }
 
+/// A task's live output forwarder, registered until the task ends.
+struct OutputRegistration {
+    events: Arc<McpEvents>,
+    key: String,
+}
+
+impl OutputRegistration {
+    fn new(events: &Arc<McpEvents>, key: &str, sender: mpsc::Sender<String>) -> OutputRegistration {
+        events.progress.insert(key.to_owned(), sender);
+        OutputRegistration { events: events.clone(), key: key.to_owned() }
+    }
+}
+
+impl Drop for OutputRegistration {
+    fn drop(&mut self) {
+        self.events.progress.remove(&self.key);
+    }
+}
+
+/// The longest status message a task's output becomes.
+const STATUS_MESSAGE_CHARS: usize = 200;
+
+/// The last non-empty line of a chunk of output, shortened for a status message.
+fn last_line(text: &str) -> Option<String> {
+    let line = text.lines().rev().map(str::trim).find(|line| !line.is_empty())?;
+    Some(line.chars().take(STATUS_MESSAGE_CHARS).collect())
+}
+
 /// How a call's questions reach the client, registered for the call's whole life
 /// (which may outlast its request when the call becomes a task).
 struct AskerRegistration {
@@ -379,15 +407,30 @@ impl LiveHandler {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
             return complete(&result);
         }
+        // The call's live output goes to progress notifications when the request asked
+        // for them, and is watched here otherwise, so that a task starts with the
+        // last line already printed as its status message.
+        let (sender, mut output) = mpsc::channel(PROGRESS_QUEUE);
+        let mut watching = ctx
+            .meta
+            .get_progress_token()
+            .is_none()
+            .then(|| OutputRegistration::new(&self.state.events, call_id, sender.clone()));
+        let mut status = None;
         let cancel = CancellationToken::new();
         let mut execution = start(cancel.clone());
         let waited = {
             let forwarded = self.with_progress(call_id, ctx, &mut execution);
             tokio::pin!(forwarded);
-            tokio::select! {
-                result = &mut forwarded => Waited::Done(result),
-                () = ctx.ct.cancelled() => Waited::Canceled,
-                () = tokio::time::sleep(task_after) => Waited::Long,
+            let threshold = tokio::time::sleep(task_after);
+            tokio::pin!(threshold);
+            loop {
+                tokio::select! {
+                    result = &mut forwarded => break Waited::Done(result),
+                    Some(text) = output.recv() => status = last_line(&text).or(status),
+                    () = ctx.ct.cancelled() => break Waited::Canceled,
+                    () = &mut threshold => break Waited::Long,
+                }
             }
         };
         match waited {
@@ -397,16 +440,28 @@ impl LiveHandler {
                 complete(&*execution.await)
             }
             Waited::Long => {
-                // The conversation (and so its session) lives as long as the task.
+                // The conversation (and so its session) lives as long as the task; the
+                // call's live output becomes the task's status message.
                 let conversation = self.clone();
+                let watching = watching.take().unwrap_or_else(|| {
+                    OutputRegistration::new(&self.state.events, call_id, sender)
+                });
                 let created = self.face.tasks.start(&owner, move |task: TaskContext| {
                     let run = async move {
                         let _conversation = conversation;
-                        let result = tokio::select! {
-                            result = &mut execution => result,
-                            () = task.cancelled() => {
-                                cancel.cancel();
-                                execution.await
+                        let _watching = watching;
+                        if let Some(line) = status {
+                            task.set_status_message(line);
+                        }
+                        let result = loop {
+                            tokio::select! {
+                                result = &mut execution => break result,
+                                Some(text) = output.recv() => {
+                                    if let Some(line) = last_line(&text) {
+                                        task.set_status_message(line);
+                                    }
+                                }
+                                () = task.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
                             }
                         };
                         if cancel.is_cancelled() || result.error_type == Some(ErrorType::Canceled) {
