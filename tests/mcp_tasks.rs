@@ -300,3 +300,99 @@ async fn an_approved_call_becomes_a_task_after_its_question() {
     assert_eq!(records[0].decision.decided_by, DecidedBy::Person, "{records:?}");
     client.close().await;
 }
+
+/// One stateless (2026-07-28) request over Streamable HTTP with `token`; the JSON-RPC
+/// answer (from a JSON body or the SSE event that carries it).
+async fn stateless(
+    addr: std::net::SocketAddr,
+    token: &str,
+    method: &str,
+    name: &str,
+    params: Value,
+) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut params = params;
+    params["_meta"] = modern_meta(with_tasks());
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {token}\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: {method}\r\nMcp-Name: {name}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw)).await.unwrap().unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    raw.lines()
+        .filter_map(|line| line.strip_prefix("data:").map(str::trim).or(Some(line.trim())))
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|value| value.get("id") == Some(&json!(1)))
+        .unwrap_or_else(|| panic!("no answer in {raw}"))
+}
+
+/// Over HTTP, a task outlives the stateless request that started it, and belongs to
+/// the token that started it: another token can neither read nor cancel it.
+#[tokio::test]
+async fn over_http_a_task_belongs_to_its_token() {
+    const OWNER: &str = "owner-7Hq2xLp9Vw4Zr8Nb3Kd6";
+    const OTHER: &str = "other-Xc5Tg1Mv8Qs2Jy7Fh4Re";
+    let test = setup(Mode::Bypass);
+    let options = McpOptions {
+        tokens: toolgate::auth::TokenSet::from_pairs([("owner", OWNER), ("other", OTHER)]).unwrap(),
+        task_after: Duration::ZERO,
+        ..McpOptions::default()
+    };
+    let router = toolgate::mcp::http_router(test.daemon.clone(), options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = test.daemon.shutdown_token().clone();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+    });
+
+    let arguments = json!({"command": "echo $$ > pid; exec sleep 300"});
+    let created = stateless(
+        addr,
+        OWNER,
+        "tools/call",
+        "run_command",
+        json!({"name": "run_command", "arguments": arguments}),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], json!("task"), "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let pid_file = test.root.join("pid");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let pid = loop {
+        if let Some(pid) = read_pid(&pid_file) {
+            break pid;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+
+    // The request is over; the call goes on, and only its owner sees it.
+    let params = json!({"taskId": task_id});
+    for method in ["tasks/get", "tasks/cancel"] {
+        let refused = stateless(addr, OTHER, method, &task_id, params.clone()).await;
+        assert_eq!(refused["error"]["code"], json!(-32602), "{method}: {refused}");
+    }
+    assert!(process_alive(pid), "another token's tasks/cancel reached the call");
+    let seen = stateless(addr, OWNER, "tasks/get", &task_id, params.clone()).await;
+    assert_eq!(seen["result"]["status"], json!("working"), "{seen}");
+
+    let ack = stateless(addr, OWNER, "tasks/cancel", &task_id, params.clone()).await;
+    assert_eq!(ack["result"]["resultType"], json!("complete"), "{ack}");
+    while process_alive(pid) {
+        assert!(tokio::time::Instant::now() < deadline, "the command outlived its task");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    test.daemon.begin_shutdown();
+    let _ = tokio::time::timeout(PATIENCE, server).await;
+}
