@@ -102,6 +102,11 @@ fn defaults_with_no_files() {
             max_output_bytes: 1_048_576,
             max_read_bytes: 10_485_760,
             approval_timeout_ms: 300_000,
+            max_background_processes: 8,
+            process_output_bytes: 8_388_608,
+            session_process_output_bytes: 67_108_864,
+            detached_session_ttl_ms: 600_000,
+            on_timeout: crate::tools::jobs::OnTimeout::Kill,
         },
         permissions: PermissionsConfig {
             mode: "default".to_owned(),

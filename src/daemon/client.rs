@@ -268,7 +268,9 @@ impl Client {
     /// withdrawn. Dropping the client does the same.
     pub fn close(&self) {
         self.daemon.disconnect(self.id());
-        if let Some(entry) = self.default.get() {
+        if let Some(entry) = self.default.get()
+            && !self.daemon.is_detached(entry.session.id())
+        {
             entry.session.close();
         }
     }
