@@ -302,7 +302,7 @@ fn an_unknown_key_is_named_with_its_place() {
     check_user_error(
         "[limits]\nmax_read_bytes = 1\ndefault_timeout = 5\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:3:1: [limits] default_timeout: unknown field `default_timeout`, expected one of `default_timeout_ms`, `max_timeout_ms`, `max_output_bytes`, `max_read_bytes`, `approval_timeout_ms`"
+            "$T/home/.config/toolgate/config.toml:3:1: [limits] default_timeout: unknown field `default_timeout`, expected one of `default_timeout_ms`, `max_timeout_ms`, `max_output_bytes`, `max_read_bytes`, `approval_timeout_ms`, `max_background_processes`, `process_output_bytes`, `session_process_output_bytes`, `detached_session_ttl_ms`, `on_timeout`"
         ],
     );
     check_user_error(
