@@ -541,3 +541,117 @@ fn the_cli_follows_a_background_build() {
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed["metadata"]["processes"][0]["exit_code"], 0, "{listed}");
 }
+
+#[test]
+fn on_timeout_background_keeps_a_slow_command_running() {
+    let daemon = TestDaemon::start(&format!("{BYPASS}[limits]\non_timeout = \"background\"\n"));
+    let mut client = daemon.connect();
+    client.open();
+    let command = "echo begun; while [ ! -e gate ]; do sleep 0.02; done; echo over";
+    let result = client.call("run_command", json!({"command": command, "timeout_ms": 500}));
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["metadata"]["running"], true, "{result}");
+    assert!(result["content"].as_str().unwrap().contains("on_timeout"), "{result}");
+    let id = result["metadata"]["process_id"].as_str().unwrap().to_owned();
+    std::fs::write(daemon.workspace().join("gate"), "").unwrap();
+    let (text, _) = client.read_until(&id, 0, |text| text.contains("over"));
+    assert_eq!(text, "begun\nover\n");
+    // A quick command still answers as it always did.
+    let quick = client.call("run_command", json!({"command": "echo quick"}));
+    assert_eq!(quick["content"], "quick\n[exit code 0]");
+}
+
+#[test]
+fn the_default_session_is_resumable_too() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mut first = daemon.connect();
+    let info = first.result("session/update", json!({}));
+    let token = info["resume_token"].as_str().unwrap().to_owned();
+    let id = first.start(
+        json!({"command": "while [ ! -e go ]; do sleep 0.02; done; echo went", "background": true}),
+    );
+    drop(first);
+    std::fs::write(daemon.workspace().join("go"), "").unwrap();
+    let mut second = daemon.connect();
+    let resumed = second.result("session/open", json!({"resume_token": token}));
+    second.session = Some(resumed["session_id"].as_str().unwrap().to_owned());
+    let (text, _) = second.read_until(&id, 0, |text| text.contains("went"));
+    assert_eq!(text, "went\n");
+}
+
+/// The process tools are ordinary tools: an MCP host lists them, with schemas that
+/// carry no `null` types, and drives a background process through them.
+#[test]
+fn mcp_hosts_get_the_process_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["mcp", "--mode", "bypass", "--root"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut next = 0;
+    let mut request = |method: &str, params: Value| -> Value {
+        next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": next, "method": method, "params": params});
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        if method == "initialize" {
+            let mut text = String::new();
+            stdout.read_line(&mut text).unwrap();
+            let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            stdin.write_all(format!("{initialized}\n").as_bytes()).unwrap();
+            return serde_json::from_str(&text).unwrap();
+        }
+        loop {
+            let mut text = String::new();
+            assert!(stdout.read_line(&mut text).unwrap() > 0, "toolgate mcp hung up");
+            let message: Value = serde_json::from_str(&text).unwrap();
+            if message["id"] == json!(next) {
+                return message;
+            }
+        }
+    };
+    request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let listed = request("tools/list", json!({}));
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    for name in ["process_read", "process_write", "process_resize", "process_kill", "process_list"]
+    {
+        let tool = tools
+            .iter()
+            .find(|tool| tool["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {listed}"));
+        let schema = tool["inputSchema"].to_string();
+        assert!(!schema.contains("\"null\""), "{name}: {schema}");
+    }
+    let started = request(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": "echo from-mcp", "background": true}}),
+    );
+    let structured = started["result"]["structuredContent"].clone();
+    let text = started["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    let id = structured["metadata"]["process_id"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| text.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap();
+    let read = request(
+        "tools/call",
+        json!({"name": "process_read", "arguments": {"id": id, "wait_ms": 10000}}),
+    );
+    assert!(read["result"]["content"][0]["text"].as_str().unwrap().contains("from-mcp"), "{read}");
+    drop(stdin);
+    let _ = child.wait();
+}

@@ -353,6 +353,8 @@ impl Processes {
         cancel: CancellationToken,
         tasks: TaskTracker,
     ) -> Processes {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| remove_stale_spools(&settings.spool_dir));
         let dir = settings.spool_dir.join(format!("{}-{session_id}", std::process::id()));
         Processes {
             settings,
@@ -498,6 +500,27 @@ impl Drop for Processes {
         // Spools are deleted with their jobs; the directory goes with the session.
         self.lock().clear();
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Removes the spools of daemons that died without cleaning up (a SIGKILL runs no
+/// destructor): `<pid>-<session>` directories whose daemon is gone.
+fn remove_stale_spools(spool_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(spool_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
