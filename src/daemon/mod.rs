@@ -338,21 +338,28 @@ impl Daemon {
             .find(|entry| bool::from(entry.value().as_bytes().ct_eq(token.as_bytes())))
             .map(|entry| entry.key().clone())
             .ok_or(SessionError::NoSuchResume)?;
-        let entry = self
-            .sessions
-            .get(&id)
-            .map(|entry| entry.value().clone())
-            .ok_or(SessionError::NoSuchResume)?;
-        if entry.session.client() != client {
-            return Err(SessionError::NoSuchResume);
-        }
-        self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
-        let resumed = Arc::new(SessionEntry {
-            session: entry.session.clone(),
-            events: entry.events.clone(),
-            owner,
-        });
-        self.sessions.insert(id.clone(), resumed.clone());
+        // Under the lock of the detached table, so that a wait that ends meanwhile
+        // either finds the session re-attached or has taken it away first.
+        let resumed = {
+            let mut detached =
+                self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = self
+                .sessions
+                .get(&id)
+                .map(|entry| entry.value().clone())
+                .ok_or(SessionError::NoSuchResume)?;
+            if entry.session.client() != client {
+                return Err(SessionError::NoSuchResume);
+            }
+            detached.remove(&id);
+            let resumed = Arc::new(SessionEntry {
+                session: entry.session.clone(),
+                events: entry.events.clone(),
+                owner,
+            });
+            self.sessions.insert(id.clone(), resumed.clone());
+            resumed
+        };
         // A parked named session is owned again too.
         let mut named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         named.unpark(&id);
@@ -644,16 +651,22 @@ impl Daemon {
     fn detach(self: &Arc<Daemon>, entry: &Arc<SessionEntry>, named: bool) {
         let id = entry.session.id().to_owned();
         let number = self.next_detach.fetch_add(1, Ordering::Relaxed);
-        self.detached
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.clone(), number);
-        let detached = Arc::new(SessionEntry {
-            session: entry.session.clone(),
-            events: entry.events.clone(),
-            owner: DETACHED,
-        });
-        self.sessions.insert(id.clone(), detached);
+        {
+            let mut detached =
+                self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match self.sessions.get_mut(&id) {
+                // Still the leaving connection's: no one re-attached meanwhile.
+                Some(mut current) if current.owner == entry.owner => {
+                    *current = Arc::new(SessionEntry {
+                        session: entry.session.clone(),
+                        events: entry.events.clone(),
+                        owner: DETACHED,
+                    });
+                }
+                _ => return,
+            }
+            detached.insert(id.clone(), number);
+        }
         let ttl = self.settings().processes.detached_ttl;
         let weak = Arc::downgrade(self);
         let shutdown = self.shutdown.clone();
@@ -663,28 +676,30 @@ impl Daemon {
                 () = shutdown.cancelled() => return,
             }
             let Some(daemon) = weak.upgrade() else { return };
-            let still = {
+            let taken = {
                 let mut detached =
                     daemon.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let still = detached.get(&id) == Some(&number);
-                if still {
-                    detached.remove(&id);
+                if detached.get(&id) != Some(&number) {
+                    return;
                 }
-                still
+                detached.remove(&id);
+                if named {
+                    daemon.sessions.get(&id).map(|entry| entry.value().clone())
+                } else {
+                    daemon
+                        .sessions
+                        .remove_if(&id, |_, entry| entry.owner == DETACHED)
+                        .map(|(_, entry)| entry)
+                }
             };
-            if !still {
-                return;
-            }
-            let Some(entry) = daemon.sessions.get(&id).map(|entry| entry.value().clone()) else {
-                return;
-            };
+            let Some(entry) = taken else { return };
             if let Some(processes) = crate::tools::SessionControl::processes(&*entry.session) {
                 processes
                     .kill_all("its session stayed detached past [limits] detached_session_ttl_ms")
                     .await;
             }
             if !named {
-                daemon.remove_session(&id);
+                daemon.resume_tokens.remove(&id);
                 entry.session.close();
             }
         });
@@ -724,8 +739,11 @@ impl Daemon {
                 self.detach(&entry, false);
                 continue;
             }
-            self.remove_session(id);
-            entry.session.close();
+            // Unless another connection re-attached it meanwhile.
+            if self.sessions.remove_if(id, |_, current| current.owner == owner).is_some() {
+                self.resume_tokens.remove(id);
+                entry.session.close();
+            }
         }
         self.expire_named();
         for entry in &self.sessions {
@@ -845,13 +863,18 @@ fn new_resume_token() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Whether a session is kept without a connection.
 impl Daemon {
+    /// Whether a session is kept without a connection.
     pub fn is_detached(&self, session_id: &str) -> bool {
         self.detached
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains_key(session_id)
+    }
+
+    /// Whether the session is in the daemon's map and owned by this connection.
+    pub fn owns(&self, owner: u64, session_id: &str) -> bool {
+        self.sessions.get(session_id).is_some_and(|entry| entry.owner == owner)
     }
 }
 
