@@ -302,6 +302,44 @@ fn a_python_repl_is_driven_through_a_terminal() {
     assert_eq!(client.wait_exit(&id)["exit_code"], 0);
 }
 
+/// Ctrl-C on the terminal reaches the command (its foreground process group), while
+/// the supervisor, in the same group, ignores it: the tree is not killed.
+#[test]
+fn ctrl_c_on_the_terminal_reaches_the_command_only() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mut client = daemon.connect();
+    client.open();
+    let script =
+        r#"trap 'echo caught' INT; echo ready; while :; do read line && echo "got $line"; done"#;
+    let id = client.start(json!({"command": script, "tty": true, "background": true}));
+    let (_, offset) = client.read_until(&id, 0, |text| text.contains("ready"));
+    let interrupted = client.call("process_write", json!({"id": id, "input": "\u{3}"}));
+    assert_eq!(interrupted["ok"], true, "{interrupted}");
+    let (_, offset) = client.read_until(&id, offset, |text| text.contains("caught"));
+    client.call("process_write", json!({"id": id, "input": "still here\n"}));
+    client.read_until(&id, offset, |text| text.contains("got still here"));
+    let killed = client.call("process_kill", json!({"id": id}));
+    assert_eq!(killed["ok"], true, "{killed}");
+}
+
+#[test]
+fn a_tty_command_past_its_deadline_is_killed_and_says_so() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mut client = daemon.connect();
+    client.open();
+    let result = client.call(
+        "run_command",
+        json!({"command": "echo waiting; sleep 1000", "tty": true, "timeout_ms": 700}),
+    );
+    assert_eq!(result["ok"], false, "{result}");
+    assert_eq!(result["error_type"], "timeout", "{result}");
+    let content = result["content"].as_str().unwrap();
+    assert!(content.starts_with("waiting"), "{content}");
+    assert!(content.ends_with("[timed out after 700ms]"), "{content}");
+    let listed = client.call("process_list", json!({}));
+    assert_eq!(listed["metadata"]["processes"], json!([]), "{listed}");
+}
+
 #[test]
 fn a_read_prompt_is_answered_with_process_write() {
     if !have("bash") {

@@ -204,7 +204,7 @@ impl Tool for RunCommand {
         };
         let exited = job.wait_for(wait, &ctx.cancel).await;
         if exited {
-            return finished_result(&processes, &job, ctx.timeout);
+            return finished_result(&processes, &job, ctx.timeout, false);
         }
         if ctx.cancel.is_cancelled() {
             job.kill("the call was canceled").await;
@@ -216,14 +216,7 @@ impl Tool for RunCommand {
         }
         if args.yield_ms.is_none() && on_timeout == OnTimeout::Kill {
             job.kill("it timed out").await;
-            let mut res = finished_result(&processes, &job, ctx.timeout);
-            res.ok = false;
-            res.error_type = Some(ErrorType::Timeout);
-            res.error = Some(format!(
-                "the command timed out after {}; it and every process it started were killed",
-                describe_duration(ctx.timeout)
-            ));
-            return res.with_meta("timeout_ms", millis(ctx.timeout));
+            return finished_result(&processes, &job, ctx.timeout, true);
         }
         let why = if args.yield_ms.is_some() {
             "still running after yield_ms; it goes on in the background"
@@ -261,12 +254,24 @@ async fn handle_result(job: &Job, ctx: &ToolContext, why: &str) -> ToolResult {
 
 /// The answer for a process that ended within the call: the usual command result; the
 /// process is forgotten (its output is in the answer).
-fn finished_result(processes: &Processes, job: &Job, timeout: Duration) -> ToolResult {
+fn finished_result(
+    processes: &Processes,
+    job: &Job,
+    timeout: Duration,
+    timed_out: bool,
+) -> ToolResult {
     let exit = job.exit();
     processes.forget(&job.id);
     match exit {
-        Some(exit) => match (&exit.outcome, &exit.error) {
-            (Some(outcome), _) => result_for(outcome, timeout),
+        Some(exit) => match (exit.outcome, &exit.error) {
+            (Some(mut outcome), _) => {
+                if timed_out {
+                    // Killed by this call at its deadline, not canceled by anyone.
+                    outcome.timed_out = true;
+                    outcome.canceled = false;
+                }
+                result_for(&outcome, timeout)
+            }
             (None, Some(error)) => ToolResult::failure(ErrorType::IoError, error.clone()),
             (None, None) => ToolResult::failure(
                 ErrorType::IoError,
