@@ -404,6 +404,9 @@ fn yield_ms_answers_with_the_output_so_far_and_the_command_goes_on() {
     std::fs::write(&gate, "").unwrap();
     let (text, _) = client.read_until(&id, next, |text| text.contains("finished"));
     assert!(!text.contains("started"), "read on from the offset: {text:?}");
+    // stdin text without a process: read, then end-of-file.
+    let fed = client.call("run_command", json!({"command": "cat", "stdin": "fed\n"}));
+    assert_eq!(fed["content"], "fed\n[exit code 0]");
     // A short command with yield_ms answers as a plain run_command.
     let quick = client.call("run_command", json!({"command": "echo quick", "yield_ms": 10000}));
     assert_eq!(quick["ok"], true, "{quick}");
@@ -454,6 +457,19 @@ fn a_detached_session_past_its_ttl_loses_its_process_tree() {
     let mut late = daemon.connect();
     let refused = late.request("session/open", json!({"resume_token": token}));
     assert!(refused.get("error").is_some(), "{refused}");
+}
+
+#[test]
+fn closing_the_session_kills_its_processes() {
+    let daemon = TestDaemon::start(BYPASS);
+    let mark = marker(4);
+    let mut client = daemon.connect();
+    let info = client.open();
+    client.start(json!({"command": format!("setsid sleep 1000.{mark} & sleep 1000.{mark}"), "background": true}));
+    let pids = wait_started(&mark, 2);
+    let closed = client.result("session/close", json!({"session_id": info["session_id"]}));
+    assert_eq!(closed["closed"], true, "{closed}");
+    assert_gone(&pids);
 }
 
 #[test]
