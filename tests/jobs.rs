@@ -338,6 +338,12 @@ fn a_tty_command_past_its_deadline_is_killed_and_says_so() {
     assert!(content.ends_with("[timed out after 700ms]"), "{content}");
     let listed = client.call("process_list", json!({}));
     assert_eq!(listed["metadata"]["processes"], json!([]), "{listed}");
+    // The same containment and kernel sandbox as any command.
+    let plain = client.call("run_command", json!({"command": "true"}));
+    for key in ["containment", "sandbox"] {
+        assert_eq!(result["metadata"][key], plain["metadata"][key], "{key}: {result} {plain}");
+        assert!(result["metadata"][key].is_string(), "{result}");
+    }
 }
 
 #[test]

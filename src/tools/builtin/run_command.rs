@@ -182,6 +182,10 @@ impl Tool for RunCommand {
         if live.is_some() {
             spec.stdin = Stdin::Closed;
         }
+        if background {
+            // Never rendered from memory: its output is read from the spool.
+            spec.output_cap = 0;
+        }
         let job = match processes.start(spec, &command, &ctx.call_id, live.clone()) {
             Ok(job) => job,
             Err(err) => return ToolResult::failure(ErrorType::TooLarge, err.to_string()),
@@ -264,7 +268,8 @@ fn finished_result(
     processes.forget(&job.id);
     match exit {
         Some(exit) => match (exit.outcome, &exit.error) {
-            (Some(mut outcome), _) => {
+            (Some(outcome), _) => {
+                let mut outcome = Outcome::clone(&outcome);
                 if timed_out {
                     // Killed by this call at its deadline, not canceled by anyone.
                     outcome.timed_out = true;

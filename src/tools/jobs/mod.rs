@@ -92,7 +92,8 @@ pub struct Exit {
     pub killed: Option<String>,
     /// The command could not be run at all.
     pub error: Option<String>,
-    pub outcome: Option<Outcome>,
+    /// What `process::run` returned (shared: an `Exit` is cloned for every read).
+    pub outcome: Option<Arc<Outcome>>,
 }
 
 /// Where a process is.
@@ -299,7 +300,7 @@ impl Job {
                 runtime: outcome.duration,
                 killed: killed.or_else(|| outcome.canceled.then(|| "killed".to_owned())),
                 error: None,
-                outcome: Some(outcome),
+                outcome: Some(Arc::new(outcome)),
             },
             Err(err) => Exit {
                 status: None,
