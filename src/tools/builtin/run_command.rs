@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::tools::duration::describe_duration;
-use crate::tools::jobs::{Job, OnTimeout, Processes};
+use crate::tools::jobs::{Job, OnTimeout, Processes, StartError};
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
 use crate::tools::terminal::LiveInput;
 use crate::tools::{
@@ -188,7 +188,17 @@ impl Tool for RunCommand {
         }
         let job = match processes.start(spec, &command, &ctx.call_id, live.clone()) {
             Ok(job) => job,
-            Err(err) => return ToolResult::failure(ErrorType::TooLarge, err.to_string()),
+            Err(err) => {
+                let error_type = match err {
+                    // A limit: the message names it.
+                    StartError::TooManyRunning(_) | StartError::OutputLimit { .. } => {
+                        ErrorType::TooLarge
+                    }
+                    StartError::Spool { .. } => ErrorType::IoError,
+                    StartError::Closing => ErrorType::Canceled,
+                };
+                return ToolResult::failure(error_type, err.to_string());
+            }
         };
         if let (Some(live), Some(text)) = (live, args.stdin) {
             // In a task of its own: a command that does not read yet must not hold
