@@ -517,6 +517,7 @@ fn too_many_running_processes_are_refused_with_a_clear_error() {
     assert_eq!(refused["ok"], false, "{refused}");
     let error = refused["error"].as_str().unwrap();
     assert!(error.contains("max_background_processes"), "{error}");
+    assert_eq!(refused["error_type"], "too_large", "{refused}");
     client.call("process_kill", json!({"id": first}));
     let again = client.call("run_command", json!({"command": "true", "background": true}));
     assert_eq!(again["ok"], true, "{again}");
@@ -548,6 +549,7 @@ fn spooled_output_is_bounded_and_the_session_bound_refuses() {
         refused["error"].as_str().unwrap().contains("session_process_output_bytes"),
         "{refused}"
     );
+    assert_eq!(refused["error_type"], "too_large", "{refused}");
     for id in [a, b] {
         client.call("process_kill", json!({"id": id}));
     }
