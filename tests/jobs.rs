@@ -473,9 +473,17 @@ fn closing_the_session_kills_its_processes() {
     let info = client.open();
     client.start(json!({"command": format!("setsid sleep 1000.{mark} & sleep 1000.{mark}"), "background": true}));
     let pids = wait_started(&mark, 2);
+    let spools = daemon.dir.path().join("run/toolgate/processes");
+    assert_eq!(std::fs::read_dir(&spools).unwrap().count(), 1, "the session's spool directory");
     let closed = client.result("session/close", json!({"session_id": info["session_id"]}));
     assert_eq!(closed["closed"], true, "{closed}");
     assert_gone(&pids);
+    // Its spool goes with it.
+    let deadline = Instant::now() + PATIENCE;
+    while std::fs::read_dir(&spools).unwrap().count() > 0 {
+        assert!(Instant::now() < deadline, "the spool outlived its session");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -122,6 +122,8 @@ pub struct Job {
     cancel: CancellationToken,
     pids: Arc<Pids>,
     spool: Mutex<Spool>,
+    /// Keeps the session's spool directory until the last of its processes is gone.
+    _dir: Arc<SpoolDir>,
     seq: AtomicU64,
     state: Mutex<State>,
     progress: tokio::sync::watch::Sender<Progress>,
@@ -336,8 +338,9 @@ pub enum StartError {
 /// A session's background processes.
 pub struct Processes {
     settings: ProcessSettings,
-    /// This session's spool directory (created on first use).
-    dir: PathBuf,
+    /// This session's spool directory (created on first use, removed with the last
+    /// process that uses it).
+    dir: Arc<SpoolDir>,
     observer: Arc<dyn ProcessObserver>,
     /// The session's token: every process's token is its child.
     cancel: CancellationToken,
@@ -359,7 +362,7 @@ impl Processes {
         let dir = settings.spool_dir.join(format!("{}-{session_id}", std::process::id()));
         Processes {
             settings,
-            dir,
+            dir: Arc::new(SpoolDir(dir)),
             observer,
             cancel,
             tasks,
@@ -435,10 +438,10 @@ impl Processes {
             self.next.fetch_add(1, Ordering::Relaxed)
         };
         let id = format!("p{number}");
-        create_private_dir(&self.dir)
-            .map_err(|source| StartError::Spool { dir: self.dir.clone(), source })?;
-        let spool = Spool::create(&self.dir, &id, self.settings.output_bytes)
-            .map_err(|source| StartError::Spool { dir: self.dir.clone(), source })?;
+        let dir = &self.dir.0;
+        create_private_dir(dir).map_err(|source| StartError::Spool { dir: dir.clone(), source })?;
+        let spool = Spool::create(dir, &id, self.settings.output_bytes)
+            .map_err(|source| StartError::Spool { dir: dir.clone(), source })?;
         let cancel = self.cancel.child_token();
         let pids = Arc::new(Pids::default());
         let job = Arc::new(Job {
@@ -451,6 +454,7 @@ impl Processes {
             cancel: cancel.clone(),
             pids: pids.clone(),
             spool: Mutex::new(spool),
+            _dir: self.dir.clone(),
             seq: AtomicU64::new(0),
             state: Mutex::new(State::Running),
             progress: tokio::sync::watch::Sender::new(Progress::default()),
@@ -496,11 +500,14 @@ impl Processes {
     }
 }
 
-impl Drop for Processes {
+/// A session's spool directory, removed when the last holder (the session's table or
+/// one of its processes) is dropped; by then every spool file in it is gone, since
+/// each is deleted with its process, which drops its spool before this.
+struct SpoolDir(PathBuf);
+
+impl Drop for SpoolDir {
     fn drop(&mut self) {
-        // Spools are deleted with their jobs; the directory goes with the session.
-        self.lock().clear();
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
