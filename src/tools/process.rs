@@ -13,7 +13,9 @@
 //! 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
 //!    descendant re-parents to it instead of to init, and stays findable;
 //! 2. starts the command with the daemon-chosen cwd, environment and stdin, handing it
-//!    its own stdout and stderr (the daemon's pipes) directly;
+//!    its own stdout and stderr (the daemon's pipes) directly — or, for a background
+//!    process with live input ([`super::terminal`]), a pipe the daemon keeps writing
+//!    to as stdin, or a terminal as stdin, stdout, stderr and controlling terminal;
 //! 3. when the command exits, or the daemon asks, or the daemon goes away, SIGKILLs
 //!    every process whose ancestry leads back to it (found by walking `/proc`), again
 //!    and again until none is left, reaping them all;
