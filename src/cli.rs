@@ -316,6 +316,74 @@ pub async fn call(
 
 /// Shows a permission request (rendered as every face renders it: the whole command,
 /// folded, every hidden character visible) and reads the person's answer.
+/// How long one `process_read` of `follow` waits for new output.
+const FOLLOW_WAIT_MS: u64 = 30_000;
+
+/// `toolgate process follow`: prints a background process's output as it arrives
+/// (reading on by offset, so nothing is printed twice or lost), until it has ended
+/// and everything it wrote was printed. Exits with the process's code.
+pub async fn follow(
+    socket: Option<PathBuf>,
+    session: Option<&str>,
+    id: &str,
+    offset: i64,
+) -> anyhow::Result<ExitCode> {
+    if session.is_none_or(str::is_empty) {
+        anyhow::bail!(
+            "a process belongs to the session that started it: name that session with \
+             --session NAME (or TOOLGATE_SESSION) here and in the `toolgate call` that \
+             started it"
+        );
+    }
+    let mut client = Client::connect(socket).await?;
+    let session = client.session(session).await?;
+    let mut offset = offset;
+    loop {
+        let params = with_session(
+            json!({
+                "name": "process_read",
+                "arguments": {"id": id, "offset": offset, "wait_ms": FOLLOW_WAIT_MS, "limit": 65536},
+                "call_id": format!("cli-follow-{}", std::process::id()),
+            }),
+            session.as_deref(),
+        );
+        let result = client.request(method::TOOLS_CALL, params).await?;
+        if result["ok"].as_bool() != Some(true) {
+            let error = result["error"].as_str().unwrap_or("process_read failed");
+            anyhow::bail!("{}", display::visible_lines(error));
+        }
+        let meta = &result["metadata"];
+        let content = result["content"].as_str().unwrap_or("");
+        let start = meta["text_start"].as_u64().unwrap_or(0) as usize;
+        let len = meta["text_bytes"].as_u64().unwrap_or(0) as usize;
+        if let Some(dropped) =
+            meta["dropped_bytes"].as_u64().filter(|bytes| *bytes > 0 && offset >= 0)
+        {
+            writeln!(
+                std::io::stderr(),
+                "toolgate: {dropped} bytes of earlier output are no longer kept"
+            )?;
+        }
+        if let Some(text) = content.get(start..start + len) {
+            print_text(&display::visible_lines(text))?;
+        }
+        let next = meta["next_offset"].as_i64().unwrap_or(offset);
+        let end = meta["end_offset"].as_i64().unwrap_or(next);
+        offset = next;
+        if meta["running"].as_bool() == Some(false) && next >= end {
+            let code = meta["exit_code"].as_i64();
+            if let Some(reason) = meta["killed"].as_str() {
+                writeln!(std::io::stderr(), "toolgate: {id} was killed ({reason})")?;
+            }
+            return Ok(match code {
+                Some(0) => ExitCode::SUCCESS,
+                Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                None => ExitCode::FAILURE,
+            });
+        }
+    }
+}
+
 fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), ClientError> {
     let suggestions: Vec<String> = event["suggestions"]
         .as_array()

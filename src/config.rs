@@ -256,6 +256,16 @@ pub struct LimitsConfig {
     pub max_output_bytes: usize,
     pub max_read_bytes: u64,
     pub approval_timeout_ms: u64,
+    /// Background processes one session may have running at once.
+    pub max_background_processes: usize,
+    /// Output kept on disk per background process (the oldest part is dropped).
+    pub process_output_bytes: u64,
+    /// Output kept on disk per session, all its background processes together.
+    pub session_process_output_bytes: u64,
+    /// How long a session with running background processes outlives its connection.
+    pub detached_session_ttl_ms: u64,
+    /// What a command that outlives its deadline becomes: `kill` or `background`.
+    pub on_timeout: crate::tools::jobs::OnTimeout,
 }
 
 impl LimitsConfig {
@@ -1105,6 +1115,17 @@ fn validate_limits(limits: &LimitsConfig, layers: &Layers) -> Result<(), ConfigE
     )?;
     nonzero(layers, &["limits", "max_read_bytes"], limits.max_read_bytes)?;
     nonzero(layers, &["limits", "approval_timeout_ms"], limits.approval_timeout_ms)?;
+    nonzero(layers, &["limits", "process_output_bytes"], limits.process_output_bytes)?;
+    nonzero(layers, &["limits", "detached_session_ttl_ms"], limits.detached_session_ttl_ms)?;
+    if limits.session_process_output_bytes < limits.process_output_bytes {
+        return Err(layers.invalid(
+            &key_path(&["limits", "session_process_output_bytes"]),
+            format!(
+                "{} is below process_output_bytes ({}): no process could start",
+                limits.session_process_output_bytes, limits.process_output_bytes
+            ),
+        ));
+    }
     if limits.default_timeout_ms > limits.max_timeout_ms {
         // Blame whichever of the two was set last: that is the change that broke it.
         let default_path = key_path(&["limits", "default_timeout_ms"]);

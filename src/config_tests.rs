@@ -102,6 +102,11 @@ fn defaults_with_no_files() {
             max_output_bytes: 1_048_576,
             max_read_bytes: 10_485_760,
             approval_timeout_ms: 300_000,
+            max_background_processes: 8,
+            process_output_bytes: 8_388_608,
+            session_process_output_bytes: 67_108_864,
+            detached_session_ttl_ms: 600_000,
+            on_timeout: crate::tools::jobs::OnTimeout::Kill,
         },
         permissions: PermissionsConfig {
             mode: "default".to_owned(),
@@ -297,7 +302,7 @@ fn an_unknown_key_is_named_with_its_place() {
     check_user_error(
         "[limits]\nmax_read_bytes = 1\ndefault_timeout = 5\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:3:1: [limits] default_timeout: unknown field `default_timeout`, expected one of `default_timeout_ms`, `max_timeout_ms`, `max_output_bytes`, `max_read_bytes`, `approval_timeout_ms`"
+            "$T/home/.config/toolgate/config.toml:3:1: [limits] default_timeout: unknown field `default_timeout`, expected one of `default_timeout_ms`, `max_timeout_ms`, `max_output_bytes`, `max_read_bytes`, `approval_timeout_ms`, `max_background_processes`, `process_output_bytes`, `session_process_output_bytes`, `detached_session_ttl_ms`, `on_timeout`"
         ],
     );
     check_user_error(

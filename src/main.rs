@@ -166,6 +166,41 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Watch and stop a session's background processes (started with
+    /// `toolgate call run_command '{"command": "...", "background": true}'`).
+    Process {
+        #[command(subcommand)]
+        command: ProcessCommand,
+        #[arg(long, global = true)]
+        socket: Option<PathBuf>,
+        /// The named session that started the process; see `call --session`.
+        #[arg(long, global = true, env = "TOOLGATE_SESSION")]
+        session: Option<String>,
+        /// Print the daemon's JSON (the default when stdout is not a terminal).
+        #[arg(long, global = true)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ProcessCommand {
+    /// Print a process's output as it comes, until it ends; the exit status is the
+    /// process's (1 when it was killed by a signal).
+    Follow {
+        /// The process id (`p1`, ...).
+        id: String,
+        /// Start at this byte offset (a negative one counts back from the end).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        offset: i64,
+    },
+    /// List the session's background processes.
+    List,
+    /// Kill a process and everything it started (or send one signal).
+    Kill {
+        id: String,
+        #[arg(long)]
+        signal: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -277,6 +312,35 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &arguments,
                 Output::choose(json),
             ))
+        }
+        Command::Process { command, socket, session, json } => {
+            let runtime = runtime()?;
+            let session = session.as_deref();
+            match command {
+                ProcessCommand::Follow { id, offset } => {
+                    runtime.block_on(toolgate::cli::follow(socket, session, &id, offset))
+                }
+                ProcessCommand::List => runtime.block_on(toolgate::cli::call(
+                    socket,
+                    session,
+                    "process_list",
+                    "{}",
+                    Output::choose(json),
+                )),
+                ProcessCommand::Kill { id, signal } => {
+                    let mut arguments = serde_json::json!({ "id": id });
+                    if let Some(signal) = signal {
+                        arguments["signal"] = serde_json::json!(signal);
+                    }
+                    runtime.block_on(toolgate::cli::call(
+                        socket,
+                        session,
+                        "process_kill",
+                        &arguments.to_string(),
+                        Output::choose(json),
+                    ))
+                }
+            }
         }
         Command::Completions { shell } => {
             let mut command = Cli::command();

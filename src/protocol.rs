@@ -67,6 +67,13 @@ pub struct SessionOpenParams {
     /// apply only when the session is first opened). A kept session waits 30 minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Re-attach to an existing session: the `resume_token` its `session/open` (or
+    /// `session/update`) answer carried. A session whose connection ended while its
+    /// background processes ran waits for this for `[limits] detached_session_ttl_ms`.
+    /// Only the client identity that opened it can resume it; the other fields are
+    /// ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_token: Option<String>,
 }
 
 /// What a session is, as the daemon granted it.
@@ -81,6 +88,10 @@ pub struct SessionInfo {
     pub max_output_bytes: usize,
     pub max_read_bytes: u64,
     pub todos: Vec<Todo>,
+    /// Give it to `session/open {resume_token}` to re-attach to this session from a
+    /// new connection (keep it secret: it is the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_token: Option<String>,
 }
 
 pub type SessionOpenResult = SessionInfo;
@@ -307,6 +318,7 @@ impl SessionOpenParams {
             max_output_bytes: self.max_output_bytes,
             max_read_bytes: self.max_read_bytes,
             name: self.name.clone(),
+            resume_token: self.resume_token.clone(),
         }
     }
 }
@@ -322,6 +334,7 @@ impl SessionUpdateParams {
             max_output_bytes: self.max_output_bytes,
             max_read_bytes: self.max_read_bytes,
             name: None,
+            resume_token: None,
         }
     }
 }
@@ -338,6 +351,7 @@ impl From<SessionState> for SessionInfo {
             max_output_bytes: state.max_output_bytes,
             max_read_bytes: state.max_read_bytes,
             todos: state.todos,
+            resume_token: state.resume_token,
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::skills::Skills;
 use crate::systemd::{Inherited, Notifier};
 use crate::tools::Registry;
 use crate::tools::fs::Access;
+use crate::tools::jobs::ProcessSettings;
 use crate::upstream::{UpstreamOptions, Upstreams};
 
 /// Why the daemon could not start (or reload).
@@ -100,6 +101,14 @@ pub fn settings_from_config(
         max_calls_per_session: config.server.max_calls_per_session,
         event_buffer: config.server.event_buffer,
         access: Access::new(Vec::new(), Some(Arc::new(policy))),
+        processes: ProcessSettings {
+            max_running: config.limits.max_background_processes,
+            output_bytes: config.limits.process_output_bytes,
+            session_output_bytes: config.limits.session_process_output_bytes,
+            detached_ttl: Duration::from_millis(config.limits.detached_session_ttl_ms),
+            on_timeout: config.limits.on_timeout,
+            spool_dir: ProcessSettings::default().spool_dir,
+        },
     })
 }
 
@@ -152,7 +161,11 @@ fn mcp_http_tokens(
 
 /// [`settings_from_config`] plus toolgate's own files, which no tool may open.
 pub fn settings_for(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
-    let settings = settings_from_config(config, options.home.as_deref())?;
+    let mut settings = settings_from_config(config, options.home.as_deref())?;
+    // Background processes' output lives with toolgate's own files, never in a root.
+    if let Some(dir) = options.runtime_dir.as_ref().or(options.state_home.as_ref()) {
+        settings.processes.spool_dir = dir.join("toolgate").join("processes");
+    }
     let own = crate::own_files::own_paths(config, options);
     settings.access.replace(&Access::new(own, Some(Arc::new(settings.policy.clone()))));
     Ok(settings)

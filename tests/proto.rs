@@ -46,7 +46,19 @@ fn schemas() -> Vec<(&'static str, Value)> {
         ("cancel_request.params", schema::<CancelRequestParams>()),
         ("definition", schema::<Definition>()),
         ("result", schema::<ToolResult>()),
+        ("tool.run_command.input", tool_input("run_command")),
+        ("tool.process_read.input", tool_input("process_read")),
+        ("tool.process_write.input", tool_input("process_write")),
+        ("tool.process_resize.input", tool_input("process_resize")),
+        ("tool.process_kill.input", tool_input("process_kill")),
+        ("tool.process_list.input", tool_input("process_list")),
     ]
+}
+
+/// A built-in tool's input schema, as `tools/list` shows it.
+fn tool_input(name: &str) -> Value {
+    let registry = toolgate::tools::Registry::with_builtins();
+    registry.get(name).unwrap().definition().input_schema.clone()
 }
 
 #[test]
@@ -118,6 +130,7 @@ fn every_method_is_documented() {
         "todos_updated",
         "mode_changed",
         "tools_list_changed",
+        "process_exited",
     ] {
         assert!(
             readme.contains(&format!("`{kind}`")),

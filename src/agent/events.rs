@@ -25,13 +25,22 @@ pub enum Event {
         name: String,
         arguments: Value,
     },
-    /// A chunk of live output; `seq` increases by one per chunk of a call, from 0.
+    /// A chunk of live output; `seq` increases by one per chunk of a call (or of a
+    /// background process), from 0.
     ToolOutput {
         session_id: String,
         call_id: String,
         seq: u64,
         stream: OutputStream,
         text: String,
+        /// The background process this output comes from (its output goes on after
+        /// the call that started it has ended).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        process_id: Option<String>,
+        /// With `process_id`: the byte offset of `text` in the process's output, the
+        /// number to give `process_read` to read on after `offset + len(text)`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
     },
     /// The call needs a human decision; answer with `permission/respond`.
     PermissionRequest {
@@ -85,6 +94,26 @@ pub enum Event {
     },
     /// The set of tools changed; clients should list them again.
     ToolsListChanged {},
+    /// A background process ended; it and everything it started are gone.
+    ProcessExited {
+        session_id: String,
+        process_id: String,
+        /// The call that started it.
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
+        runtime_ms: u64,
+        /// Bytes of output it wrote in all (the end offset).
+        output_bytes: u64,
+        /// Why toolgate ended it, when it did (`process_kill`, its session ended, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        killed: Option<String>,
+        /// Why it could not run, when it could not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
 
 impl Event {
@@ -97,9 +126,10 @@ impl Event {
             | Event::PermissionResolved { call_id, .. }
             | Event::ToolResult { call_id, .. }
             | Event::ToolCallDone { call_id, .. } => Some(call_id),
-            Event::TodosUpdated { .. } | Event::ModeChanged { .. } | Event::ToolsListChanged {} => {
-                None
-            }
+            Event::TodosUpdated { .. }
+            | Event::ModeChanged { .. }
+            | Event::ToolsListChanged {}
+            | Event::ProcessExited { .. } => None,
         }
     }
 
@@ -115,6 +145,7 @@ impl Event {
             Event::TodosUpdated { .. } => "todos_updated",
             Event::ModeChanged { .. } => "mode_changed",
             Event::ToolsListChanged {} => "tools_list_changed",
+            Event::ProcessExited { .. } => "process_exited",
         }
     }
 }

@@ -19,10 +19,13 @@ use crate::permission::{
     CallContext, CallDecision, DecidedBy, Decision, Explanation, Layer, Mode, Outcome,
     PermissionEngine, Policy, SessionGrant, ToolFacts, Verdict,
 };
+use crate::tools::jobs::{Exit, Job, ProcessObserver, ProcessSettings, Processes};
+use crate::tools::process::ExitStatus;
 use crate::tools::{
-    Call, Control, Definition, Env, ErrorType, OutputSink, Registry, SessionControl, Todo,
-    ToolResult,
+    Call, Control, Definition, Env, ErrorType, OutputSink, OutputStream, Registry, SessionControl,
+    Todo, ToolResult,
 };
+use tokio_util::task::TaskTracker;
 
 /// Everything a session is made from. Built by the daemon from its configuration
 /// (already intersected with what the client asked for).
@@ -98,6 +101,8 @@ pub struct Session {
     in_flight: DashMap<String, Vec<(u64, CancellationToken)>>,
     next_call: AtomicU64,
     next_request: AtomicU64,
+    /// The session's background processes, once configured ([`Session::keep_processes`]).
+    processes: std::sync::OnceLock<Arc<Processes>>,
 }
 
 /// A call the policy stage let through, with what it knows about it.
@@ -205,6 +210,7 @@ impl Session {
                 in_flight: DashMap::new(),
                 next_call: AtomicU64::new(0),
                 next_request: AtomicU64::new(1),
+                processes: std::sync::OnceLock::new(),
             }
         })
     }
@@ -323,6 +329,22 @@ impl Session {
 
     pub fn calls_in_flight(&self) -> usize {
         self.in_flight.iter().map(|entry| entry.value().len()).sum()
+    }
+
+    /// Lets the session keep background processes, bounded by `settings`; their tasks
+    /// are tracked by `tasks` (the daemon waits for them at shutdown). Their tokens are
+    /// children of the session's, so closing the session kills them.
+    pub fn keep_processes(&self, settings: ProcessSettings, tasks: TaskTracker) {
+        let observer =
+            Arc::new(ProcessEvents { session_id: self.id.clone(), events: self.events.clone() });
+        let _ = self.processes.get_or_init(|| {
+            Arc::new(Processes::new(settings, &self.id, observer, self.cancel.clone(), tasks))
+        });
+    }
+
+    /// Background processes still running.
+    pub fn running_processes(&self) -> usize {
+        self.processes.get().map_or(0, |processes| processes.running())
     }
 
     /// Ends the session: every call canceled, processes killed, approvals dropped.
@@ -1006,6 +1028,8 @@ impl Session {
                 seq: seq.fetch_add(1, Ordering::Relaxed),
                 stream,
                 text: text.to_owned(),
+                process_id: None,
+                offset: None,
             });
         })
     }
@@ -1017,8 +1041,51 @@ impl Session {
     }
 }
 
+/// Turns a session's process output and ends into its events.
+struct ProcessEvents {
+    session_id: String,
+    events: Arc<dyn EventSink>,
+}
+
+impl ProcessObserver for ProcessEvents {
+    fn output(&self, process: &Job, seq: u64, offset: u64, stream: OutputStream, text: &str) {
+        self.events.emit(Event::ToolOutput {
+            session_id: self.session_id.clone(),
+            call_id: process.call_id.clone(),
+            seq,
+            stream,
+            text: text.to_owned(),
+            process_id: Some(process.id.clone()),
+            offset: Some(offset),
+        });
+    }
+
+    fn exited(&self, process: &Job, exit: &Exit) {
+        let (exit_code, signal) = match exit.status {
+            Some(ExitStatus::Code(code)) => (Some(code), None),
+            Some(ExitStatus::Signal(signal)) => (None, Some(signal)),
+            None => (None, None),
+        };
+        self.events.emit(Event::ProcessExited {
+            session_id: self.session_id.clone(),
+            process_id: process.id.clone(),
+            call_id: process.call_id.clone(),
+            exit_code,
+            signal,
+            runtime_ms: u64::try_from(exit.runtime.as_millis()).unwrap_or(u64::MAX),
+            output_bytes: process.output_bytes(),
+            killed: exit.killed.clone(),
+            error: exit.error.clone(),
+        });
+    }
+}
+
 #[async_trait::async_trait]
 impl SessionControl for Session {
+    fn processes(&self) -> Option<Arc<Processes>> {
+        self.processes.get().cloned()
+    }
+
     fn set_todos(&self, todos: Vec<Todo>) {
         self.lock().todos = todos.clone();
         self.events.emit(Event::TodosUpdated { session_id: self.id.clone(), todos });

@@ -265,10 +265,14 @@ impl Client {
     }
 
     /// Ends the connection's sessions: calls canceled, processes killed, questions
-    /// withdrawn. Dropping the client does the same.
+    /// withdrawn. Dropping the client does the same. A session detached because its
+    /// background processes run, or already re-attached to another connection with
+    /// its resume token, is left alone.
     pub fn close(&self) {
         self.daemon.disconnect(self.id());
-        if let Some(entry) = self.default.get() {
+        if let Some(entry) = self.default.get()
+            && self.daemon.owns(self.id(), entry.session.id())
+        {
             entry.session.close();
         }
     }

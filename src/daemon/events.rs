@@ -153,6 +153,11 @@ fn approximate_size(event: &Event) -> usize {
     let variable = match event {
         Event::ToolCallStart { arguments, .. } => value_size(arguments),
         Event::ToolOutput { text, .. } => text.len(),
+        Event::ProcessExited { process_id, killed, error, .. } => {
+            process_id.len()
+                + killed.as_ref().map_or(0, String::len)
+                + error.as_ref().map_or(0, String::len)
+        }
         Event::PermissionRequest { arguments, suggestions, .. } => {
             value_size(arguments) + suggestions.iter().map(String::len).sum::<usize>()
         }

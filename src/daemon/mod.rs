@@ -20,6 +20,7 @@ use self::events::EventHub;
 use crate::agent::{CallObserver, Event, EventSink, Session, SessionOptions};
 use crate::hooks::Hooks;
 use crate::permission::{Mode, PermissionEngine, Policy};
+use crate::tools::jobs::ProcessSettings;
 use crate::tools::{Env, EnvPolicy, Registry, Todo};
 use crate::upstream::{UpstreamStatus, Upstreams};
 
@@ -41,6 +42,10 @@ pub struct SessionSpec {
     /// Kept under this name for the client's identity: the session outlives the
     /// connection, and a later connection of the same identity gets it back.
     pub name: Option<String>,
+    /// Re-attach to the session this token was given for (a session detached from
+    /// its connection, kept while its background processes run); the other fields
+    /// are ignored.
+    pub resume_token: Option<String>,
 }
 
 /// What a session is, as granted.
@@ -55,6 +60,9 @@ pub struct SessionState {
     pub max_output_bytes: usize,
     pub max_read_bytes: u64,
     pub todos: Vec<Todo>,
+    /// What re-attaches a client to this session after its connection ends
+    /// ([`SessionSpec::resume_token`]); `None` for sessions that cannot be resumed.
+    pub resume_token: Option<String>,
 }
 
 /// The daemon at a glance.
@@ -96,6 +104,8 @@ pub struct Settings {
     /// What no tool may open (toolgate's own files, rules on resolved paths); shared
     /// by every session, updated in place on reload.
     pub access: crate::tools::fs::Access,
+    /// Background processes: limits, spool directory, detached sessions' wait.
+    pub processes: ProcessSettings,
 }
 
 impl Settings {
@@ -115,6 +125,7 @@ impl Settings {
             max_calls_per_session: 16,
             event_buffer: 1024,
             access: Default::default(),
+            processes: ProcessSettings::default(),
         }
     }
 }
@@ -147,6 +158,10 @@ pub enum SessionError {
     TooMany(usize),
     #[error("too many named sessions (at most {0}); close one with session/close")]
     TooManyNamed(usize),
+    #[error(
+        "no session to resume with that token (it was closed, its wait ended, or the token belongs to another client)"
+    )]
+    NoSuchResume,
 }
 
 /// A session with its delivery parts and its owner.
@@ -177,7 +192,17 @@ pub struct Daemon {
     upstreams: std::sync::OnceLock<Arc<Upstreams>>,
     /// Sessions kept by name between connections (see [`named`]).
     named: std::sync::Mutex<named::NamedSessions>,
+    /// Resume tokens of native sessions, by session id.
+    resume_tokens: DashMap<String, String>,
+    /// Sessions kept without a connection because their processes run, by session id,
+    /// with the number of their detachment (a re-attach or a new detachment makes the
+    /// wait of an older one void).
+    detached: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    next_detach: AtomicU64,
 }
+
+/// The owner of a session no connection holds.
+const DETACHED: u64 = 0;
 
 impl Daemon {
     pub fn new(
@@ -199,6 +224,9 @@ impl Daemon {
             next_session: AtomicU64::new(1),
             upstreams: std::sync::OnceLock::new(),
             named: std::sync::Mutex::default(),
+            resume_tokens: DashMap::new(),
+            detached: std::sync::Mutex::default(),
+            next_detach: AtomicU64::new(1),
         });
         daemon.watch_registry();
         daemon
@@ -285,10 +313,57 @@ impl Daemon {
         params: &SessionSpec,
     ) -> Result<Arc<SessionEntry>, SessionError> {
         self.expire_named();
+        if let Some(token) = &params.resume_token {
+            return self.resume(owner, client, token);
+        }
         match params.name.as_deref() {
             Some(name) => self.open_named(owner, client, name, params),
             None => self.open_unnamed(owner, client, params),
         }
+    }
+
+    /// Re-attaches `owner` to the session `token` was given for, if `client` opened
+    /// it. A session still attached to another connection of the same client (one
+    /// the daemon has not seen drop yet) moves to this one.
+    fn resume(
+        &self,
+        owner: u64,
+        client: &str,
+        token: &str,
+    ) -> Result<Arc<SessionEntry>, SessionError> {
+        use subtle::ConstantTimeEq;
+        let id = self
+            .resume_tokens
+            .iter()
+            .find(|entry| bool::from(entry.value().as_bytes().ct_eq(token.as_bytes())))
+            .map(|entry| entry.key().clone())
+            .ok_or(SessionError::NoSuchResume)?;
+        // Under the lock of the detached table, so that a wait that ends meanwhile
+        // either finds the session re-attached or has taken it away first.
+        let resumed = {
+            let mut detached =
+                self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = self
+                .sessions
+                .get(&id)
+                .map(|entry| entry.value().clone())
+                .ok_or(SessionError::NoSuchResume)?;
+            if entry.session.client() != client {
+                return Err(SessionError::NoSuchResume);
+            }
+            detached.remove(&id);
+            let resumed = Arc::new(SessionEntry {
+                session: entry.session.clone(),
+                events: entry.events.clone(),
+                owner,
+            });
+            self.sessions.insert(id.clone(), resumed.clone());
+            resumed
+        };
+        // A parked named session is owned again too.
+        let mut named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        named.unpark(&id);
+        Ok(resumed)
     }
 
     fn open_unnamed(
@@ -316,6 +391,7 @@ impl Daemon {
         let mut named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(id) = named.claim(client, name, Instant::now()) {
             if let Some(entry) = self.sessions.get(&id).map(|entry| entry.value().clone()) {
+                self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
                 let entry = Arc::new(SessionEntry {
                     session: entry.session.clone(),
                     events: entry.events.clone(),
@@ -342,7 +418,7 @@ impl Daemon {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .expire(Instant::now());
         for id in expired {
-            if let Some((_, entry)) = self.sessions.remove(&id) {
+            if let Some(entry) = self.remove_session(&id) {
                 entry.session.close();
             }
         }
@@ -439,6 +515,10 @@ impl Daemon {
                 cancel: self.shutdown.child_token(),
             },
         );
+        session.keep_processes(settings.processes.clone(), self.tasks.clone());
+        if hub.is_some() {
+            self.resume_tokens.insert(id.clone(), new_resume_token());
+        }
         let entry = Arc::new(SessionEntry { session, events: hub, owner });
         self.sessions.insert(id, entry.clone());
         Ok(entry)
@@ -551,16 +631,92 @@ impl Daemon {
     /// approvals dropped.
     pub fn close_session(&self, owner: u64, session_id: &str) -> Result<(), SessionError> {
         let entry = self.session_for(owner, session_id)?;
-        self.sessions.remove(session_id);
+        self.remove_session(session_id);
         self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(session_id);
         entry.session.close();
         Ok(())
     }
 
+    /// Takes a session out of every table (the caller closes it).
+    fn remove_session(&self, id: &str) -> Option<Arc<SessionEntry>> {
+        self.resume_tokens.remove(id);
+        self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
+        self.sessions.remove(id).map(|(_, entry)| entry)
+    }
+
+    /// Keeps a session whose connection went because its background processes run:
+    /// no connection owns it, and when `ttl` passes without a client re-attaching
+    /// (with its resume token), its processes are killed, and an unnamed session is
+    /// closed.
+    fn detach(self: &Arc<Daemon>, entry: &Arc<SessionEntry>, named: bool) {
+        let id = entry.session.id().to_owned();
+        let number = self.next_detach.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut detached =
+                self.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match self.sessions.get_mut(&id) {
+                // Still the leaving connection's: no one re-attached meanwhile.
+                Some(mut current) if current.owner == entry.owner => {
+                    *current = Arc::new(SessionEntry {
+                        session: entry.session.clone(),
+                        events: entry.events.clone(),
+                        owner: DETACHED,
+                    });
+                }
+                _ => return,
+            }
+            detached.insert(id.clone(), number);
+        }
+        let ttl = self.settings().processes.detached_ttl;
+        let weak = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(ttl) => {}
+                () = shutdown.cancelled() => return,
+            }
+            let Some(daemon) = weak.upgrade() else { return };
+            let taken = {
+                let mut detached =
+                    daemon.detached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if detached.get(&id) != Some(&number) {
+                    return;
+                }
+                detached.remove(&id);
+                if named {
+                    daemon.sessions.get(&id).map(|entry| entry.value().clone())
+                } else {
+                    daemon
+                        .sessions
+                        .remove_if(&id, |_, entry| entry.owner == DETACHED)
+                        .map(|(_, entry)| entry)
+                }
+            };
+            let Some(entry) = taken else { return };
+            if let Some(processes) = crate::tools::SessionControl::processes(&*entry.session) {
+                processes
+                    .kill_all("its session stayed detached past [limits] detached_session_ttl_ms")
+                    .await;
+            }
+            if !named {
+                daemon.resume_tokens.remove(&id);
+                entry.session.close();
+            }
+        });
+    }
+
     /// Everything a connection owned goes away with it, except named sessions: those
     /// are parked for their client to find again (their calls end with the
     /// connection's requests).
-    pub fn disconnect(&self, owner: u64) {
+    ///
+    /// A native session that owns running background processes is detached instead
+    /// of closed: it waits for a client to re-attach with its resume token for
+    /// `[limits] detached_session_ttl_ms` (a parked named session keeps its processes
+    /// as long).
+    pub fn disconnect(self: &Arc<Daemon>, owner: u64) {
+        if owner == DETACHED {
+            return;
+        }
         let owned: Vec<Arc<SessionEntry>> = self
             .sessions
             .iter()
@@ -570,11 +726,24 @@ impl Daemon {
         let now = Instant::now();
         for entry in owned {
             let id = entry.session.id();
+            let keeps_processes = entry.events.is_some()
+                && entry.session.running_processes() > 0
+                && !self.shutdown.is_cancelled();
             if self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).park(id, now) {
+                if keeps_processes {
+                    self.detach(&entry, true);
+                }
                 continue;
             }
-            self.sessions.remove(id);
-            entry.session.close();
+            if keeps_processes {
+                self.detach(&entry, false);
+                continue;
+            }
+            // Unless another connection re-attached it meanwhile.
+            if self.sessions.remove_if(id, |_, current| current.owner == owner).is_some() {
+                self.resume_tokens.remove(id);
+                entry.session.close();
+            }
         }
         self.expire_named();
         for entry in &self.sessions {
@@ -626,6 +795,7 @@ impl Daemon {
             max_output_bytes: env.max_output_bytes,
             max_read_bytes: env.max_read_bytes,
             todos: session.todos(),
+            resume_token: self.resume_tokens.get(session.id()).map(|token| token.value().clone()),
         }
     }
 
@@ -681,6 +851,31 @@ fn canonical_dir(bases: &[PathBuf], dir: &str) -> Result<PathBuf, SessionError> 
 pub struct ConnectionGuard {
     daemon: Arc<Daemon>,
     pub id: u64,
+}
+
+/// A fresh resume token: 128 random bits, hex.
+fn new_resume_token() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: a token nobody can guess is one nobody gets.
+        return format!("unavailable-{}", std::process::id());
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl Daemon {
+    /// Whether a session is kept without a connection.
+    pub fn is_detached(&self, session_id: &str) -> bool {
+        self.detached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(session_id)
+    }
+
+    /// Whether the session is in the daemon's map and owned by this connection.
+    pub fn owns(&self, owner: u64, session_id: &str) -> bool {
+        self.sessions.get(session_id).is_some_and(|entry| entry.owner == owner)
+    }
 }
 
 impl Drop for ConnectionGuard {

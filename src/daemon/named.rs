@@ -67,6 +67,13 @@ impl NamedSessions {
         }
     }
 
+    /// Marks a session owned again (re-attached by its resume token).
+    pub(crate) fn unpark(&mut self, id: &str) {
+        if let Some(slot) = self.slots.values_mut().find(|slot| slot.id == id) {
+            slot.parked_until = None;
+        }
+    }
+
     /// Forgets a session (closed by its client).
     pub(crate) fn forget(&mut self, id: &str) {
         self.slots.retain(|_, slot| slot.id != id);

@@ -641,6 +641,49 @@ impl PermissionEngine {
     /// Decides one call. `args` are the call's arguments as the model sent them (not
     /// yet validated: anything unexpected simply matches no specifier).
     pub fn decide(&self, tool: &ToolFacts<'_>, args: &Value, ctx: &CallContext<'_>) -> Decision {
+        if tool.name == crate::tools::builtin::process_tools::WRITE && !tool.system {
+            return self.decide_process_write(tool, args, ctx);
+        }
+        self.decide_one(tool, args, ctx)
+    }
+
+    /// `process_write` writes to a running program, as like as not a shell: writing
+    /// is running commands. Its `input` is judged as a `run_command` command line
+    /// (run_command's rules, grants and the mode for commands). A rule (or grant) of
+    /// `process_write`'s own decides instead when one matches, except that
+    /// run_command's deny and ask rules on the input still win over it (deny > ask >
+    /// allow); a mode that refuses side effects refuses either way.
+    fn decide_process_write(
+        &self,
+        tool: &ToolFacts<'_>,
+        args: &Value,
+        ctx: &CallContext<'_>,
+    ) -> Decision {
+        let own = self.decide_one(tool, args, ctx);
+        let input = args.get("input").and_then(Value::as_str).unwrap_or("");
+        let facts = ToolFacts { name: RUN_COMMAND, safety: Safety::SideEffect, system: false };
+        let mut as_command = self.decide_one(&facts, &serde_json::json!({ "command": input }), ctx);
+        as_command.explanation.reason = format!(
+            "the input, judged as a run_command command line: {}",
+            as_command.explanation.reason
+        );
+        let by_rule = |decision: &Decision| {
+            matches!(decision.explanation.layer, Layer::Rule | Layer::SessionGrant)
+        };
+        if own.verdict == Verdict::NotAllowedInMode {
+            return own;
+        }
+        if as_command.verdict == Verdict::NotAllowedInMode || !by_rule(&own) {
+            return as_command;
+        }
+        if by_rule(&as_command) && as_command.verdict.strictness() < own.verdict.strictness() {
+            as_command
+        } else {
+            own
+        }
+    }
+
+    fn decide_one(&self, tool: &ToolFacts<'_>, args: &Value, ctx: &CallContext<'_>) -> Decision {
         if tool.system {
             return Decision::new(
                 Verdict::Allow,

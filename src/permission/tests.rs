@@ -972,3 +972,34 @@ fn an_empty_policy_leaves_decisions_to_the_mode_and_reload_recaps_it() {
     assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, NotAllowedInMode);
     assert_eq!(engine.set_mode(Mode::Bypass), Mode::Plan);
 }
+
+#[test]
+fn process_write_input_is_judged_as_a_command_line() {
+    let write = |input: &str| json!({ "id": "p1", "input": input });
+    // No rule of its own: the input decides, as run_command would.
+    let plain = engine(&["run_command(git status)"], &[], &["run_command(rm:*)"], Mode::Default);
+    assert_eq!(decide(&plain, "process_write", &write("git status\n")).verdict, Verdict::Allow);
+    assert_eq!(decide(&plain, "process_write", &write("1+1\n")).verdict, Verdict::Ask);
+    assert_eq!(decide(&plain, "process_write", &write("rm -rf x\n")).verdict, Verdict::Deny);
+    let bypass = engine_with_mode(&plain, Mode::Bypass);
+    assert_eq!(decide(&bypass, "process_write", &write("1+1\n")).verdict, Verdict::Allow);
+    assert_eq!(decide(&bypass, "process_write", &write("rm -rf x\n")).verdict, Verdict::Deny);
+    let plan = engine_with_mode(&plain, Mode::Plan);
+    assert_eq!(
+        decide(&plan, "process_write", &write("git status\n")).verdict,
+        Verdict::NotAllowedInMode
+    );
+    // An allow rule of its own lets any input through, but a deny or ask rule on the
+    // input as a command still wins.
+    let trusting = engine(
+        &["process_write"],
+        &["run_command(git push:*)"],
+        &["run_command(rm:*)"],
+        Mode::Default,
+    );
+    assert_eq!(decide(&trusting, "process_write", &write("1+1\n")).verdict, Verdict::Allow);
+    assert_eq!(decide(&trusting, "process_write", &write("git push\n")).verdict, Verdict::Ask);
+    assert_eq!(decide(&trusting, "process_write", &write("rm -rf x\n")).verdict, Verdict::Deny);
+    let denying = engine(&["run_command"], &[], &["process_write"], Mode::Bypass);
+    assert_eq!(decide(&denying, "process_write", &write("ls\n")).verdict, Verdict::Deny);
+}

@@ -12,10 +12,12 @@
 pub mod builtin;
 pub(crate) mod duration;
 pub mod fs;
+pub mod jobs;
 pub mod json_text;
 pub mod process;
 pub mod registry;
 pub mod schema;
+pub mod terminal;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
@@ -393,6 +395,11 @@ pub trait SessionControl: Send + Sync {
         plan: &str,
         cancel: &CancellationToken,
     ) -> Result<(), String>;
+
+    /// The session's background processes; `None` where the session keeps none.
+    fn processes(&self) -> Option<Arc<jobs::Processes>> {
+        None
+    }
 }
 
 /// A weak handle on the owning session (weak: the session owns its Env).

@@ -13,7 +13,9 @@
 //! 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
 //!    descendant re-parents to it instead of to init, and stays findable;
 //! 2. starts the command with the daemon-chosen cwd, environment and stdin, handing it
-//!    its own stdout and stderr (the daemon's pipes) directly;
+//!    its own stdout and stderr (the daemon's pipes) directly — or, for a background
+//!    process with live input ([`super::terminal`]), a pipe the daemon keeps writing
+//!    to as stdin, or a terminal as stdin, stdout, stderr and controlling terminal;
 //! 3. when the command exits, or the daemon asks, or the daemon goes away, SIGKILLs
 //!    every process whose ancestry leads back to it (found by walking `/proc`), again
 //!    and again until none is left, reaping them all;
@@ -67,6 +69,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::terminal::LiveInput;
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 use crate::sandbox::{CallCgroup, Containment, Limits, Profile};
 
@@ -144,6 +147,10 @@ pub enum Stdin {
     Closed,
     /// These bytes, then end-of-file (hooks get their JSON this way).
     Bytes(Vec<u8>),
+    /// A pipe or a terminal the caller keeps writing to while the command runs
+    /// ([`LiveInput`]). With a terminal, the command's stdout and stderr are the
+    /// terminal too, read as stdout.
+    Live(std::sync::Arc<LiveInput>),
 }
 
 /// Set when this process's `main` checks for the supervisor mode, i.e. its own
@@ -250,6 +257,45 @@ pub struct Spec {
     pub sandbox: Option<Profile>,
     /// Limits of the call's cgroup, where one is created with the controllers.
     pub limits: Limits,
+    /// Where the pids of the supervisor and the command are put once known, for a
+    /// caller that signals a running command (`process_kill`).
+    pub pids: Option<std::sync::Arc<Pids>>,
+}
+
+/// The pids of a running command and of its supervisor (0 while unknown).
+#[derive(Debug, Default)]
+pub struct Pids {
+    supervisor: std::sync::atomic::AtomicU32,
+    command: std::sync::atomic::AtomicU32,
+}
+
+impl Pids {
+    /// Sends `signal` to the command itself (not its tree) while it is still the
+    /// supervisor's child: a pidfd pins it, and its parent is checked after, so a pid
+    /// reused since cannot be hit. False when it is no longer there.
+    pub fn signal_command(&self, signal: rustix::process::Signal) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (supervisor, command) = (self.supervisor.load(Relaxed), self.command.load(Relaxed));
+        let (Ok(supervisor), Ok(command)) = (i32::try_from(supervisor), i32::try_from(command))
+        else {
+            return false;
+        };
+        let Some(target) = rustix::process::Pid::from_raw(command) else {
+            return false;
+        };
+        let Ok(pidfd) = rustix::process::pidfd_open(target, rustix::process::PidfdFlags::empty())
+        else {
+            return false;
+        };
+        supervisor != 0
+            && read_stat(command).is_some_and(|entry| entry.ppid == supervisor && !entry.zombie)
+            && rustix::process::pidfd_send_signal(&pidfd, signal).is_ok()
+    }
+
+    /// The command's pid, once started.
+    pub fn command(&self) -> Option<u32> {
+        Some(self.command.load(std::sync::atomic::Ordering::Relaxed)).filter(|pid| *pid != 0)
+    }
 }
 
 impl Spec {
@@ -269,6 +315,7 @@ impl Spec {
             supervisor: Supervisor::current(),
             sandbox: None,
             limits: Limits::default(),
+            pids: None,
         }
     }
 }
@@ -406,12 +453,29 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if let Some(dir) = &spec.cwd_dir {
         super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
     }
-    daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
-    let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
     let payload = match &spec.stdin {
-        Stdin::Closed => None,
+        Stdin::Closed | Stdin::Live(_) => None,
         Stdin::Bytes(bytes) => Some(bytes.clone()),
     };
+    let live = match &spec.stdin {
+        Stdin::Live(live) => Some(live.clone()),
+        _ => None,
+    };
+    let terminal_output = match &live {
+        Some(live) => {
+            // Sent now and closed here at once: only the command holds its end.
+            let child_end = live.take_child_end().ok_or_else(|| {
+                ProcessError::Setup(std::io::Error::other("the live input was already used"))
+            })?;
+            super::terminal::send_fd(&daemon_end, &child_end).map_err(ProcessError::Setup)?;
+            drop(child_end);
+            live.take_output().map_err(ProcessError::Setup)?
+        }
+        None => None,
+    };
+    let tty = live.as_ref().is_some_and(|live| live.is_terminal());
+    daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
+    let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
     let cgroup = match CallCgroup::create() {
         Some(Ok(cgroup)) => Some(cgroup),
@@ -463,6 +527,16 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         if let Some(bytes) = &payload {
             command.arg("--stdin-bytes").arg(bytes.len().to_string());
         }
+        if live.is_some() {
+            command.arg(if tty { "--tty" } else { "--live-stdin" });
+        }
+        if !tty {
+            // Its own process group: a terminal's signals aimed at the daemon's group
+            // must not hit commands, the daemon decides when they die. (On a terminal
+            // the supervisor starts a session of its own instead, which it can only do
+            // as no group's leader.)
+            command.process_group(0);
+        }
         command
             .arg("--")
             .args(spec.program.argv())
@@ -471,12 +545,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             .current_dir("/")
             .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group: a terminal's signals aimed at the daemon's group
-            // must not hit commands, the daemon decides when they die. No
-            // `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
-            // orphans would escape to init. Dropping the control socket is the kill.
-            .process_group(0);
+            .stderr(Stdio::piped());
+        // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
+        // orphans would escape to init. Dropping the control socket is the kill.
         command.spawn().map_err(|source| ProcessError::StartSupervisor {
             program: spec.supervisor.program().to_owned(),
             source,
@@ -485,6 +556,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         // supervisor's socket end: from now on only the supervisor holds it.
     };
     let supervisor_pid = child.id().and_then(pid_from_u32);
+    if let (Some(pids), Some(pid)) = (&spec.pids, child.id()) {
+        pids.supervisor.store(pid, std::sync::atomic::Ordering::Relaxed);
+    }
     let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
@@ -495,8 +569,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let control_finished = CancellationToken::new();
     let (control_outcome, ()) = tokio::join!(
         async {
-            let outcome =
-                drive_control(control, payload, &spec.cancel, deadline, supervisor_pid).await;
+            let outcome = drive_control(
+                control,
+                payload,
+                &spec.cancel,
+                deadline,
+                supervisor_pid,
+                spec.pids.as_deref(),
+            )
+            .await;
             if !outcome.finished {
                 // The supervisor is gone, stopped or unresponsive: kill the tree from
                 // here, which also closes the output pipes its processes hold.
@@ -506,11 +587,24 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             outcome
         },
         async {
+            let mut terminal_capture = Capture::new(0);
             let pumps = async {
-                tokio::join!(
-                    pump(stdout, OutputStream::Stdout, &mut stdout_capture, &spec.output),
-                    pump(stderr, OutputStream::Stderr, &mut stderr_capture, &spec.output),
-                )
+                match terminal_output {
+                    // The supervisor's own stdout and stderr only carry its complaints.
+                    Some(terminal) => {
+                        tokio::join!(
+                            pump(terminal, OutputStream::Stdout, &mut stdout_capture, &spec.output),
+                            pump(stdout, OutputStream::Stderr, &mut terminal_capture, &spec.output),
+                            pump(stderr, OutputStream::Stderr, &mut stderr_capture, &spec.output),
+                        );
+                    }
+                    None => {
+                        tokio::join!(
+                            pump(stdout, OutputStream::Stdout, &mut stdout_capture, &spec.output),
+                            pump(stderr, OutputStream::Stderr, &mut stderr_capture, &spec.output),
+                        );
+                    }
+                }
             };
             let grace = async {
                 control_finished.cancelled().await;
@@ -745,6 +839,7 @@ async fn drive_control(
     cancel: &CancellationToken,
     deadline: Option<Instant>,
     supervisor: Option<Pid>,
+    pids: Option<&Pids>,
 ) -> ControlOutcome {
     let (reader, writer) = control.into_split();
     let mut writer = Some(writer);
@@ -782,7 +877,12 @@ async fn drive_control(
         tokio::select! {
             line = lines.next_line() => match line {
                 Ok(Some(line)) => match Report::parse(&line) {
-                    Some(Report::Spawned(_)) => outcome.spawned = true,
+                    Some(Report::Spawned(pid)) => {
+                        outcome.spawned = true;
+                        if let Some(pids) = pids {
+                            pids.command.store(pid, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                     Some(Report::Sandbox(description)) => outcome.sandbox = Some(description),
                     Some(Report::SpawnError(message)) => outcome.spawn_error = Some(message),
                     Some(Report::Exited(status)) => outcome.status = Some(status),
@@ -1191,6 +1291,11 @@ struct SuperviseArgs {
     sandbox: Option<String>,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
+    /// `--live-stdin`: the command's stdin (a pipe) arrives on the control socket.
+    live_stdin: bool,
+    /// `--tty`: a terminal arrives on the control socket; it becomes the command's
+    /// controlling terminal, stdin, stdout and stderr.
+    tty: bool,
     argv: Vec<OsString>,
 }
 
@@ -1203,6 +1308,8 @@ impl SuperviseArgs {
             cgroup: None,
             sandbox: None,
             stdin_bytes: None,
+            live_stdin: false,
+            tty: false,
             argv: vec![],
         };
         loop {
@@ -1225,6 +1332,8 @@ impl SuperviseArgs {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
                 "--cwd-fd" => parsed.cwd_fd = true,
+                "--live-stdin" => parsed.live_stdin = true,
+                "--tty" => parsed.tty = true,
                 "--cwd" => {
                     let dir = args.next().ok_or("--cwd needs a value")?;
                     parsed.cwd = Some(PathBuf::from(dir));
@@ -1265,23 +1374,49 @@ enum SuperviseError {
 /// command (and by everything it starts, which would then shrug off SIGTERM), while
 /// handlers are reset by `exec`. Installed first thing, so that a signal can only
 /// kill the supervisor outright before it has started anything.
-fn catch_kill_signals() -> std::io::Result<impl FnOnce() + Send + 'static> {
+///
+/// On a terminal, the keyboard's signals (Ctrl-C, Ctrl-\\, Ctrl-Z and background
+/// terminal access) reach the whole foreground group, the supervisor included: they
+/// are caught and ignored, so they only act on the command.
+fn catch_kill_signals(tty: bool) -> std::io::Result<impl FnOnce() + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
     let mut streams = Vec::new();
+    let mut ignored = Vec::new();
     {
         let _context = runtime.enter();
-        for kind in [
-            SignalKind::terminate(),
-            SignalKind::interrupt(),
-            SignalKind::hangup(),
-            SignalKind::quit(),
-        ] {
-            streams.push(signal(kind)?);
+        let (kill, keyboard): (&[SignalKind], &[SignalKind]) = if tty {
+            (
+                &[SignalKind::terminate(), SignalKind::hangup()],
+                &[
+                    SignalKind::interrupt(),
+                    SignalKind::quit(),
+                    SignalKind::from_raw(libc::SIGTSTP),
+                    SignalKind::from_raw(libc::SIGTTIN),
+                    SignalKind::from_raw(libc::SIGTTOU),
+                ],
+            )
+        } else {
+            (
+                &[
+                    SignalKind::terminate(),
+                    SignalKind::interrupt(),
+                    SignalKind::hangup(),
+                    SignalKind::quit(),
+                ],
+                &[],
+            )
+        };
+        for kind in kill {
+            streams.push(signal(*kind)?);
+        }
+        for kind in keyboard {
+            ignored.push(signal(*kind)?);
         }
     }
     Ok(move || {
+        let _ignored = ignored;
         runtime.block_on(async move {
             let arrivals = streams.iter_mut().map(|stream| Box::pin(stream.recv()));
             futures::future::select_all(arrivals).await;
@@ -1290,8 +1425,12 @@ fn catch_kill_signals() -> std::io::Result<impl FnOnce() + Send + 'static> {
 }
 
 fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    let wait_for_kill_signal = catch_kill_signals()
+    let wait_for_kill_signal = catch_kill_signals(args.tty)
         .map_err(|source| SuperviseError::Io { what: "signal handlers", source })?;
+    if args.tty {
+        super::terminal::new_session()
+            .map_err(|source| SuperviseError::Io { what: "setsid", source })?;
+    }
     // The death signal is SIGTERM, not SIGKILL: a SIGKILLed supervisor could not kill
     // the tree, and its orphans would escape to init.
     nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
@@ -1327,6 +1466,24 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
         return Ok(());
     }
+    let live = if args.tty || args.live_stdin {
+        match super::terminal::receive_fd(&control) {
+            Ok(fd) => Some(fd),
+            Err(err) => {
+                send_report(&control, &Report::SpawnError(format!("no input channel: {err}")));
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    if args.tty
+        && let Some(terminal) = &live
+        && let Err(err) = super::terminal::become_terminal_session(terminal)
+    {
+        send_report(&control, &Report::SpawnError(format!("cannot take the terminal: {err}")));
+        return Ok(());
+    }
     let payload = match args.stdin_bytes {
         None => None,
         Some(len) => {
@@ -1343,7 +1500,22 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd) {
         command.current_dir(cwd);
     }
-    command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+    match live {
+        Some(fd) if args.tty => {
+            let clone = |fd: &OwnedFd| {
+                fd.try_clone().map_err(|source| SuperviseError::Io { what: "the terminal", source })
+            };
+            command.stdout(Stdio::from(clone(&fd)?));
+            command.stderr(Stdio::from(clone(&fd)?));
+            command.stdin(Stdio::from(fd));
+        }
+        Some(fd) => {
+            command.stdin(Stdio::from(fd));
+        }
+        None => {
+            command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+        }
+    }
     if let Some(profile) = &args.sandbox {
         let prepared = serde_json::from_str::<Profile>(profile)
             .map_err(|err| err.to_string())

@@ -166,6 +166,8 @@ fn supervise_args_parse() {
             cgroup: Some(PathBuf::from("/sys/fs/cgroup/toolgate/1-2")),
             sandbox: None,
             stdin_bytes: Some(5),
+            live_stdin: false,
+            tty: false,
             argv: args(&["/bin/sh", "-c", "x"]),
         })
     );

@@ -434,6 +434,8 @@ async fn dropping_the_execute_future_cancels_the_tool() {
 #[test]
 fn builtins_register_with_unique_names() {
     let registry = Registry::with_builtins();
-    expect!["apply_patch,edit_file,find_files,notebook_edit,read_file,run_command,search_code,write_file"]
+    expect![
+        "apply_patch,edit_file,find_files,notebook_edit,process_kill,process_list,process_read,process_resize,process_write,read_file,run_command,search_code,write_file"
+    ]
         .assert_eq(&registry.names().join(","));
 }

@@ -10,6 +10,7 @@ pub mod apply_patch;
 pub mod edit_file;
 pub mod find_files;
 pub mod notebook_edit;
+pub mod process_tools;
 pub mod read_file;
 pub mod run_command;
 pub mod search_code;
@@ -17,7 +18,7 @@ pub mod write_file;
 
 /// Every built-in tool, in no particular order (the registry sorts).
 pub fn all() -> Vec<Arc<dyn Tool>> {
-    vec![
+    let mut tools = vec![
         read_file::tool(),
         write_file::tool(),
         edit_file::tool(),
@@ -26,5 +27,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         run_command::tool(),
         find_files::tool(),
         search_code::tool(),
-    ]
+    ];
+    tools.extend(process_tools::tools());
+    tools
 }

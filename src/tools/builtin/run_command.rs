@@ -1,11 +1,20 @@
 //! run_command: runs a shell command line in the session's working directory and
 //! returns its output, under the supervision of [`crate::tools::process`].
 //!
-//! The command gets `/dev/null` as stdin, exactly the session's [`EnvPolicy`]
-//! environment (secret-looking variables are not inherited), and a deadline. Its
-//! stdout and stderr are streamed live to the call's output sink and kept (head and
-//! tail) within the session's output budget. Whatever the command starts — background
-//! jobs, `setsid` daemons, double-forked grandchildren — is killed when the call ends.
+//! The command gets `/dev/null` as stdin (or the `stdin` text), exactly the session's
+//! [`EnvPolicy`] environment (secret-looking variables are not inherited), and a
+//! deadline. Its stdout and stderr are streamed live to the call's output sink and
+//! kept (head and tail) within the session's output budget. Whatever the command
+//! starts — background jobs, `setsid` daemons, double-forked grandchildren — is killed
+//! when the call ends.
+//!
+//! With `background`, `yield_ms` or `tty` (or a timeout under `on_timeout =
+//! "background"`) the command runs as a background process of the session
+//! ([`crate::tools::jobs`]): same supervisor, cgroup and sandbox, but its life is the
+//! session's, its output is spooled, and the call can answer with a handle
+//! (`process_id`) for `process_read`, `process_write`, `process_resize` and
+//! `process_kill` while it runs. Such a process has a live stdin (a pipe, or a
+//! terminal with `tty`) until `process_write` closes it.
 //!
 //! [`EnvPolicy`]: crate::tools::EnvPolicy
 
@@ -17,7 +26,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::tools::duration::describe_duration;
+use crate::tools::jobs::{Job, OnTimeout, Processes, StartError};
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
+use crate::tools::terminal::LiveInput;
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
@@ -45,6 +56,35 @@ struct Args {
     /// the session's roots.
     #[serde(default)]
     cwd: Option<String>,
+    /// Start the command as a background process and answer at once with its
+    /// `process_id` (read its output with process_read, answer prompts with
+    /// process_write, stop it with process_kill). It runs until it exits, is killed or
+    /// its session ends; the deadline does not apply.
+    #[serde(default)]
+    background: Option<bool>,
+    /// Wait at most this long (milliseconds): a command that ends sooner answers as
+    /// usual; one still running answers with its `process_id` and the output so far,
+    /// and goes on in the background.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    yield_ms: Option<u64>,
+    /// Run the command on a pseudo-terminal (stdin, stdout and stderr), for REPLs,
+    /// prompts and programs that behave differently on a terminal. Output then holds
+    /// the terminal's bytes (echo, carriage returns, escape sequences).
+    #[serde(default)]
+    tty: Option<bool>,
+    /// Terminal rows (with `tty`; default 24).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    rows: Option<u16>,
+    /// Terminal columns (with `tty`; default 80).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    cols: Option<u16>,
+    /// Text written to the command's stdin when it starts. Without `background`,
+    /// `yield_ms` or `tty`, stdin then ends; with them it stays open for process_write.
+    #[serde(default)]
+    stdin: Option<String>,
 }
 
 struct RunCommand {
@@ -57,11 +97,15 @@ pub fn tool() -> Arc<dyn Tool> {
             name: "run_command".to_owned(),
             description: "Run a shell command (/bin/sh -c) in the session's working directory \
                           (or `cwd`, which must be inside the workspace roots). stdin is \
-                          closed. Returns stdout, then stderr under a [stderr] header, then \
-                          the exit code; long output keeps its beginning and end. A non-zero \
-                          exit is an error that still carries the output. Every process the \
-                          command starts, including background jobs, is killed when it ends \
-                          or times out."
+                          closed unless `stdin` gives it text. Returns stdout, then stderr \
+                          under a [stderr] header, then the exit code; long output keeps its \
+                          beginning and end. A non-zero exit is an error that still carries \
+                          the output. Every process the command starts, including background \
+                          jobs, is killed when it ends or times out. For long or interactive \
+                          commands: `background: true` answers at once with a process_id, \
+                          `yield_ms` waits that long and then answers with the process_id and \
+                          the output so far, `tty: true` runs it on a terminal; then use \
+                          process_read, process_write, process_kill."
                 .to_owned(),
             input_schema: schema_for::<Args>(),
             safety: Safety::SideEffect,
@@ -90,17 +134,166 @@ impl Tool for RunCommand {
             Ok(cwd) => cwd,
             Err(err) => return err.into(),
         };
+        let command = args.command.clone();
         let mut spec = match Spec::for_call(Program::Shell(args.command), cwd.path, &ctx) {
             Ok(spec) => spec,
             Err(reason) => return ToolResult::failure(ErrorType::AccessDenied, reason),
         };
         spec.cwd_dir = Some(std::sync::Arc::new(cwd.fd));
-        spec.stdin = Stdin::Closed;
+        spec.stdin = match &args.stdin {
+            Some(text) => Stdin::Bytes(text.clone().into_bytes()),
+            None => Stdin::Closed,
+        };
         spec.timeout = Some(own_deadline(ctx.timeout));
-        match process::run(spec).await {
-            Ok(outcome) => result_for(&outcome, ctx.timeout),
-            Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
+        let background = args.background.unwrap_or(false);
+        let tty = args.tty.unwrap_or(false);
+        let processes = ctx.env.control.get().and_then(|session| session.processes());
+        let on_timeout = processes.as_ref().map_or(OnTimeout::Kill, |p| p.settings().on_timeout);
+        let as_process =
+            background || tty || args.yield_ms.is_some() || on_timeout == OnTimeout::Background;
+        if !as_process {
+            return match process::run(spec).await {
+                Ok(outcome) => result_for(&outcome, ctx.timeout),
+                Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
+            };
         }
+        let Some(processes) = processes else {
+            return ToolResult::failure(
+                ErrorType::InvalidArguments,
+                "background processes need a session that keeps them; this call has none",
+            );
+        };
+        let live = if tty {
+            Some(LiveInput::terminal(args.rows.unwrap_or(24), args.cols.unwrap_or(80)))
+        } else if background || args.yield_ms.is_some() {
+            Some(LiveInput::pipe())
+        } else {
+            None
+        };
+        let live = match live.transpose() {
+            Ok(live) => live.map(Arc::new),
+            Err(err) => {
+                return ToolResult::failure(
+                    ErrorType::IoError,
+                    format!("cannot create the command's input: {err}"),
+                );
+            }
+        };
+        if live.is_some() {
+            spec.stdin = Stdin::Closed;
+        }
+        if background {
+            // Never rendered from memory: its output is read from the spool.
+            spec.output_cap = 0;
+        }
+        let job = match processes.start(spec, &command, &ctx.call_id, live.clone()) {
+            Ok(job) => job,
+            Err(err) => {
+                let error_type = match err {
+                    // A limit: the message names it.
+                    StartError::TooManyRunning(_) | StartError::OutputLimit { .. } => {
+                        ErrorType::TooLarge
+                    }
+                    StartError::Spool { .. } => ErrorType::IoError,
+                    StartError::Closing => ErrorType::Canceled,
+                };
+                return ToolResult::failure(error_type, err.to_string());
+            }
+        };
+        if let (Some(live), Some(text)) = (live, args.stdin) {
+            // In a task of its own: a command that does not read yet must not hold
+            // the call.
+            tokio::spawn(async move {
+                if let Err(err) = live.write(text.as_bytes()).await {
+                    tracing::debug!(%err, "writing a background process's initial stdin");
+                }
+            });
+        }
+        if background {
+            return handle_result(&job, &ctx, "started in the background").await;
+        }
+        let wait = match args.yield_ms {
+            Some(yield_ms) => Duration::from_millis(yield_ms).min(own_deadline(ctx.timeout)),
+            None => own_deadline(ctx.timeout),
+        };
+        let exited = job.wait_for(wait, &ctx.cancel).await;
+        if exited {
+            return finished_result(&processes, &job, ctx.timeout, false);
+        }
+        if ctx.cancel.is_cancelled() {
+            job.kill("the call was canceled").await;
+            processes.forget(&job.id);
+            return ToolResult::failure(
+                ErrorType::Canceled,
+                "the command was canceled; it and every process it started were killed",
+            );
+        }
+        if args.yield_ms.is_none() && on_timeout == OnTimeout::Kill {
+            job.kill("it timed out").await;
+            return finished_result(&processes, &job, ctx.timeout, true);
+        }
+        let why = if args.yield_ms.is_some() {
+            "still running after yield_ms; it goes on in the background"
+        } else {
+            "still running at the deadline; it goes on in the background (on_timeout = \"background\")"
+        };
+        handle_result(&job, &ctx, why).await
+    }
+}
+
+/// The answer for a process that goes on: its handle, and the output so far (the
+/// tail, within the session's output budget).
+async fn handle_result(job: &Job, ctx: &ToolContext, why: &str) -> ToolResult {
+    let budget = ctx.env.max_output_bytes;
+    let limit = i64::try_from(budget).unwrap_or(i64::MAX);
+    let read = job.read(-limit, budget, Duration::ZERO, &ctx.cancel).await;
+    let (text, next_offset, dropped) = match &read {
+        Ok(read) => (read.page.text.clone(), read.page.next_offset, read.page.offset),
+        Err(_) => (String::new(), 0, 0),
+    };
+    let mut content = format!(
+        "[process {} {why}; read its output with process_read {{\"id\": \"{}\", \"offset\": {next_offset}}}]\n",
+        job.id, job.id
+    );
+    if dropped > 0 {
+        content.push_str(&format!("... [{dropped} earlier bytes not shown] ...\n"));
+    }
+    content.push_str(&text);
+    ToolResult::success(content)
+        .with_meta("process_id", job.id.as_str())
+        .with_meta("running", job.is_running())
+        .with_meta("next_offset", next_offset)
+        .with_meta("tty", job.has_terminal())
+}
+
+/// The answer for a process that ended within the call: the usual command result; the
+/// process is forgotten (its output is in the answer).
+fn finished_result(
+    processes: &Processes,
+    job: &Job,
+    timeout: Duration,
+    timed_out: bool,
+) -> ToolResult {
+    let exit = job.exit();
+    processes.forget(&job.id);
+    match exit {
+        Some(exit) => match (exit.outcome, &exit.error) {
+            (Some(outcome), _) => {
+                let mut outcome = Outcome::clone(&outcome);
+                if timed_out {
+                    // Killed by this call at its deadline, not canceled by anyone.
+                    outcome.timed_out = true;
+                    outcome.canceled = false;
+                }
+                result_for(&outcome, timeout)
+            }
+            (None, Some(error)) => ToolResult::failure(ErrorType::IoError, error.clone()),
+            (None, None) => ToolResult::failure(
+                ErrorType::IoError,
+                "the command's exit status could not be determined",
+            ),
+        },
+        None => ToolResult::failure(ErrorType::InternalError, "the process has not ended"),
     }
 }
 

@@ -1,0 +1,568 @@
+//! Background processes: commands that outlive the call that started them, owned by
+//! a session.
+//!
+//! A process is started by `run_command` (`background`, `yield_ms`, `tty`, or a
+//! timeout with `on_timeout = "background"`) through the same [`process::run`] as any
+//! command, so it gets the same supervisor, cgroup and sandbox; only its cancellation
+//! token is its own (a child of the session's) instead of the call's. Its output is
+//! spooled to disk ([`spool`]) and numbered by byte offset; every chunk is also
+//! reported to the session's [`ProcessObserver`] (the `tool_output` events), and so is
+//! the end (`process_exited`).
+//!
+//! The whole tree of a process is killed by `process_kill`, when its session closes
+//! (the session's token), when a detached session's wait ends (the same), and at daemon
+//! shutdown (every session's token is the shutdown token's child). The task that runs
+//! it is tracked by the daemon, which waits for it before it exits.
+
+pub mod spool;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use self::spool::{Page, Spool};
+use super::OutputSink;
+use super::OutputStream;
+use super::process::{self, ExitStatus, Outcome, Pids, ProcessError, Spec, Stdin};
+use super::terminal::LiveInput;
+
+/// What `run_command` does when a command outlives its deadline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Kill the command and everything it started (the classic behaviour).
+    #[default]
+    Kill,
+    /// Keep it running as a background process and answer with its handle.
+    Background,
+}
+
+/// The bounds and places of a session's background processes (`[limits]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessSettings {
+    /// Background processes one session may have running at once.
+    pub max_running: usize,
+    /// Output kept on disk per process (the oldest is dropped beyond it).
+    pub output_bytes: u64,
+    /// Output kept on disk per session, all its processes together.
+    pub session_output_bytes: u64,
+    /// How long a session that owns running processes outlives its connection.
+    pub detached_ttl: Duration,
+    pub on_timeout: OnTimeout,
+    /// Where spools live: the daemon's runtime (or state) directory, never a root.
+    pub spool_dir: PathBuf,
+}
+
+impl Default for ProcessSettings {
+    fn default() -> ProcessSettings {
+        ProcessSettings {
+            max_running: 8,
+            output_bytes: 8 * 1024 * 1024,
+            session_output_bytes: 64 * 1024 * 1024,
+            detached_ttl: Duration::from_secs(600),
+            on_timeout: OnTimeout::Kill,
+            spool_dir: std::env::temp_dir()
+                .join(format!("toolgate-{}", rustix::process::getuid().as_raw()))
+                .join("processes"),
+        }
+    }
+}
+
+/// Where a session's process events go (the agent layer turns them into events).
+pub trait ProcessObserver: Send + Sync {
+    /// A chunk of output: `seq` counts the process's chunks from 0, `offset` is the
+    /// chunk's first byte in the process's spool.
+    fn output(&self, process: &Job, seq: u64, offset: u64, stream: OutputStream, text: &str);
+    /// The process ended; its whole tree is gone.
+    fn exited(&self, process: &Job, exit: &Exit);
+}
+
+/// How a background process ended.
+#[derive(Clone, Debug)]
+pub struct Exit {
+    pub status: Option<ExitStatus>,
+    pub runtime: Duration,
+    /// Why toolgate ended it, when it did (`process_kill`, session closed, ...).
+    pub killed: Option<String>,
+    /// The command could not be run at all.
+    pub error: Option<String>,
+    /// What `process::run` returned (shared: an `Exit` is cloned for every read).
+    pub outcome: Option<Arc<Outcome>>,
+}
+
+/// Where a process is.
+#[derive(Clone, Debug)]
+enum State {
+    Running,
+    Exited(Box<Exit>),
+}
+
+/// Output progress, watched by readers that wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Progress {
+    end: u64,
+    exited: bool,
+}
+
+/// One background process.
+pub struct Job {
+    pub id: String,
+    pub command: String,
+    /// The call that started it.
+    pub call_id: String,
+    pub started_at: SystemTime,
+    started: Instant,
+    live: Option<Arc<LiveInput>>,
+    cancel: CancellationToken,
+    pids: Arc<Pids>,
+    spool: Mutex<Spool>,
+    /// Keeps the session's spool directory until the last of its processes is gone.
+    _dir: Arc<SpoolDir>,
+    seq: AtomicU64,
+    state: Mutex<State>,
+    progress: tokio::sync::watch::Sender<Progress>,
+    /// Why it is being killed, when toolgate asked.
+    kill_reason: Mutex<Option<String>>,
+}
+
+/// What `process_read` returns.
+#[derive(Clone, Debug)]
+pub struct Read {
+    pub page: Page,
+    /// Bytes written so far.
+    pub end: u64,
+    pub exit: Option<Exit>,
+}
+
+impl Job {
+    pub fn is_running(&self) -> bool {
+        matches!(*self.lock_state(), State::Running)
+    }
+
+    pub fn has_terminal(&self) -> bool {
+        self.live.as_ref().is_some_and(|live| live.is_terminal())
+    }
+
+    pub fn exit(&self) -> Option<Exit> {
+        match &*self.lock_state() {
+            State::Running => None,
+            State::Exited(exit) => Some(Exit::clone(exit)),
+        }
+    }
+
+    pub fn runtime(&self) -> Duration {
+        match &*self.lock_state() {
+            State::Running => self.started.elapsed(),
+            State::Exited(exit) => exit.runtime,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pids.command()
+    }
+
+    /// Bytes of output so far.
+    pub fn output_bytes(&self) -> u64 {
+        self.progress.borrow().end
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_spool(&self) -> std::sync::MutexGuard<'_, Spool> {
+        self.spool.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A page of output from `offset` (negative: from the end). With `wait`, and
+    /// nothing to return yet while the process runs, waits that long for output or
+    /// the end (or until `cancel`).
+    pub async fn read(
+        &self,
+        offset: i64,
+        limit: usize,
+        wait: Duration,
+        cancel: &CancellationToken,
+    ) -> std::io::Result<Read> {
+        let mut watch = self.progress.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let progress = *watch.borrow_and_update();
+            let from = if offset < 0 { 0 } else { offset.unsigned_abs() };
+            let nothing_new = offset >= 0 && from >= progress.end;
+            if !nothing_new || progress.exited || wait.is_zero() {
+                break;
+            }
+            tokio::select! {
+                changed = watch.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep_until(deadline) => break,
+                () = cancel.cancelled() => break,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+        }
+        let (page, end) = {
+            let spool = self.lock_spool();
+            (spool.read(offset, limit)?, spool.end())
+        };
+        Ok(Read { page, end, exit: self.exit() })
+    }
+
+    /// Writes to the process's stdin (or terminal).
+    pub async fn write(&self, input: &[u8], close: bool) -> Result<(), String> {
+        if !self.is_running() {
+            return Err(format!("process {} has exited", self.id));
+        }
+        let Some(live) = &self.live else {
+            return Err(format!(
+                "process {} has no open stdin (it was started without background, yield_ms or tty)",
+                self.id
+            ));
+        };
+        if !input.is_empty() {
+            live.write(input).await.map_err(|err| format!("writing to {}: {err}", self.id))?;
+        }
+        if close {
+            live.close().await.map_err(|err| format!("closing {}'s stdin: {err}", self.id))?;
+        }
+        Ok(())
+    }
+
+    pub fn resize(&self, rows: u16, cols: u16) -> Result<(), String> {
+        match &self.live {
+            Some(live) if self.is_running() => {
+                live.resize(rows, cols).map_err(|err| err.to_string())
+            }
+            Some(_) => Err(format!("process {} has exited", self.id)),
+            None => Err(format!("process {} has no terminal (start it with tty: true)", self.id)),
+        }
+    }
+
+    /// Kills the whole tree; returns once it is gone.
+    pub async fn kill(&self, reason: &str) {
+        self.kill_reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert_with(|| reason.to_owned());
+        self.cancel.cancel();
+        self.wait().await;
+    }
+
+    /// Sends a signal to the command itself (its tree follows when it exits).
+    pub fn signal(&self, signal: rustix::process::Signal) -> bool {
+        self.is_running() && self.pids.signal_command(signal)
+    }
+
+    /// Waits until the process and its tree are gone.
+    pub async fn wait(&self) {
+        let mut watch = self.progress.subscribe();
+        while !watch.borrow_and_update().exited {
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits at most `timeout` (or until `cancel`); true when it has exited.
+    pub async fn wait_for(&self, timeout: Duration, cancel: &CancellationToken) -> bool {
+        tokio::select! {
+            () = self.wait() => true,
+            () = tokio::time::sleep(timeout) => !self.is_running(),
+            () = cancel.cancelled() => !self.is_running(),
+        }
+    }
+
+    fn append(&self, observer: &dyn ProcessObserver, stream: OutputStream, text: &str) {
+        let offset = {
+            let mut spool = self.lock_spool();
+            let offset = spool.end();
+            if let Err(err) = spool.append(text.as_bytes()) {
+                tracing::warn!(%err, process = %self.id, "cannot spool a background process's output");
+            }
+            offset
+        };
+        let end = offset + text.len() as u64;
+        self.progress.send_modify(|progress| progress.end = end);
+        observer.output(self, self.seq.fetch_add(1, Ordering::Relaxed), offset, stream, text);
+    }
+
+    fn finish(&self, result: Result<Outcome, ProcessError>) -> Exit {
+        let killed =
+            self.kill_reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let exit = match result {
+            Ok(outcome) => Exit {
+                status: outcome.status,
+                runtime: outcome.duration,
+                killed: killed.or_else(|| outcome.canceled.then(|| "killed".to_owned())),
+                error: None,
+                outcome: Some(Arc::new(outcome)),
+            },
+            Err(err) => Exit {
+                status: None,
+                runtime: self.started.elapsed(),
+                killed,
+                error: Some(err.to_string()),
+                outcome: None,
+            },
+        };
+        *self.lock_state() = State::Exited(Box::new(exit.clone()));
+        self.progress.send_modify(|progress| progress.exited = true);
+        exit
+    }
+}
+
+/// Why a process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "this session already runs {0} background processes, the limit ([limits] max_background_processes); wait for one to end or stop one with process_kill"
+    )]
+    TooManyRunning(usize),
+    #[error(
+        "this session's processes already keep {kept} bytes of output and a new one would keep up to {more} more, beyond the limit of {limit} bytes ([limits] session_process_output_bytes); stop a running process with process_kill"
+    )]
+    OutputLimit { kept: u64, more: u64, limit: u64 },
+    #[error("cannot create the output spool in {}: {source}", dir.display())]
+    Spool { dir: PathBuf, source: std::io::Error },
+    #[error("the session is closing")]
+    Closing,
+}
+
+/// A session's background processes.
+pub struct Processes {
+    settings: ProcessSettings,
+    /// This session's spool directory (created on first use, removed with the last
+    /// process that uses it).
+    dir: Arc<SpoolDir>,
+    observer: Arc<dyn ProcessObserver>,
+    /// The session's token: every process's token is its child.
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+    table: Mutex<BTreeMap<u64, Arc<Job>>>,
+    next: AtomicU64,
+}
+
+impl Processes {
+    pub fn new(
+        settings: ProcessSettings,
+        session_id: &str,
+        observer: Arc<dyn ProcessObserver>,
+        cancel: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Processes {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| remove_stale_spools(&settings.spool_dir));
+        let dir = settings.spool_dir.join(format!("{}-{session_id}", std::process::id()));
+        Processes {
+            settings,
+            dir: Arc::new(SpoolDir(dir)),
+            observer,
+            cancel,
+            tasks,
+            table: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    pub fn settings(&self) -> &ProcessSettings {
+        &self.settings
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Job>>> {
+        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        self.lock().values().find(|job| job.id == id).cloned()
+    }
+
+    /// Every process, oldest first.
+    pub fn list(&self) -> Vec<Arc<Job>> {
+        self.lock().values().cloned().collect()
+    }
+
+    pub fn running(&self) -> usize {
+        self.lock().values().filter(|job| job.is_running()).count()
+    }
+
+    /// Forgets an exited process (its spool is deleted).
+    pub fn forget(&self, id: &str) {
+        self.lock().retain(|_, job| job.id != id || job.is_running());
+    }
+
+    /// Starts `spec` as a background process: its own cancellation (a child of the
+    /// session's), no deadline, output to the spool and the observer. `live` is its
+    /// stdin or terminal, if any.
+    pub fn start(
+        &self,
+        mut spec: Spec,
+        command: &str,
+        call_id: &str,
+        live: Option<Arc<LiveInput>>,
+    ) -> Result<Arc<Job>, StartError> {
+        if self.cancel.is_cancelled() {
+            return Err(StartError::Closing);
+        }
+        let number = {
+            let mut table = self.lock();
+            let running = table.values().filter(|job| job.is_running()).count();
+            if running >= self.settings.max_running {
+                return Err(StartError::TooManyRunning(self.settings.max_running));
+            }
+            let per_process = self.settings.output_bytes;
+            let limit = self.settings.session_output_bytes;
+            // Exited processes give way first, oldest first.
+            loop {
+                let kept = per_process.saturating_mul(table.len() as u64);
+                if kept.saturating_add(per_process) <= limit {
+                    break;
+                }
+                let oldest_exited =
+                    table.iter().find(|(_, job)| !job.is_running()).map(|(number, _)| *number);
+                match oldest_exited {
+                    Some(number) => {
+                        table.remove(&number);
+                    }
+                    None => {
+                        return Err(StartError::OutputLimit { kept, more: per_process, limit });
+                    }
+                }
+            }
+            self.next.fetch_add(1, Ordering::Relaxed)
+        };
+        let id = format!("p{number}");
+        let dir = &self.dir.0;
+        create_private_dir(dir).map_err(|source| StartError::Spool { dir: dir.clone(), source })?;
+        let spool = Spool::create(dir, &id, self.settings.output_bytes)
+            .map_err(|source| StartError::Spool { dir: dir.clone(), source })?;
+        let cancel = self.cancel.child_token();
+        let pids = Arc::new(Pids::default());
+        let job = Arc::new(Job {
+            id,
+            command: command.to_owned(),
+            call_id: call_id.to_owned(),
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            live: live.clone(),
+            cancel: cancel.clone(),
+            pids: pids.clone(),
+            spool: Mutex::new(spool),
+            _dir: self.dir.clone(),
+            seq: AtomicU64::new(0),
+            state: Mutex::new(State::Running),
+            progress: tokio::sync::watch::Sender::new(Progress::default()),
+            kill_reason: Mutex::new(None),
+        });
+        spec.cancel = cancel;
+        spec.timeout = None;
+        spec.pids = Some(pids);
+        if let Some(live) = live {
+            spec.stdin = Stdin::Live(live);
+        }
+        let sink_job = Arc::downgrade(&job);
+        let observer = self.observer.clone();
+        spec.output = OutputSink::new(move |stream, text| {
+            if let Some(job) = sink_job.upgrade() {
+                job.append(observer.as_ref(), stream, text);
+            }
+        });
+        self.lock().insert(number, job.clone());
+        let running = job.clone();
+        let observer = self.observer.clone();
+        let session_cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            let result = process::run(spec).await;
+            if session_cancel.is_cancelled() {
+                running
+                    .kill_reason
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_or_insert_with(|| "its session ended".to_owned());
+            }
+            let exit = running.finish(result);
+            observer.exited(&running, &exit);
+        });
+        Ok(job)
+    }
+
+    /// Kills every running process (the session is closing); returns once they are
+    /// gone.
+    pub async fn kill_all(&self, reason: &str) {
+        let jobs = self.list();
+        futures::future::join_all(jobs.iter().map(|job| job.kill(reason))).await;
+    }
+}
+
+/// A session's spool directory, removed when the last holder (the session's table or
+/// one of its processes) is dropped; by then every spool file in it is gone, since
+/// each is deleted with its process, which drops its spool before this.
+struct SpoolDir(PathBuf);
+
+impl Drop for SpoolDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Removes the spools of daemons that died without cleaning up (a SIGKILL runs no
+/// destructor): `<pid>-<session>` directories whose daemon is gone.
+fn remove_stale_spools(spool_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(spool_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Creates `dir` (and its parents) with the leaf owner-only.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Parses a signal name for `process_kill` (`TERM`, `SIGTERM`, `int`, ...).
+pub fn parse_signal(name: &str) -> Option<rustix::process::Signal> {
+    use rustix::process::Signal;
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    Some(match bare {
+        "KILL" => Signal::KILL,
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        "HUP" => Signal::HUP,
+        "QUIT" => Signal::QUIT,
+        "USR1" => Signal::USR1,
+        "USR2" => Signal::USR2,
+        "STOP" => Signal::STOP,
+        "CONT" => Signal::CONT,
+        "WINCH" => Signal::WINCH,
+        _ => return None,
+    })
+}
