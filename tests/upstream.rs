@@ -48,6 +48,10 @@ impl Fixture {
             startup_timeout_ms: 20_000,
             call_timeout_ms: None,
             trust_annotations,
+            sandbox: true,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            network: None,
         };
         Fixture { state, config }
     }
@@ -490,6 +494,10 @@ async fn a_streamable_http_server_is_proxied_with_its_headers() {
         startup_timeout_ms: 20_000,
         call_timeout_ms: None,
         trust_annotations: true,
+        sandbox: true,
+        writable: Vec::new(),
+        readable: Vec::new(),
+        network: None,
     };
     let upstreams = Upstreams::new(registry.clone(), options());
     upstreams.apply(&[config], &EnvPolicy::default());
@@ -624,7 +632,7 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
         skills = skills.display().to_string(),
     );
     let with_server = format!(
-        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\n",
+        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\nwritable = [{state:?}]\n",
         python = python(),
         fixture = fixture().display().to_string(),
         state = state.display().to_string(),

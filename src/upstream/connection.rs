@@ -293,9 +293,24 @@ impl Connection {
         let service = CancellationToken::new();
         match config.transport() {
             McpTransport::Stdio { command, args, env, cwd } => {
-                let mut cmd = Command::new(command);
-                cmd.args(args)
-                    .env_clear()
+                let sandbox = crate::sandbox::ServerSandbox {
+                    enabled: config.sandbox,
+                    writable: &config.writable,
+                    readable: &config.readable,
+                    network: config.network,
+                };
+                let mut cmd = match crate::sandbox::server_profile(sandbox, command, args, cwd)? {
+                    Some(profile) => {
+                        let launcher = crate::tools::process::Supervisor::current();
+                        crate::sandbox::exec::command(launcher.program(), &profile, command, args)?
+                    }
+                    None => {
+                        let mut cmd = Command::new(command);
+                        cmd.args(args);
+                        cmd
+                    }
+                };
+                cmd.env_clear()
                     .envs(env_policy.build())
                     .envs(env)
                     .stdin(std::process::Stdio::piped())

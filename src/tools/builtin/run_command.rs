@@ -45,6 +45,11 @@ struct Args {
     /// the session's roots.
     #[serde(default)]
     cwd: Option<String>,
+    /// Leave the sandbox for this call only: more paths to write beneath, or the
+    /// network. Only a person can approve it (asked in every mode). Ask for it after a
+    /// result names what the sandbox denied.
+    #[serde(default)]
+    sandbox: Option<crate::sandbox::Widening>,
 }
 
 struct RunCommand {
@@ -97,8 +102,21 @@ impl Tool for RunCommand {
         spec.cwd_dir = Some(std::sync::Arc::new(cwd.fd));
         spec.stdin = Stdin::Closed;
         spec.timeout = Some(own_deadline(ctx.timeout));
+        if let Some(widening) = &args.sandbox {
+            if let Err(message) = widening.check() {
+                return ToolResult::failure(ErrorType::InvalidArguments, message);
+            }
+            if let Some(profile) = &mut spec.sandbox {
+                profile.widen(widening);
+            }
+        }
+        let profile = spec.sandbox.clone();
         match process::run(spec).await {
-            Ok(outcome) => result_for(&outcome, ctx.timeout),
+            Ok(outcome) => crate::sandbox::denied::annotate(
+                result_for(&outcome, ctx.timeout),
+                &outcome,
+                profile.as_ref(),
+            ),
             Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
         }
     }
