@@ -213,7 +213,13 @@ fn paths_in(line: &str) -> Vec<PathBuf> {
         rest = rest.get(1..).unwrap_or_default();
     }
     if paths.is_empty() {
-        for word in line.split_whitespace() {
+        // The first word ending in `:` is the program's name (`/bin/sh: 1: cannot
+        // create /tmp/x: Permission denied`), not what it was denied.
+        let mut words = line.split_whitespace().peekable();
+        if words.peek().is_some_and(|word| word.ends_with(':')) {
+            words.next();
+        }
+        for word in words {
             let word = word.trim_end_matches([':', ',', ';']);
             if word.starts_with('/') && word.len() > 1 {
                 paths.push(PathBuf::from(word));
@@ -239,7 +245,7 @@ mod tests {
 
     #[test]
     fn error_lines_of_common_tools_name_the_denied_path() {
-        let stderr = "sh: 1: cannot create /tmp/x: Permission denied\n\
+        let stderr = "/bin/sh: 1: cannot create /tmp/x: Permission denied\n\
                       touch: cannot touch '/home/u/x': Permission denied\n\
                       cat: /root/.ssh/id_ed25519: Permission denied\n\
                       PermissionError: [Errno 13] Permission denied: '/etc/passwd'\n\

@@ -278,6 +278,46 @@ pub fn profile_for(roots: &[PathBuf]) -> Result<Option<(Profile, Limits)>, Strin
     )))
 }
 
+/// The program a server runs, as `exec` finds it: a name with a slash as it is (when
+/// absolute; a relative one gives `None`), else the first file of that name in
+/// `search_path` (`PATH`).
+fn find_program(program: &str, search_path: Option<&str>) -> Option<PathBuf> {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return path.is_absolute().then_some(path);
+    }
+    std::env::split_paths(search_path?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// What a program needs to read to run: its directory and, for one in a `bin`
+/// directory, the installation prefix above it (`~/.pyenv/versions/3.12` for its
+/// `bin/python3`: the interpreter's library), both for the path as named and as
+/// resolved through symlinks. Never `/` or the home directory as a whole.
+fn program_dirs(program: &Path) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let too_wide = |dir: &Path| dir == Path::new("/") || home.as_deref() == Some(dir);
+    let mut dirs = Vec::new();
+    let named = program.to_path_buf();
+    let resolved = std::fs::canonicalize(program).ok();
+    for path in std::iter::once(named).chain(resolved) {
+        let Some(dir) = path.parent() else { continue };
+        let wanted = match dir.parent() {
+            Some(prefix)
+                if dir.file_name().is_some_and(|name| name == "bin") && !too_wide(prefix) =>
+            {
+                prefix
+            }
+            _ => dir,
+        };
+        if !too_wide(wanted) && !dirs.iter().any(|known: &PathBuf| known == wanted) {
+            dirs.push(wanted.to_path_buf());
+        }
+    }
+    dirs
+}
+
 /// An absolute path from a configured one (`~` is the daemon's home); `None` for a
 /// relative one.
 fn expand(raw: &str) -> Option<PathBuf> {
@@ -315,6 +355,7 @@ pub fn server_profile(
     program: &str,
     args: &[String],
     cwd: Option<&Path>,
+    search_path: Option<&str>,
 ) -> Result<Option<Profile>, String> {
     let slot = CONFIGURED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(configured) = slot.as_ref() else {
@@ -334,11 +375,8 @@ pub fn server_profile(
     }
     let mut read: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
     read.extend(config.readable.iter().chain(server.readable).filter_map(|raw| expand(raw)));
-    let program = Path::new(program);
-    if program.is_absolute()
-        && let Some(dir) = program.parent()
-    {
-        read.push(dir.to_owned());
+    if let Some(program) = find_program(program, search_path) {
+        read.extend(program_dirs(&program));
     }
     for arg in args {
         let path = Path::new(arg);
@@ -401,4 +439,24 @@ pub fn own_paths(candidates: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> 
     paths.sort();
     paths.dedup();
     paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_in_a_bin_directory_brings_its_installation_prefix() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let prefix = dir.path().join("versions/3.12");
+        std::fs::create_dir_all(prefix.join("bin")).unwrap_or_else(|err| panic!("{err}"));
+        std::fs::write(prefix.join("bin/python3"), "").unwrap_or_else(|err| panic!("{err}"));
+        let search = format!("/nonexistent:{}", prefix.join("bin").display());
+        let found = find_program("python3", Some(&search));
+        assert_eq!(found, Some(prefix.join("bin/python3")));
+        let prefix = std::fs::canonicalize(&prefix).unwrap_or_else(|err| panic!("{err}"));
+        assert!(program_dirs(&prefix.join("bin/python3")).contains(&prefix));
+        assert!(!program_dirs(Path::new("/bin/true")).contains(&PathBuf::from("/")));
+        assert_eq!(find_program("./relative", Some("/bin")), None);
+    }
 }

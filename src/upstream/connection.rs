@@ -299,7 +299,16 @@ impl Connection {
                     readable: &config.readable,
                     network: config.network,
                 };
-                let mut cmd = match crate::sandbox::server_profile(sandbox, command, args, cwd)? {
+                let mut server_env = env_policy.build();
+                server_env.extend(env.iter().map(|(name, value)| (name.clone(), value.clone())));
+                let search_path = server_env
+                    .iter()
+                    .rev()
+                    .find(|(name, _)| name == "PATH")
+                    .map(|(_, value)| value.as_str());
+                let profile =
+                    crate::sandbox::server_profile(sandbox, command, args, cwd, search_path)?;
+                let mut cmd = match profile {
                     Some(profile) => {
                         let launcher = crate::tools::process::Supervisor::current();
                         crate::sandbox::exec::command(launcher.program(), &profile, command, args)?
@@ -311,8 +320,7 @@ impl Connection {
                     }
                 };
                 cmd.env_clear()
-                    .envs(env_policy.build())
-                    .envs(env)
+                    .envs(server_env)
                     .stdin(std::process::Stdio::piped())
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
