@@ -941,7 +941,7 @@ fn result_for(
         Some(ExitStatus::Code(code)) => res.with_meta("exit_code", code),
         _ => res,
     };
-    let res = crate::sandbox::denied::annotate(
+    let res = crate::tools::confined::annotate(
         res.with_content(content)
             .with_meta("truncated", outcome.truncated())
             .with_meta("containment", outcome.containment.as_str()),

@@ -537,7 +537,10 @@ fn a_process_limit_caps_a_fork_flood_and_nothing_survives_the_call() {
             assert_eq!(result["metadata"]["killed"], json!(limit), "{result}");
             let error = result["error"].as_str().unwrap_or_default();
             assert!(error.contains("killed") && error.contains("process limit (100)"), "{result}");
-            assert!(!result["content"].as_str().unwrap_or_default().contains("started="), "{result}");
+            assert!(
+                !result["content"].as_str().unwrap_or_default().contains("started="),
+                "{result}"
+            );
         }
         None => eprintln!(
             "skipped the cap: the call's cgroup has no pids controller here (containment \

@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::Profile;
-use crate::tools::process::Outcome;
-use crate::tools::{ErrorType, ToolResult};
 
 /// Denials named in one result at most.
 const MAX_DENIALS: usize = 8;
@@ -34,32 +32,13 @@ pub enum Denial {
     Network,
 }
 
-/// Adds to a command's result what its sandbox was (`sandbox`, `sandbox_profile`);
-/// when it ran into a cgroup limit, that it was killed for it (`killed`, and an error
-/// naming the limit); when it failed, what the sandbox denied (`sandbox_denied`) with a
-/// line in the content saying how to ask for it.
-pub fn annotate(res: ToolResult, outcome: &Outcome, profile: Option<&Profile>) -> ToolResult {
-    let in_force = outcome.sandbox.as_deref().unwrap_or("none");
-    let mut res = res.with_meta("sandbox", in_force);
-    if let Some(limit) = &outcome.limit_hit {
-        // The call was ended when it ran into the limit (see `process::run`).
-        res.ok = false;
-        res.error_type = Some(ErrorType::CommandFailed);
-        res.error = Some(format!(
-            "the call was killed: {limit}; it and every process it started were killed"
-        ));
-        res = res.with_meta("killed", limit.as_str());
-    }
-    let Some(profile) = profile else {
-        return res;
-    };
-    res = res.with_meta("sandbox_profile", profile.summary(in_force));
-    if res.ok || in_force == "none" {
-        return res;
-    }
-    let denials = infer(&outcome.stderr.text, profile);
+/// What the sandbox denied a failed command, from its error output: the value of
+/// `metadata.sandbox_denied` and the line to add to its content (what was denied and
+/// the widening to ask for); `None` when nothing points at the sandbox.
+pub fn report(stderr: &str, profile: &Profile) -> Option<(Value, String)> {
+    let denials = infer(stderr, profile);
     if denials.is_empty() {
-        return res;
+        return None;
     }
     let listed: Vec<Value> = denials
         .iter()
@@ -70,9 +49,7 @@ pub fn annotate(res: ToolResult, outcome: &Outcome, profile: Option<&Profile>) -
             Denial::Network => json!({"network": true}),
         })
         .collect();
-    let note = hint(&denials);
-    res.content.push_str(&note);
-    res.with_meta("sandbox_denied", json!({"source": INFERRED, "denied": listed}))
+    Some((json!({"source": INFERRED, "denied": listed}), hint(&denials)))
 }
 
 /// The line added to the content: what was denied and the widening that would allow

@@ -112,7 +112,7 @@ impl Tool for RunCommand {
         }
         let profile = spec.sandbox.clone();
         match process::run(spec).await {
-            Ok(outcome) => crate::sandbox::denied::annotate(
+            Ok(outcome) => crate::tools::confined::annotate(
                 result_for(&outcome, ctx.timeout),
                 &outcome,
                 profile.as_ref(),
