@@ -1,8 +1,9 @@
 //! Saying what the sandbox denied, so that the model can ask for it.
 //!
 //! The kernel does not tell the daemon which access of a command Landlock refused:
-//! its denial records (Landlock ABI 7 and later) go to the audit subsystem, which an
-//! unprivileged daemon cannot read. So a failed command's error output is read the
+//! its denial records (Landlock ABI 7 and later) go to the audit subsystem, readable
+//! only with `CAP_AUDIT_READ` over an audit netlink socket, which toolgate does not
+//! use. So a failed command's error output is read the
 //! way a person would: a line that says "Permission denied" (`EACCES`, what both
 //! Landlock and the network filter answer) or "Operation not permitted" and names a
 //! path the profile does not grant is taken as a denial of that path; such a line
