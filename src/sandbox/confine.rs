@@ -58,7 +58,7 @@ pub struct Prepared {
 
 /// Builds the Landlock ruleset and the seccomp filter for `profile`.
 pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
-    let abi = landlock_abi();
+    let abi = profile.landlock_abi.unwrap_or_else(landlock_abi);
     let mut parts = Vec::new();
     let ruleset = if abi > 0 {
         let all = AccessFs::from_all(WANTED_ABI);

@@ -218,6 +218,7 @@ mod tests {
             protect: vec![PathBuf::from("/work/.state")],
             network,
             own_read: Vec::new(),
+            landlock_abi: None,
         }
     }
 

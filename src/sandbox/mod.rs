@@ -159,6 +159,10 @@ pub struct Profile {
     /// toolgate's configuration directory); protected paths beneath them stay cut out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_read: Vec<PathBuf>,
+    /// The Landlock ABI of the running kernel as the daemon probed it, so that a
+    /// supervisor (a new process per call) does not probe it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_abi: Option<i32>,
 }
 
 impl Profile {
@@ -273,6 +277,7 @@ pub fn profile_for(roots: &[PathBuf]) -> Result<Option<(Profile, Limits)>, Strin
             protect: configured.protected.clone(),
             network: config.network,
             own_read: Vec::new(),
+            landlock_abi: Some(confine::landlock_abi()),
         },
         limits,
     )))
@@ -398,6 +403,7 @@ pub fn server_profile(
         protect: configured.protected.clone(),
         network: server.network.unwrap_or(config.network),
         own_read: Vec::new(),
+        landlock_abi: Some(confine::landlock_abi()),
     }))
 }
 
