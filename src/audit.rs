@@ -124,6 +124,10 @@ pub struct AuditRecord {
     /// `duration_ms` (fractional milliseconds).
     #[serde(rename = "duration_ms", serialize_with = "serialize_duration_ms")]
     pub duration: Duration,
+    /// The kernel sandbox a command of the call ran in (`sandbox_profile` of its
+    /// result, else its `sandbox`); absent for calls that run no command.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
 }
 
 fn serialize_ts<S: Serializer>(ts: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
@@ -677,6 +681,7 @@ mod tests {
             ok: false,
             error_type: Some(ErrorType::CommandFailed),
             duration: Duration::from_micros(12_345),
+            sandbox: None,
         }
     }
 

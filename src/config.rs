@@ -331,6 +331,26 @@ pub struct McpServerConfig {
     /// is side-effecting unless the user vouches for the server.
     #[serde(default)]
     pub trust_annotations: bool,
+    /// Whether a stdio server runs in the kernel sandbox (when `[sandbox] enabled`).
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub sandbox: bool,
+    /// More paths the server may write beneath (`~` is the daemon's home).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<String>,
+    /// More paths the server may read beneath.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readable: Vec<String>,
+    /// Whether the server may open TCP and UDP connections; default: `[sandbox] network`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// Starting a stdio server often means a package manager fetching it first
@@ -1358,6 +1378,19 @@ fn validate_mcp_servers(
                         limits.max_timeout_ms
                     ),
                 ));
+            }
+        }
+        for (key, paths) in [("writable", &server.writable), ("readable", &server.readable)] {
+            if let Some(bad) =
+                paths.iter().find(|raw| !(raw.starts_with('/') || raw.starts_with('~')))
+            {
+                return Err(layers.invalid(
+                    &path(key),
+                    format!("{bad:?} is not an absolute path (or one starting with ~)"),
+                ));
+            }
+            if !paths.is_empty() && server.url.is_some() {
+                return Err(layers.invalid(&path(key), "applies to a stdio server (command)"));
             }
         }
         if let Some(cwd) = &server.cwd {

@@ -314,7 +314,7 @@ fn an_unknown_key_is_named_with_its_place() {
     check_user_error(
         "[[mcp_servers]]\nname = \"git\"\ncommand = \"uvx\"\n\n[[mcp_servers]]\nname = \"web\"\nurl = \"https://example.test/mcp\"\ntrust = true\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:8:1: [[mcp_servers]] #2 trust: unknown field `trust`, expected one of `name`, `command`, `args`, `env`, `cwd`, `url`, `headers`, `startup_timeout_ms`, `call_timeout_ms`, `trust_annotations`"
+            "$T/home/.config/toolgate/config.toml:8:1: [[mcp_servers]] #2 trust: unknown field `trust`, expected one of `name`, `command`, `args`, `env`, `cwd`, `url`, `headers`, `startup_timeout_ms`, `call_timeout_ms`, `trust_annotations`, `sandbox`, `writable`, `readable`, `network`"
         ],
     );
     check_user_error(

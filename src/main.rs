@@ -221,6 +221,10 @@ fn main() -> ExitCode {
     if let Some(code) = toolgate::tools::process::supervise_if_requested() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // Likewise the launcher of sandboxed upstream servers (it only returns on failure).
+    if let Some(code) = toolgate::sandbox::exec::exec_if_requested() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     init_tracing(&cli);
     match run(cli) {

@@ -289,7 +289,8 @@ pub struct DaemonStatusResult {
     pub upstreams: Vec<UpstreamStatus>,
     /// The kernel sandbox and process containment commands get: `landlock_abi` (0:
     /// none), `enabled`, `required`, `network`, `containment` (`cgroup` or
-    /// `supervisor`), `containment_note` (why not a cgroup) and a `summary` line.
+    /// `supervisor`), `containment_note` (why not a cgroup), `limit_controllers` (the cgroup
+    /// controllers that carry `max_processes` and `max_memory_mb`) and a `summary` line.
     #[serde(default)]
     pub sandbox: Value,
 }

@@ -203,7 +203,11 @@ fn configure_sandbox(config: &Config, options: &LoadOptions) {
     own.extend(config.server.token_file.clone());
     own.extend(config.server.audit_log.clone());
     own.push(config.server.socket.clone());
-    crate::sandbox::configure(config.sandbox.clone(), crate::sandbox::own_paths(own));
+    crate::sandbox::configure(
+        config.sandbox.clone(),
+        crate::sandbox::own_paths(own),
+        config.workspace.roots.clone(),
+    );
 }
 
 /// The registry every face serves: the built-ins and the system tools.
@@ -277,6 +281,7 @@ impl CallObserver for AuditObserver {
             ok: record.result_ok,
             error_type: record.error_type,
             duration: record.elapsed,
+            sandbox: record.sandbox.clone(),
         });
     }
 }

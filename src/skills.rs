@@ -45,7 +45,7 @@
 //! another source holds are refused by the Registry, and the `mcp__` prefix is
 //! refused here.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,13 +53,12 @@ use std::time::Duration;
 use notify::Watcher;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec};
 use crate::tools::{
-    Definition, ErrorType, OutputStream, Registry, Safety, Tool, ToolContext, ToolResult,
-    ToolSource,
+    Definition, ErrorType, Registry, Safety, Tool, ToolContext, ToolResult, ToolSource,
 };
 use crate::upstream::PROXY_PREFIX;
 
@@ -84,9 +83,6 @@ const MAX_BUNDLED_FILES: usize = 500;
 const MAX_BUNDLED_DEPTH: usize = 8;
 /// Longest tool name a skill may declare; model APIs reject longer names.
 const MAX_NAME: usize = 64;
-/// How long the pipes of a finished command may stay open (held by a process that
-/// escaped its group) before its output is taken as it is.
-const PIPE_DRAIN: Duration = Duration::from_secs(1);
 
 /// A skill file that did not load, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -875,199 +871,86 @@ impl Tool for CommandSkill {
         let Some((program, rest)) = argv.split_first() else {
             return ToolResult::failure(ErrorType::InternalError, "the command is empty");
         };
-        let mut command = tokio::process::Command::new(self.program(program));
-        command
-            .args(rest)
-            .env_clear()
-            .envs(ctx.env.env_policy.build())
-            .envs(arg_env)
-            .env("TOOLGATE_SKILL_DIR", &self.dir)
-            .current_dir(&ctx.env.cwd)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        run_captured(&self.definition.name, command, &ctx).await.with_meta("argv", argv)
-    }
-}
-
-/// Kills a command's whole process group when dropped: the registry drops a call's
-/// future on timeout and cancel, and nothing the command started may outlive it.
-struct GroupKill(Option<nix::unistd::Pid>);
-
-impl GroupKill {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        let program = Program::Exec {
+            program: self.program(program).into_os_string(),
+            args: rest.iter().map(Into::into).collect(),
+        };
+        // The same spawn path as run_command: supervised, contained and sandboxed
+        // alike, with the skill's own folder readable besides.
+        let mut spec = match Spec::for_call(program, ctx.env.cwd.clone(), &ctx) {
+            Ok(spec) => spec,
+            Err(reason) => return ToolResult::failure(ErrorType::AccessDenied, reason),
+        };
+        spec.env.extend(arg_env);
+        spec.env.push(("TOOLGATE_SKILL_DIR".to_owned(), self.dir.display().to_string()));
+        if let Some(profile) = &mut spec.sandbox {
+            profile.own_read.push(self.dir.clone());
         }
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Runs a command, streaming its output to the call's sink and capturing it within
-/// the session's output limit; non-zero exit → `command_failed`.
-async fn run_captured(
-    tool: &str,
-    mut command: tokio::process::Command,
-    ctx: &ToolContext,
-) -> ToolResult {
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            return ToolResult::failure(
+        let profile = spec.sandbox.clone();
+        let res = match process::run(spec).await {
+            Ok(outcome) => result_for(&self.definition.name, &outcome, profile.as_ref()),
+            Err(err) => ToolResult::failure(
                 ErrorType::CommandFailed,
-                format!("{tool}: cannot start the command: {err}"),
-            );
-        }
-    };
-    let mut group = GroupKill(
-        child.id().and_then(|pid| i32::try_from(pid).ok()).map(nix::unistd::Pid::from_raw),
-    );
-    let half = (ctx.env.max_output_bytes / 2).max(2);
-    let stdout =
-        tokio::spawn(capture(child.stdout.take(), OutputStream::Stdout, ctx.output.clone(), half));
-    let stderr =
-        tokio::spawn(capture(child.stderr.take(), OutputStream::Stderr, ctx.output.clone(), half));
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = ctx.cancel.cancelled() => {
-            group.kill();
-            let _ = child.wait().await;
-            stdout.abort();
-            stderr.abort();
-            return ToolResult::failure(ErrorType::Canceled, "the call was canceled");
-        }
-    };
-    // The leader is done; whatever it left running in its group goes with it, which
-    // also closes the pipes.
-    group.kill();
-    let stdout = drain(stdout).await;
-    let stderr = drain(stderr).await;
-    let mut content = stdout.render();
-    let stderr_text = stderr.render();
-    if !stderr_text.is_empty() {
+                format!("{}: cannot start the command: {err}", self.definition.name),
+            ),
+        };
+        res.with_meta("argv", argv)
+    }
+}
+
+/// A skill command's result: stdout, then stderr under a header; a non-zero exit is
+/// `command_failed`; the sandbox and containment it ran under in the metadata.
+fn result_for(
+    tool: &str,
+    outcome: &Outcome,
+    profile: Option<&crate::sandbox::Profile>,
+) -> ToolResult {
+    let mut content = outcome.stdout.text.clone();
+    if !outcome.stderr.text.is_empty() {
         if !content.is_empty() && !content.ends_with('\n') {
             content.push('\n');
         }
         content.push_str("--- stderr ---\n");
-        content.push_str(&stderr_text);
+        content.push_str(&outcome.stderr.text);
     }
-    let truncated = stdout.truncated() || stderr.truncated();
-    let status = match status {
-        Ok(status) => status,
-        Err(err) => {
-            return ToolResult::failure(
+    let res = if outcome.timed_out {
+        ToolResult::failure(
+            ErrorType::Timeout,
+            format!("{tool} timed out; it and every process it started were killed"),
+        )
+    } else if outcome.canceled {
+        ToolResult::failure(ErrorType::Canceled, "the call was canceled")
+    } else {
+        match outcome.status {
+            Some(ExitStatus::Code(0)) => ToolResult::success(String::new()),
+            Some(ExitStatus::Code(code)) => ToolResult::failure(
+                ErrorType::CommandFailed,
+                format!("{tool} exited with status {code}"),
+            ),
+            Some(ExitStatus::Signal(signal)) => ToolResult::failure(
+                ErrorType::CommandFailed,
+                format!("{tool} was killed by signal {signal}"),
+            ),
+            None => ToolResult::failure(
                 ErrorType::IoError,
-                format!("{tool}: waiting for the command failed: {err}"),
-            );
+                format!("{tool}: the command's exit status could not be determined"),
+            ),
         }
     };
-    use std::os::unix::process::ExitStatusExt;
-    let res = match (status.code(), status.signal()) {
-        (Some(0), _) => ToolResult::success(content),
-        (Some(code), _) => ToolResult::failure(
-            ErrorType::CommandFailed,
-            format!("{tool} exited with status {code}"),
-        )
-        .with_content(content),
-        (None, signal) => ToolResult::failure(
-            ErrorType::CommandFailed,
-            format!("{tool} was killed by signal {}", signal.unwrap_or_default()),
-        )
-        .with_content(content),
+    let res = match outcome.status {
+        Some(ExitStatus::Code(code)) => res.with_meta("exit_code", code),
+        _ => res,
     };
-    let res = match status.code() {
-        Some(code) => res.with_meta("exit_code", code),
+    let res = crate::tools::confined::annotate(
+        res.with_content(content)
+            .with_meta("truncated", outcome.truncated())
+            .with_meta("containment", outcome.containment.as_str()),
+        outcome,
+        profile,
+    );
+    match &outcome.limit_hit {
+        Some(limit) => res.with_meta("limit", limit.as_str()),
         None => res,
-    };
-    res.with_meta("truncated", truncated)
-}
-
-async fn drain(task: JoinHandle<Capture>) -> Capture {
-    let abort = task.abort_handle();
-    match tokio::time::timeout(PIPE_DRAIN, task).await {
-        Ok(Ok(capture)) => capture,
-        _ => {
-            abort.abort();
-            Capture::new(0)
-        }
-    }
-}
-
-async fn capture<R: tokio::io::AsyncRead + Unpin>(
-    pipe: Option<R>,
-    stream: OutputStream,
-    sink: crate::tools::OutputSink,
-    limit: usize,
-) -> Capture {
-    let mut captured = Capture::new(limit);
-    let Some(mut pipe) = pipe else { return captured };
-    let mut buf = vec![0u8; 8192];
-    loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let chunk = &buf[..n];
-                sink.emit(stream, &String::from_utf8_lossy(chunk));
-                captured.push(chunk);
-            }
-        }
-    }
-    captured
-}
-
-/// Output kept within a limit: the first half and the last half, with an honest
-/// marker of what was left out between them.
-struct Capture {
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    head_cap: usize,
-    tail_cap: usize,
-    total: usize,
-}
-
-impl Capture {
-    fn new(limit: usize) -> Capture {
-        let head_cap = limit / 2;
-        Capture {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            head_cap,
-            tail_cap: limit - head_cap,
-            total: 0,
-        }
-    }
-
-    fn push(&mut self, mut bytes: &[u8]) {
-        self.total += bytes.len();
-        let room = self.head_cap.saturating_sub(self.head.len());
-        let into_head = room.min(bytes.len());
-        self.head.extend_from_slice(&bytes[..into_head]);
-        bytes = &bytes[into_head..];
-        self.tail.extend(bytes);
-        while self.tail.len() > self.tail_cap {
-            self.tail.pop_front();
-        }
-    }
-
-    fn truncated(&self) -> bool {
-        self.total > self.head.len() + self.tail.len()
-    }
-
-    fn render(&self) -> String {
-        let mut bytes = self.head.clone();
-        if self.truncated() {
-            let omitted = self.total - self.head.len() - self.tail.len();
-            bytes.extend_from_slice(format!("\n[... {omitted} bytes omitted ...]\n").as_bytes());
-        }
-        bytes.extend(self.tail.iter());
-        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
 
@@ -1234,19 +1117,6 @@ mod tests {
         for bad in ["{", "{}", "{a b}", "x}", "{$(x)}"] {
             assert!(parse_template(bad).is_err(), "{bad:?} should be refused");
         }
-    }
-
-    #[test]
-    fn capture_keeps_head_and_tail() {
-        let mut capture = Capture::new(8);
-        capture.push(b"0123456789abcdef");
-        assert!(capture.truncated());
-        assert_eq!(capture.render(), "0123\n[... 8 bytes omitted ...]\ncdef");
-        let mut small = Capture::new(8);
-        small.push(b"012");
-        small.push(b"3456");
-        assert!(!small.truncated());
-        assert_eq!(small.render(), "0123456");
     }
 
     #[test]

@@ -530,10 +530,45 @@ fn a_process_limit_caps_a_fork_flood_and_nothing_survives_the_call() {
     );
     assert_none_left(&marker, "2,000 background sleeps");
     match result["metadata"]["limit"].as_str() {
-        Some(limit) => assert!(limit.contains("process limit (100)"), "{result}"),
+        Some(limit) => {
+            assert!(limit.contains("process limit (100)"), "{result}");
+            // The limit ends the call: killed, with the reason.
+            assert_eq!(result["ok"], json!(false), "{result}");
+            assert_eq!(result["metadata"]["killed"], json!(limit), "{result}");
+            let error = result["error"].as_str().unwrap_or_default();
+            assert!(error.contains("killed") && error.contains("process limit (100)"), "{result}");
+            assert!(
+                !result["content"].as_str().unwrap_or_default().contains("started="),
+                "{result}"
+            );
+        }
         None => eprintln!(
             "skipped the cap: the call's cgroup has no pids controller here (containment \
              {:?}); the sleeps were all killed with the call",
+            result["metadata"]["containment"]
+        ),
+    }
+}
+
+#[test]
+fn a_memory_limit_ends_the_call_with_the_reason() {
+    let mut daemon = McpDaemon::start(&[], Some("[sandbox]\nmax_memory_mb = 32\n"));
+    // 256 MiB, touched page by page, in a process of the call.
+    let result = daemon.run(
+        "/usr/bin/python3 -c \"b = bytearray(256 * 1024 * 1024); print('allocated', len(b))\"",
+        60_000,
+    );
+    match result["metadata"]["limit"].as_str() {
+        Some(limit) => {
+            assert!(limit.contains("memory limit (32 MiB)"), "{result}");
+            assert_eq!(result["ok"], json!(false), "{result}");
+            assert_eq!(result["metadata"]["killed"], json!(limit), "{result}");
+            let content = result["content"].as_str().unwrap_or_default();
+            assert!(!content.contains("allocated"), "{result}");
+        }
+        None => eprintln!(
+            "skipped: the call's cgroup has no memory controller here (containment {:?}), \
+             so max_memory_mb is not in force: {result}",
             result["metadata"]["containment"]
         ),
     }

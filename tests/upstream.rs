@@ -48,6 +48,10 @@ impl Fixture {
             startup_timeout_ms: 20_000,
             call_timeout_ms: None,
             trust_annotations,
+            sandbox: true,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            network: None,
         };
         Fixture { state, config }
     }
@@ -490,6 +494,10 @@ async fn a_streamable_http_server_is_proxied_with_its_headers() {
         startup_timeout_ms: 20_000,
         call_timeout_ms: None,
         trust_annotations: true,
+        sandbox: true,
+        writable: Vec::new(),
+        readable: Vec::new(),
+        network: None,
     };
     let upstreams = Upstreams::new(registry.clone(), options());
     upstreams.apply(&[config], &EnvPolicy::default());
@@ -624,7 +632,7 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
         skills = skills.display().to_string(),
     );
     let with_server = format!(
-        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\n",
+        "{base}\n[[mcp_servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\nenv = {{ FIXTURE_STATE_DIR = {state:?} }}\ntrust_annotations = true\nwritable = [{state:?}]\n",
         python = python(),
         fixture = fixture().display().to_string(),
         state = state.display().to_string(),
@@ -925,4 +933,147 @@ async fn the_status_never_disagrees_with_the_registry() {
     let compared = observer.await.unwrap();
     assert!(compared > 0, "the observer never compared");
     upstreams.shutdown().await;
+}
+
+/// A minimal stdio MCP server with one tool that writes, reads or connects where it
+/// is told, and answers what happened: the probe of an upstream server's sandbox.
+const PROBE_SERVER: &str = r#"
+import json, socket, sys
+
+def reply(request_id, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    message = json.loads(line)
+    method, request_id = message.get("method"), message.get("id")
+    if method == "initialize":
+        reply(request_id, {"protocolVersion": message["params"]["protocolVersion"],
+                           "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "probe", "version": "1"}})
+    elif method == "tools/list":
+        reply(request_id, {"tools": [{"name": "probe", "inputSchema": {"type": "object"}}]})
+    elif method == "tools/call":
+        arguments = message["params"]["arguments"]
+        try:
+            if arguments["action"] == "write":
+                with open(arguments["target"], "w") as f:
+                    f.write("x")
+                text = "done"
+            elif arguments["action"] == "read":
+                with open(arguments["target"]) as f:
+                    text = "read:" + f.read()
+            else:
+                socket.create_connection(("127.0.0.1", int(arguments["target"])), 5)
+                text = "connected"
+        except OSError as err:
+            text = "error: %s" % err
+        reply(request_id, {"content": [{"type": "text", "text": text}]})
+    elif request_id is not None:
+        reply(request_id, {})
+"#;
+
+/// An upstream stdio server runs in the kernel sandbox unless its entry opts out: it
+/// cannot write outside the roots and its own paths, read toolgate's token file, or
+/// (with `network = false`) connect anywhere; the same server with `sandbox = false`
+/// can, which is what the sandbox takes away.
+#[test]
+fn upstream_stdio_servers_run_in_the_sandbox_unless_they_opt_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let workspace = root.join("workspace");
+    let outside = root.join("outside");
+    let secret = root.join("secret");
+    for dir in [&workspace, &outside, &secret] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    let token_file = secret.join("tokens");
+    std::fs::write(&token_file, "me:probe-secret-value\n").unwrap();
+    std::fs::set_permissions(&token_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
+    let server = root.join("probe.py");
+    std::fs::write(&server, PROBE_SERVER).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let entry = |name: &str, extra: &str| {
+        format!(
+            "[[mcp_servers]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [{server:?}]\n{extra}\n",
+            python = python(),
+            server = server.display().to_string(),
+        )
+    };
+    let config = root.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = {token:?}\n\n[workspace]\nroots = [{workspace:?}]\n\n\
+             [permissions]\nallow = [\"mcp__probe__probe\", \"mcp__open__probe\"]\n\n{}{}",
+            entry("probe", "network = false"),
+            entry("open", "sandbox = false"),
+            token = token_file.display().to_string(),
+            workspace = workspace.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let socket = root.join("run").join("toolgate.sock");
+    let _daemon = DaemonProcess(
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(&workspace)
+            .env("XDG_CONFIG_HOME", root.join("config-home"))
+            .env("XDG_STATE_HOME", root.join("state-home"))
+            .env("XDG_RUNTIME_DIR", root.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    poll_until("the daemon to listen", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    let mut client = SocketClient::connect(&socket);
+    let status = client.result("daemon/status", json!({}));
+    if status["sandbox"]["landlock_abi"].as_i64().unwrap_or(0) == 0 {
+        eprintln!("skipped: no Landlock in this kernel ({})", status["sandbox"]);
+        return;
+    }
+    poll_until("both servers to be ready", || {
+        let status = client.result("daemon/status", json!({}));
+        status["upstreams"].as_array().is_some_and(|servers| {
+            servers.len() == 2 && servers.iter().all(|server| server["state"] == "ready")
+        })
+    });
+    let mut probe = |server: &str, action: &str, target: &str| -> String {
+        let result = client.result(
+            "tools/call",
+            json!({"name": format!("mcp__{server}__probe"),
+                   "arguments": {"action": action, "target": target}}),
+        );
+        result["content"].as_str().unwrap_or_default().to_owned()
+    };
+    let outside_file = outside.join("written");
+    let outside_path = outside_file.display().to_string();
+    let inside_path = workspace.join("written").display().to_string();
+    let token_path = token_file.display().to_string();
+    let port = port.to_string();
+
+    let denied = probe("probe", "write", &outside_path);
+    assert!(denied.contains("Permission denied"), "{denied}");
+    assert!(!outside_file.exists());
+    assert_eq!(probe("probe", "write", &inside_path), "done");
+    let token = probe("probe", "read", &token_path);
+    assert!(!token.contains("probe-secret-value") && token.starts_with("error"), "{token}");
+    let connect = probe("probe", "connect", &port);
+    assert!(connect.starts_with("error"), "{connect}");
+
+    // The same server outside the sandbox: everything above works.
+    assert_eq!(probe("open", "write", &outside_path), "done");
+    assert!(outside_file.exists());
+    assert!(probe("open", "read", &token_path).contains("probe-secret-value"));
+    assert_eq!(probe("open", "connect", &port), "connected");
+    drop(listener);
 }

@@ -65,6 +65,8 @@ pub struct CallRecord {
     pub result_ok: bool,
     pub error_type: Option<ErrorType>,
     pub elapsed: Duration,
+    /// The sandbox a command of the call ran in, from the result's metadata.
+    pub sandbox: Option<Value>,
 }
 
 pub trait CallObserver: Send + Sync {
@@ -604,6 +606,11 @@ impl Session {
                 result_ok: result.ok,
                 error_type: result.error_type,
                 elapsed,
+                sandbox: result
+                    .metadata
+                    .get("sandbox_profile")
+                    .or_else(|| result.metadata.get("sandbox"))
+                    .cloned(),
             });
         }
         result

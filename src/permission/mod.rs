@@ -706,7 +706,11 @@ impl PermissionEngine {
                 decision = ceiling;
             }
         }
-        if decision.verdict == Verdict::Ask {
+        let widening = (tool.name == RUN_COMMAND).then(|| sandbox_widening(args)).flatten();
+        if let Some(widening) = &widening {
+            decision = widened(decision, widening, self.mode, self.configured);
+        }
+        if decision.verdict == Verdict::Ask && widening.is_none() {
             decision.grant = session_grant(tool.name, args, &matched, &decision.suggestions);
         }
         // Parts and paths from the call are already folded; this catches any hidden
@@ -913,6 +917,54 @@ impl PermissionEngine {
                     Mode::DontAsk => decision.refuse_unasked("dont_ask mode never asks"),
                     _ => decision,
                 }
+            }
+        }
+    }
+}
+
+/// What a run_command call asks beyond the sandbox (its `sandbox` argument), in words;
+/// `None` when it asks for nothing.
+fn sandbox_widening(args: &Value) -> Option<String> {
+    let asked = args.get("sandbox")?;
+    let mut parts: Vec<String> = Vec::new();
+    for (key, verb) in [("writable", "write"), ("readable", "read")] {
+        for path in asked.get(key).and_then(Value::as_array).into_iter().flatten() {
+            parts.push(match path.as_str() {
+                Some(path) => format!("{verb} beneath {}", display::inline(path)),
+                None => format!("{verb} beneath {path}"),
+            });
+        }
+    }
+    if asked.get("network").and_then(Value::as_bool) == Some(true) {
+        parts.push("open network connections".to_owned());
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// A call that widens the sandbox needs a person, in every mode: no mode, allow rule
+/// or session grant lets the model widen its own sandbox. Refusals stay refusals.
+fn widened(decision: Decision, widening: &str, mode: Mode, configured: Mode) -> Decision {
+    match decision.verdict {
+        Verdict::Deny | Verdict::NotAllowedInMode => decision,
+        Verdict::Ask | Verdict::Allow => {
+            let reason = format!(
+                "the command asks to leave its sandbox for this call ({widening}), which only \
+                 a person can approve"
+            );
+            let asked = if decision.verdict == Verdict::Ask {
+                let mut asked = decision;
+                asked.explanation.reason =
+                    format!("{reason}; besides, {}", asked.explanation.reason);
+                // No rule can vouch for a widening.
+                asked.suggestions.clear();
+                asked
+            } else {
+                Decision::new(Verdict::Ask, Layer::Mode, reason)
+            };
+            if mode == Mode::DontAsk || configured == Mode::DontAsk {
+                asked.refuse_unasked("dont_ask mode never asks")
+            } else {
+                asked
             }
         }
     }

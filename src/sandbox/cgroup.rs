@@ -33,6 +33,10 @@ pub struct CallCgroups {
     parent: PathBuf,
     /// Controllers enabled for the calls' cgroups (`pids`, `memory`).
     controllers: Vec<String>,
+    /// `<own v1 pids cgroup>/toolgate`, on a hybrid hierarchy whose `pids` controller is
+    /// bound to cgroup v1 (so cgroup v2 cannot have it): each call also gets a cgroup
+    /// there, which carries `pids.max`.
+    v1_pids: Option<PathBuf>,
 }
 
 static CGROUPS: OnceLock<Result<CallCgroups, String>> = OnceLock::new();
@@ -52,6 +56,16 @@ impl CallCgroups {
     /// Whether a controller (`pids`, `memory`) applies to call cgroups.
     pub fn has_controller(&self, name: &str) -> bool {
         self.controllers.iter().any(|controller| controller == name)
+            || (name == "pids" && self.v1_pids.is_some())
+    }
+
+    /// The controllers that apply to call cgroups, for `toolgate status`.
+    pub fn controllers(&self) -> Vec<String> {
+        let mut controllers = self.controllers.clone();
+        if self.v1_pids.is_some() {
+            controllers.push("pids (cgroup v1)".to_owned());
+        }
+        controllers
     }
 
     fn detect() -> Result<CallCgroups, String> {
@@ -78,8 +92,14 @@ impl CallCgroups {
             return Err(format!("{} is not a cgroup", parent.display()));
         }
         remove_stale(&parent);
+        hand_down_controllers(&own_dir, &parent);
         let controllers = enable_controllers(&parent);
-        let cgroups = CallCgroups { parent, controllers };
+        let v1_pids = if controllers.iter().any(|name| name == "pids") {
+            None
+        } else {
+            v1_pids_parent(&mountinfo, &membership)
+        };
+        let cgroups = CallCgroups { parent, controllers, v1_pids };
         // A call cgroup must be creatable, enterable by a child and killable.
         cgroups.probe()?;
         Ok(cgroups)
@@ -136,12 +156,130 @@ fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The mount point of the cgroup v1 hierarchy that carries `controller`.
+fn cgroup1_mount(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        let mut fields = after.split_whitespace();
+        if fields.next()? != "cgroup" {
+            return None;
+        }
+        let options = fields.nth(1)?;
+        if !options.split(',').any(|option| option == controller) {
+            return None;
+        }
+        let mount_point = before.split_whitespace().nth(4)?;
+        Some(PathBuf::from(unescape_mountinfo(mount_point)))
+    })
+}
+
+/// The cgroup v1 path of `controller` in a `/proc/self/cgroup` text (`N:pids:PATH`).
+fn v1_path<'a>(membership: &'a str, controller: &str) -> Option<&'a str> {
+    membership.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let _id = fields.next()?;
+        let controllers = fields.next()?;
+        let path = fields.next()?;
+        (controllers.split(',').any(|name| name == controller) && path.starts_with('/'))
+            .then_some(path)
+    })
+}
+
+/// `<own v1 pids cgroup>/toolgate`, created, where the `pids` controller is bound to
+/// cgroup v1 and the daemon may create cgroups there.
+fn v1_pids_parent(mountinfo: &str, membership: &str) -> Option<PathBuf> {
+    let mount = cgroup1_mount(mountinfo, "pids")?;
+    let own = v1_path(membership, "pids")?;
+    let parent = mount.join(own.trim_start_matches('/')).join("toolgate");
+    match std::fs::create_dir(&parent) {
+        Ok(()) => {}
+        Err(err) if err.kind() == ErrorKind::AlreadyExists => {}
+        Err(err) => {
+            tracing::debug!(%err, dir = %parent.display(), "no cgroup v1 pids controller for calls");
+            return None;
+        }
+    }
+    if !parent.join("pids.max").exists() {
+        return None;
+    }
+    remove_stale(&parent);
+    Some(parent)
+}
+
 /// The cgroup v2 path in a `/proc/self/cgroup` text (the `0::PATH` line).
 fn unified_path(membership: &str) -> Option<&str> {
     membership
         .lines()
         .find_map(|line| line.strip_prefix("0::"))
         .filter(|path| path.starts_with('/'))
+}
+
+/// The controllers a cgroup directory offers (its `cgroup.controllers`).
+fn offered(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Makes the daemon's own cgroup hand `pids` and `memory` down to `toolgate` when it
+/// has them but does not (a systemd unit with `Delegate=yes` gets its cgroup with
+/// the controllers and nothing enabled below it). cgroup v2 lets a cgroup enable
+/// controllers for its children only while it holds no process itself, so a daemon
+/// alone in its cgroup first moves into a leaf `daemon` beside `toolgate`. A daemon
+/// sharing its cgroup with other processes (a login session's scope) leaves it as it
+/// is: the limits then stay off, and `toolgate status` shows the controllers missing.
+fn hand_down_controllers(own_dir: &Path, parent: &Path) {
+    let have = offered(own_dir);
+    let below = offered(parent);
+    let missing: Vec<&str> = ["pids", "memory"]
+        .into_iter()
+        .filter(|name| have.iter().any(|c| c == name) && !below.iter().any(|c| c == name))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let enable = || -> std::io::Result<()> {
+        for name in &missing {
+            std::fs::write(own_dir.join("cgroup.subtree_control"), format!("+{name}"))?;
+        }
+        Ok(())
+    };
+    match enable() {
+        Ok(()) => {}
+        // EBUSY: processes in the cgroup itself.
+        Err(err) if err.raw_os_error() == Some(libc::EBUSY) && alone_in(own_dir) => {
+            let leaf = own_dir.join("daemon");
+            let moved = match std::fs::create_dir(&leaf) {
+                Ok(()) => Ok(()),
+                Err(err) if err.kind() == ErrorKind::AlreadyExists => Ok(()),
+                Err(err) => Err(err),
+            }
+            .and_then(|()| std::fs::write(leaf.join("cgroup.procs"), "0"))
+            .and_then(|()| enable());
+            match moved {
+                Ok(()) => tracing::info!(
+                    leaf = %leaf.display(),
+                    "moved the daemon into a leaf of its delegated cgroup to enable {} for calls",
+                    missing.join(" and ")
+                ),
+                Err(err) => {
+                    tracing::warn!(%err, "cannot enable {} for calls", missing.join(" and "))
+                }
+            }
+        }
+        Err(err) => {
+            tracing::debug!(%err, "the daemon's cgroup does not hand down {}", missing.join(" and "));
+        }
+    }
+}
+
+/// Whether this process is the only one in the cgroup `dir`.
+fn alone_in(dir: &Path) -> bool {
+    let own = std::process::id().to_string();
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .is_ok_and(|procs| procs.split_whitespace().all(|pid| pid == own))
 }
 
 /// Enables `pids` and `memory` for the calls where the hierarchy offers them to the
@@ -176,7 +314,7 @@ fn remove_stale(parent: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let cgroup = CallCgroup { dir: entry.path(), removed: false };
+        let cgroup = CallCgroup { dir: entry.path(), v1_pids: None, removed: false };
         drop(cgroup);
     }
 }
@@ -185,6 +323,8 @@ fn remove_stale(parent: &Path) {
 #[derive(Debug)]
 pub struct CallCgroup {
     dir: PathBuf,
+    /// The call's cgroup in the v1 `pids` hierarchy, on a hybrid hierarchy.
+    v1_pids: Option<PathBuf>,
     removed: bool,
 }
 
@@ -198,24 +338,48 @@ impl CallCgroup {
 
     fn create_in(cgroups: &CallCgroups) -> std::io::Result<CallCgroup> {
         let name = format!("{}-{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed));
-        let dir = cgroups.parent.join(name);
+        let dir = cgroups.parent.join(&name);
         std::fs::create_dir(&dir)?;
-        Ok(CallCgroup { dir, removed: false })
+        let v1_pids = cgroups.v1_pids.as_ref().and_then(|parent| {
+            let dir = parent.join(&name);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => Some(dir),
+                Err(err) => {
+                    tracing::warn!(%err, dir = %dir.display(), "cannot create the call's pids cgroup");
+                    None
+                }
+            }
+        });
+        Ok(CallCgroup { dir, v1_pids, removed: false })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// Every cgroup directory the call's supervisor enters: the v2 one, and the v1
+    /// `pids` one on a hybrid hierarchy.
+    pub fn dirs(&self) -> Vec<&Path> {
+        std::iter::once(self.dir.as_path()).chain(self.v1_pids.as_deref()).collect()
+    }
+
+    /// Where a controller's files (`pids.max`, `memory.events`) are.
+    fn dir_of(&self, file: &str) -> &Path {
+        match &self.v1_pids {
+            Some(dir) if file.starts_with("pids.") => dir,
+            _ => &self.dir,
+        }
+    }
+
     /// Sets a limit file (`pids.max`, `memory.max`).
     pub fn set_limit(&self, file: &str, value: &str) -> std::io::Result<()> {
-        std::fs::write(self.dir.join(file), value)
+        std::fs::write(self.dir_of(file).join(file), value)
     }
 
     /// Reads one counter of a key-value file (`pids.events` `max`, `memory.events`
     /// `oom_kill`); 0 when absent.
     pub fn counter(&self, file: &str, key: &str) -> u64 {
-        std::fs::read_to_string(self.dir.join(file))
+        std::fs::read_to_string(self.dir_of(file).join(file))
             .ok()
             .and_then(|text| {
                 text.lines().find_map(|line| {
@@ -297,6 +461,22 @@ impl CallCgroup {
                 }
             }
         }
+        if let Some(dir) = &self.v1_pids {
+            // Its members were the v2 cgroup's: all gone now.
+            loop {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(err) if err.kind() == ErrorKind::NotFound => break,
+                    Err(_) if start.elapsed() < KILL_PATIENCE => {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, dir = %dir.display(), "cannot remove a call's pids cgroup");
+                        break;
+                    }
+                }
+            }
+        }
         self.removed = true;
     }
 }
@@ -322,5 +502,17 @@ mod tests {
             Some("/user.slice/a.scope")
         );
         assert_eq!(unified_path("4:memory:/x\n"), None);
+    }
+
+    #[test]
+    fn finds_a_v1_controller_of_a_hybrid_hierarchy() {
+        let mountinfo = "40 30 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
+                         41 30 0:36 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+        assert_eq!(cgroup1_mount(mountinfo, "pids"), Some(PathBuf::from("/sys/fs/cgroup/pids")));
+        assert_eq!(cgroup1_mount(mountinfo, "memory"), None);
+        let membership = "8:pids:/a/b\n2:cpu,cpuacct:/c\n0::/\n";
+        assert_eq!(v1_path(membership, "pids"), Some("/a/b"));
+        assert_eq!(v1_path(membership, "cpuacct"), Some("/c"));
+        assert_eq!(v1_path(membership, "memory"), None);
     }
 }

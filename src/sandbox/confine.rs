@@ -58,7 +58,7 @@ pub struct Prepared {
 
 /// Builds the Landlock ruleset and the seccomp filter for `profile`.
 pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
-    let abi = landlock_abi();
+    let abi = profile.landlock_abi.unwrap_or_else(landlock_abi);
     let mut parts = Vec::new();
     let ruleset = if abi > 0 {
         let all = AccessFs::from_all(WANTED_ABI);
@@ -88,6 +88,22 @@ pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
                 ))
             })
             .map_err(|err| format!("landlock: {err}"))?;
+        for path in &profile.own_read {
+            // Protected directories above it do not apply; those beneath it do.
+            let beneath: Vec<PathBuf> = profile
+                .protect
+                .iter()
+                .filter(|guarded| !path.starts_with(guarded))
+                .cloned()
+                .collect();
+            let (paths, dirs_only) = carve(std::slice::from_ref(path), &beneath);
+            created = created
+                .add_rules(path_beneath_rules(paths, read))
+                .and_then(|created| {
+                    created.add_rules(path_beneath_rules(dirs_only, AccessFs::ReadDir))
+                })
+                .map_err(|err| format!("landlock: {err}"))?;
+        }
         parts.push(format!("landlock v{abi}"));
         Some(created)
     } else {
@@ -113,17 +129,7 @@ pub fn install(command: &mut std::process::Command, prepared: Prepared) {
     let ruleset = Mutex::new(ruleset);
     let enter = move || -> std::io::Result<()> {
         let ruleset = ruleset.lock().ok().and_then(|mut slot| slot.take());
-        if let Some(ruleset) = ruleset {
-            match ruleset.restrict_self() {
-                Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {}
-                Ok(_) => return Err(std::io::Error::other("landlock was not enforced")),
-                Err(err) => return Err(std::io::Error::other(err)),
-            }
-        }
-        if let Some(program) = &seccomp {
-            seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
-        }
-        Ok(())
+        enter_domain(ruleset, seccomp.as_ref())
     };
     // SAFETY: `pre_exec` runs `enter` in the forked child before `exec`. The
     // supervisor that forks is single-threaded at that point (it starts its helper
@@ -135,6 +141,31 @@ pub fn install(command: &mut std::process::Command, prepared: Prepared) {
     unsafe {
         command.pre_exec(enter);
     }
+}
+
+/// Makes the calling process (all of it: it must be single-threaded) enter the
+/// sandbox, for a process that is about to `exec` its program itself.
+pub fn enter_self(prepared: Prepared) -> std::io::Result<()> {
+    let Prepared { ruleset, seccomp, .. } = prepared;
+    enter_domain(ruleset, seccomp.as_ref())
+}
+
+/// Restricts the calling thread with the Landlock ruleset, then the seccomp filter.
+fn enter_domain(
+    ruleset: Option<RulesetCreated>,
+    seccomp: Option<&seccompiler::BpfProgram>,
+) -> std::io::Result<()> {
+    if let Some(ruleset) = ruleset {
+        match ruleset.restrict_self() {
+            Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {}
+            Ok(_) => return Err(std::io::Error::other("landlock was not enforced")),
+            Err(err) => return Err(std::io::Error::other(err)),
+        }
+    }
+    if let Some(program) = seccomp {
+        seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
+    }
+    Ok(())
 }
 
 /// Denies IP and packet sockets (`EACCES`) and io_uring (which could open them

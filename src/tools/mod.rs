@@ -10,6 +10,7 @@
 //! [`Call`] and is untrusted until [`Registry::execute`] has checked it.
 
 pub mod builtin;
+pub mod confined;
 pub(crate) mod duration;
 pub mod fs;
 pub mod jobs;

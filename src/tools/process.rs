@@ -518,8 +518,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         if spec.cwd_dir.is_some() {
             command.arg("--cwd-fd");
         }
-        if let Some(cgroup) = &cgroup {
-            command.arg("--cgroup").arg(cgroup.dir());
+        for dir in cgroup.iter().flat_map(CallCgroup::dirs) {
+            command.arg("--cgroup").arg(dir);
         }
         if let Some(profile) = &sandbox_arg {
             command.arg("--sandbox").arg(profile);
@@ -567,17 +567,21 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let mut stdout_capture = Capture::new(spec.output_cap);
     let mut stderr_capture = Capture::new(spec.output_cap);
     let control_finished = CancellationToken::new();
+    // Canceled by the caller, or when the call runs into a cgroup limit.
+    let cancel = spec.cancel.child_token();
     let (control_outcome, ()) = tokio::join!(
         async {
-            let outcome = drive_control(
-                control,
-                payload,
-                &spec.cancel,
-                deadline,
-                supervisor_pid,
-                spec.pids.as_deref(),
-            )
-            .await;
+            let outcome = tokio::select! {
+                outcome = drive_control(
+                    control,
+                    payload,
+                    &cancel,
+                    deadline,
+                    supervisor_pid,
+                    spec.pids.as_deref(),
+                ) => outcome,
+                never = watch_limits(guard.cgroup.as_ref(), spec.limits, &cancel) => match never {},
+            };
             if !outcome.finished {
                 // The supervisor is gone, stopped or unresponsive: kill the tree from
                 // here, which also closes the output pipes its processes hold.
@@ -677,6 +681,31 @@ fn apply_limits(cgroup: &CallCgroup, limits: Limits) {
             tracing::warn!(%err, "cannot set the call's memory limit");
         }
     }
+}
+
+/// How often a call with cgroup limits is checked for having run into one.
+const LIMIT_POLL: Duration = Duration::from_millis(10);
+
+/// Ends the call (through `cancel`) once it runs into a limit of its cgroup; never
+/// returns.
+async fn watch_limits(
+    cgroup: Option<&CallCgroup>,
+    limits: Limits,
+    cancel: &CancellationToken,
+) -> std::convert::Infallible {
+    if let Some(cgroup) = cgroup
+        && (limits.max_processes > 0 || limits.max_memory_mb > 0)
+    {
+        let mut tick = tokio::time::interval(LIMIT_POLL);
+        loop {
+            tick.tick().await;
+            if limit_hit(cgroup, limits).is_some() {
+                cancel.cancel();
+                break;
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 /// Which limit the call ran into, if any.
@@ -1259,7 +1288,7 @@ pub fn supervise_if_requested() -> Option<i32> {
 }
 
 /// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
-/// `[--cwd DIR] [--cgroup DIR] [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
+/// `[--cwd DIR] [--cgroup DIR]... [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
 /// control socket as stdin. Returns the process exit code.
 pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let args = match SuperviseArgs::parse(args) {
@@ -1285,8 +1314,9 @@ struct SuperviseArgs {
     cwd: Option<PathBuf>,
     /// `--cwd-fd`: the working directory arrives as a descriptor on the control socket.
     cwd_fd: bool,
-    /// The call's cgroup, entered before anything is started.
-    cgroup: Option<PathBuf>,
+    /// The call's cgroups (v2, and v1 `pids` on a hybrid hierarchy), entered before
+    /// anything is started.
+    cgroup: Vec<PathBuf>,
     /// The command's sandbox profile (JSON).
     sandbox: Option<String>,
     /// Bytes of stdin payload to read from the control socket before starting.
@@ -1305,7 +1335,7 @@ impl SuperviseArgs {
         let mut parsed = SuperviseArgs {
             cwd: None,
             cwd_fd: false,
-            cgroup: None,
+            cgroup: Vec::new(),
             sandbox: None,
             stdin_bytes: None,
             live_stdin: false,
@@ -1321,7 +1351,7 @@ impl SuperviseArgs {
                 "--" => break,
                 "--cgroup" => {
                     let dir = args.next().ok_or("--cgroup needs a value")?;
-                    parsed.cgroup = Some(PathBuf::from(dir));
+                    parsed.cgroup.push(PathBuf::from(dir));
                 }
                 "--sandbox" => {
                     let profile = args.next().ok_or("--sandbox needs a value")?;
@@ -1453,7 +1483,7 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         .map_err(|source| SuperviseError::Io { what: "PR_SET_DUMPABLE", source })?;
     crate::sandbox::harden::drop_reaching_capabilities()
         .map_err(|source| SuperviseError::Io { what: "dropping capabilities", source })?;
-    if let Some(cgroup) = &args.cgroup {
+    for cgroup in &args.cgroup {
         std::fs::write(cgroup.join("cgroup.procs"), "0")
             .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
     }

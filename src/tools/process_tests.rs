@@ -163,7 +163,7 @@ fn supervise_args_parse() {
         Ok(SuperviseArgs {
             cwd: Some(PathBuf::from("/tmp")),
             cwd_fd: false,
-            cgroup: Some(PathBuf::from("/sys/fs/cgroup/toolgate/1-2")),
+            cgroup: vec![PathBuf::from("/sys/fs/cgroup/toolgate/1-2")],
             sandbox: None,
             stdin_bytes: Some(5),
             live_stdin: false,

@@ -293,11 +293,34 @@ impl Connection {
         let service = CancellationToken::new();
         match config.transport() {
             McpTransport::Stdio { command, args, env, cwd } => {
-                let mut cmd = Command::new(command);
-                cmd.args(args)
-                    .env_clear()
-                    .envs(env_policy.build())
-                    .envs(env)
+                let sandbox = crate::sandbox::ServerSandbox {
+                    enabled: config.sandbox,
+                    writable: &config.writable,
+                    readable: &config.readable,
+                    network: config.network,
+                };
+                let mut server_env = env_policy.build();
+                server_env.extend(env.iter().map(|(name, value)| (name.clone(), value.clone())));
+                let search_path = server_env
+                    .iter()
+                    .rev()
+                    .find(|(name, _)| name == "PATH")
+                    .map(|(_, value)| value.as_str());
+                let profile =
+                    crate::sandbox::server_profile(sandbox, command, args, cwd, search_path)?;
+                let mut cmd = match profile {
+                    Some(profile) => {
+                        let launcher = crate::tools::process::Supervisor::current();
+                        crate::sandbox::exec::command(launcher.program(), &profile, command, args)?
+                    }
+                    None => {
+                        let mut cmd = Command::new(command);
+                        cmd.args(args);
+                        cmd
+                    }
+                };
+                cmd.env_clear()
+                    .envs(server_env)
                     .stdin(std::process::Stdio::piped())
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())

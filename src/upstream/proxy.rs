@@ -262,6 +262,10 @@ mod tests {
             startup_timeout_ms: 1000,
             call_timeout_ms: Some(5000),
             trust_annotations: trust,
+            sandbox: true,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            network: None,
         }
     }
 

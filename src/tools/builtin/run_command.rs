@@ -85,6 +85,11 @@ struct Args {
     /// `yield_ms` or `tty`, stdin then ends; with them it stays open for process_write.
     #[serde(default)]
     stdin: Option<String>,
+    /// Leave the sandbox for this call only: more paths to write beneath, or the
+    /// network. Only a person can approve it (asked in every mode). Ask for it after a
+    /// result names what the sandbox denied.
+    #[serde(default)]
+    sandbox: Option<crate::sandbox::Widening>,
 }
 
 struct RunCommand {
@@ -145,6 +150,15 @@ impl Tool for RunCommand {
             None => Stdin::Closed,
         };
         spec.timeout = Some(own_deadline(ctx.timeout));
+        if let Some(widening) = &args.sandbox {
+            if let Err(message) = widening.check() {
+                return ToolResult::failure(ErrorType::InvalidArguments, message);
+            }
+            if let Some(profile) = &mut spec.sandbox {
+                profile.widen(widening);
+            }
+        }
+        let profile = spec.sandbox.clone();
         let background = args.background.unwrap_or(false);
         let tty = args.tty.unwrap_or(false);
         let processes = ctx.env.control.get().and_then(|session| session.processes());
@@ -153,7 +167,11 @@ impl Tool for RunCommand {
             background || tty || args.yield_ms.is_some() || on_timeout == OnTimeout::Background;
         if !as_process {
             return match process::run(spec).await {
-                Ok(outcome) => result_for(&outcome, ctx.timeout),
+                Ok(outcome) => crate::tools::confined::annotate(
+                    result_for(&outcome, ctx.timeout),
+                    &outcome,
+                    profile.as_ref(),
+                ),
                 Err(err) => ToolResult::failure(ErrorType::IoError, err.to_string()),
             };
         }
@@ -218,7 +236,7 @@ impl Tool for RunCommand {
         };
         let exited = job.wait_for(wait, &ctx.cancel).await;
         if exited {
-            return finished_result(&processes, &job, ctx.timeout, false);
+            return finished_result(&processes, &job, ctx.timeout, false, profile.as_ref());
         }
         if ctx.cancel.is_cancelled() {
             job.kill("the call was canceled").await;
@@ -230,7 +248,7 @@ impl Tool for RunCommand {
         }
         if args.yield_ms.is_none() && on_timeout == OnTimeout::Kill {
             job.kill("it timed out").await;
-            return finished_result(&processes, &job, ctx.timeout, true);
+            return finished_result(&processes, &job, ctx.timeout, true, profile.as_ref());
         }
         let why = if args.yield_ms.is_some() {
             "still running after yield_ms; it goes on in the background"
@@ -273,6 +291,7 @@ fn finished_result(
     job: &Job,
     timeout: Duration,
     timed_out: bool,
+    profile: Option<&crate::sandbox::Profile>,
 ) -> ToolResult {
     let exit = job.exit();
     processes.forget(&job.id);
@@ -285,7 +304,7 @@ fn finished_result(
                     outcome.timed_out = true;
                     outcome.canceled = false;
                 }
-                result_for(&outcome, timeout)
+                crate::tools::confined::annotate(result_for(&outcome, timeout), &outcome, profile)
             }
             (None, Some(error)) => ToolResult::failure(ErrorType::IoError, error.clone()),
             (None, None) => ToolResult::failure(

@@ -1,0 +1,39 @@
+//! What a command's result says about the sandbox it ran in: the profile, a limit
+//! that ended it, and what the sandbox denied it ([`crate::sandbox::denied`]). Shared
+//! by every tool that runs a command (run_command, skill commands).
+
+use super::process::Outcome;
+use super::{ErrorType, ToolResult};
+use crate::sandbox::Profile;
+
+/// Adds to a command's result what its sandbox was (`sandbox`, `sandbox_profile`);
+/// when it ran into a cgroup limit, that it was killed for it (`killed`, and an error
+/// naming the limit); when it failed, what the sandbox denied (`sandbox_denied`) with a
+/// line in the content saying how to ask for it.
+pub fn annotate(res: ToolResult, outcome: &Outcome, profile: Option<&Profile>) -> ToolResult {
+    let in_force = outcome.sandbox.as_deref().unwrap_or("none");
+    let mut res = res.with_meta("sandbox", in_force);
+    if let Some(limit) = &outcome.limit_hit {
+        // The call was ended when it ran into the limit (see `process::run`).
+        res.ok = false;
+        res.error_type = Some(ErrorType::CommandFailed);
+        res.error = Some(format!(
+            "the call was killed: {limit}; it and every process it started were killed"
+        ));
+        res = res.with_meta("killed", limit.as_str());
+    }
+    let Some(profile) = profile else {
+        return res;
+    };
+    res = res.with_meta("sandbox_profile", profile.summary(in_force));
+    if res.ok || in_force == "none" {
+        return res;
+    }
+    match crate::sandbox::denied::report(&outcome.stderr.text, profile) {
+        Some((denied, note)) => {
+            res.content.push_str(&note);
+            res.with_meta("sandbox_denied", denied)
+        }
+        None => res,
+    }
+}
