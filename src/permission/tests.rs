@@ -972,3 +972,41 @@ fn an_empty_policy_leaves_decisions_to_the_mode_and_reload_recaps_it() {
     assert_eq!(decide(&engine, "edit_file", &path("src/lib.rs")).verdict, NotAllowedInMode);
     assert_eq!(engine.set_mode(Mode::Bypass), Mode::Plan);
 }
+
+#[test]
+fn a_sandbox_widening_always_needs_a_person() {
+    let widened =
+        json!({"command": "cargo build", "sandbox": {"writable": ["/tmp"], "network": true}});
+    let empty = json!({"command": "cargo build", "sandbox": {"writable": []}});
+    for mode in Mode::ALL {
+        let allowed = engine(&["run_command", "run_command(cargo build:*)"], &[], &[], mode);
+        let decision = decide(&allowed, "run_command", &widened);
+        let expected = match mode {
+            Mode::Plan => Verdict::NotAllowedInMode,
+            Mode::DontAsk => Verdict::Deny,
+            _ => Verdict::Ask,
+        };
+        assert_eq!(decision.verdict, expected, "{mode}: {}", render(&decision));
+        assert!(decision.grant.is_none(), "{mode}: a session grant would cover the widening");
+        assert!(decision.suggestions.is_empty(), "{mode}: no rule can vouch for it");
+        if mode != Mode::Plan {
+            assert!(
+                decision
+                    .explanation
+                    .reason
+                    .contains("write beneath /tmp, open network connections"),
+                "{mode}: {}",
+                render(&decision)
+            );
+        }
+        // Asking for nothing is no widening: the rule decides as usual.
+        assert_eq!(
+            decide(&allowed, "run_command", &empty).verdict,
+            if mode == Mode::Plan { Verdict::NotAllowedInMode } else { Verdict::Allow },
+            "{mode}"
+        );
+        // A deny rule still refuses.
+        let denied = engine(&[], &[], &["run_command(cargo:*)"], mode);
+        assert_eq!(decide(&denied, "run_command", &widened).verdict, Verdict::Deny, "{mode}");
+    }
+}
