@@ -1003,3 +1003,41 @@ fn process_write_input_is_judged_as_a_command_line() {
     let denying = engine(&["run_command"], &[], &["process_write"], Mode::Bypass);
     assert_eq!(decide(&denying, "process_write", &write("ls\n")).verdict, Verdict::Deny);
 }
+
+#[test]
+fn a_sandbox_widening_always_needs_a_person() {
+    let widened =
+        json!({"command": "cargo build", "sandbox": {"writable": ["/tmp"], "network": true}});
+    let empty = json!({"command": "cargo build", "sandbox": {"writable": []}});
+    for mode in Mode::ALL {
+        let allowed = engine(&["run_command", "run_command(cargo build:*)"], &[], &[], mode);
+        let decision = decide(&allowed, "run_command", &widened);
+        let expected = match mode {
+            Mode::Plan => Verdict::NotAllowedInMode,
+            Mode::DontAsk => Verdict::Deny,
+            _ => Verdict::Ask,
+        };
+        assert_eq!(decision.verdict, expected, "{mode}: {}", render(&decision));
+        assert!(decision.grant.is_none(), "{mode}: a session grant would cover the widening");
+        assert!(decision.suggestions.is_empty(), "{mode}: no rule can vouch for it");
+        if mode != Mode::Plan {
+            assert!(
+                decision
+                    .explanation
+                    .reason
+                    .contains("write beneath /tmp, open network connections"),
+                "{mode}: {}",
+                render(&decision)
+            );
+        }
+        // Asking for nothing is no widening: the rule decides as usual.
+        assert_eq!(
+            decide(&allowed, "run_command", &empty).verdict,
+            if mode == Mode::Plan { Verdict::NotAllowedInMode } else { Verdict::Allow },
+            "{mode}"
+        );
+        // A deny rule still refuses.
+        let denied = engine(&[], &[], &["run_command(cargo:*)"], mode);
+        assert_eq!(decide(&denied, "run_command", &widened).verdict, Verdict::Deny, "{mode}");
+    }
+}

@@ -210,9 +210,10 @@ impl Profile {
 }
 
 /// What one call may get beyond the configured sandbox, asked for by the model and
-/// granted by a person: more writable or readable paths, the network. See `run_command`'s `sandbox` argument.
+/// granted by a person: more writable or readable paths, the network.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Widening {
     /// Absolute paths the command may also write beneath (created files included).
     #[serde(default)]

@@ -37,3 +37,20 @@ pub fn annotate(res: ToolResult, outcome: &Outcome, profile: Option<&Profile>) -
         None => res,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tools::Registry;
+
+    #[test]
+    fn run_command_describes_the_widening_inline() {
+        let registry = Registry::with_builtins();
+        let tool = registry.get("run_command").unwrap_or_else(|| panic!("no run_command"));
+        let schema = &tool.definition().input_schema;
+        let sandbox = &schema["properties"]["sandbox"];
+        assert_eq!(sandbox["type"], "object", "{schema}");
+        assert!(sandbox["properties"]["writable"].is_object(), "{schema}");
+        // Hosts with a strict schema dialect take no references.
+        assert!(!schema.to_string().contains("$ref"), "{schema}");
+    }
+}
