@@ -24,13 +24,16 @@ async fn without_the_option_no_fixture_is_served() {
     let test = TestDaemon::new();
     let mut client = StdioClient::start(&test.daemon, McpOptions::default());
     let init = client.initialize("2025-11-25", json!({})).await;
-    assert!(init["result"]["capabilities"].get("resources").is_none(), "{init}");
+    // Resources are only long results' whole texts, read by their links: none listed.
+    assert_eq!(init["result"]["capabilities"]["resources"], json!({}), "{init}");
     let list = client.request(1, "tools/list", json!({})).await;
     assert!(!names(&list).iter().any(|name| name.starts_with("test_")), "{list}");
-    for method in ["resources/list", "prompts/list"] {
-        let refused = client.request(2, method, json!({})).await;
-        assert_eq!(refused["error"]["code"], json!(-32601), "{method}: {refused}");
-    }
+    let resources = client.request(2, "resources/list", json!({})).await;
+    assert_eq!(resources["result"]["resources"], json!([]), "{resources}");
+    let fixture = client.request(3, "resources/read", json!({"uri": "test://static-text"})).await;
+    assert_eq!(fixture["error"]["code"], json!(-32002), "{fixture}");
+    let refused = client.request(4, "prompts/list", json!({})).await;
+    assert_eq!(refused["error"]["code"], json!(-32601), "{refused}");
     assert!(test.daemon.registry().get("test_simple_text").is_none());
     client.close().await;
 }

@@ -8,6 +8,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Map, Value, json};
 
+use super::results::{Linked, RESULT_MIME_TYPE};
 use crate::tools::{Attachment, Definition, ToolResult};
 
 /// The `_meta` key carrying whether a tool is a control-plane tool.
@@ -115,6 +116,56 @@ pub fn call_result_json(result: &ToolResult) -> Value {
         "structuredContent": structured,
         "isError": !result.ok,
     })
+}
+
+/// The wire form of a result whose text was too long to send: `content` holds an
+/// excerpt of it and a `resource_link` to the whole text, and `structuredContent`
+/// (toolgate's Result object; tools declare no outputSchema) carries the same
+/// excerpt as its `content` and the link in `metadata.full_result`, so that neither
+/// form repeats the long text.
+pub fn linked_call_result_json(result: &ToolResult, linked: &Linked, name: &str) -> Value {
+    let mut wire = call_result_json(result);
+    let link = json!({
+        "type": "resource_link",
+        "uri": linked.uri,
+        "name": name,
+        "description": format!("The whole text of this {} result", result.tool),
+        "mimeType": RESULT_MIME_TYPE,
+        "size": linked.size,
+    });
+    if let Some(Value::Array(content)) = wire.get_mut("content") {
+        // The first block is the text (a long result always has one).
+        if let Some(first) = content.first_mut() {
+            *first = json!({"type": "text", "text": linked.excerpt});
+        }
+        content.insert(1, link);
+    }
+    if let Some(Value::Object(structured)) = wire.get_mut("structuredContent") {
+        if !result.content.is_empty() {
+            structured.insert("content".to_owned(), Value::String(linked.excerpt.clone()));
+        }
+        if let Some(Value::Object(metadata)) = structured.get_mut("metadata") {
+            metadata
+                .insert("full_result".to_owned(), json!({"uri": linked.uri, "bytes": linked.size}));
+        }
+    }
+    wire
+}
+
+/// A result as rmcp's `CallToolResult`, with a long text replaced by an excerpt and
+/// a link when `linked` says where its whole text is kept.
+pub fn call_result_with(
+    result: &ToolResult,
+    linked: Option<&Linked>,
+) -> Result<CallToolResult, serde_json::Error> {
+    match linked {
+        Some(linked) => {
+            let name =
+                format!("{}-result", if result.tool.is_empty() { "tool" } else { &result.tool });
+            serde_json::from_value(linked_call_result_json(result, linked, &name))
+        }
+        None => call_result(result),
+    }
 }
 
 /// A result as rmcp's `CallToolResult`: the same wire form as [`call_result_json`].
@@ -278,6 +329,48 @@ mod tests {
             let direct = serde_json::to_value(call_result(res).unwrap()).unwrap();
             assert_eq!(direct, call_result_json(res), "{res:?}");
         }
+    }
+
+    #[test]
+    fn linked_result_carries_the_excerpt_and_the_link_in_both_forms() {
+        let res = ToolResult::success("x".repeat(100)).stamp("run_command", "3");
+        let linked =
+            Linked { uri: "toolgate://results/ab".into(), excerpt: "xx[...]xx".into(), size: 100 };
+        expect![[r#"
+            {
+              "content": [
+                {
+                  "text": "xx[...]xx",
+                  "type": "text"
+                },
+                {
+                  "description": "The whole text of this run_command result",
+                  "mimeType": "text/plain",
+                  "name": "run_command-result",
+                  "size": 100,
+                  "type": "resource_link",
+                  "uri": "toolgate://results/ab"
+                }
+              ],
+              "isError": false,
+              "resultType": "complete",
+              "structuredContent": {
+                "content": "xx[...]xx",
+                "metadata": {
+                  "call_id": "3",
+                  "full_result": {
+                    "bytes": 100,
+                    "uri": "toolgate://results/ab"
+                  }
+                },
+                "ok": true,
+                "tool": "run_command"
+              }
+            }"#]]
+        .assert_eq(&pretty(&linked_call_result_json(&res, &linked, "run_command-result")));
+        // rmcp reads it as a CallToolResult with a resource_link block.
+        let wire = call_result_with(&res, Some(&linked)).unwrap();
+        assert!(wire.content.get(1).and_then(|block| block.as_resource_link()).is_some());
     }
 
     #[test]

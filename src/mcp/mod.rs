@@ -17,12 +17,14 @@
 //! Layout: [`mapping`] (Definition → Tool, Result → CallToolResult), `server` (the
 //! handler), [`approval`] (permission questions as elicitations), `stdio`, `http`,
 //! [`fixtures`] (the conformance suite's fixture tools, behind an option), `tasks` (the
-//! tasks extension: long calls answered as tasks) and `roots`.
+//! tasks extension: long calls answered as tasks), [`results`] (long results as
+//! resource links) and `roots`.
 
 pub mod approval;
 pub mod fixtures;
 mod http;
 pub mod mapping;
+pub mod results;
 mod roots;
 mod server;
 mod stdio;
@@ -35,6 +37,7 @@ use dashmap::DashMap;
 use serde_json::Value;
 
 pub use http::{http_router, serve_http};
+pub use results::ResultLinks;
 pub use server::McpHandler;
 pub use stdio::{run_stdio, serve_stream};
 
@@ -71,6 +74,9 @@ pub struct McpOptions {
     /// (`io.modelcontextprotocol/tasks`) may run before it is answered with a task
     /// instead of its result.
     pub task_after: Duration,
+    /// When a result is answered with an excerpt and a `resource_link` to its whole
+    /// text, and how many such texts are kept for `resources/read`.
+    pub result_links: ResultLinks,
 }
 
 /// The default of [`McpOptions::task_after`]: a call still running after this long
@@ -87,6 +93,7 @@ impl Default for McpOptions {
             allowed_origins: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             task_after: DEFAULT_TASK_AFTER,
+            result_links: ResultLinks::default(),
         }
     }
 }
@@ -109,6 +116,8 @@ pub(crate) struct Face {
     pub(crate) pending: DashMap<String, PendingInput>,
     /// Calls answered as tasks (the tasks extension), by owner.
     pub(crate) tasks: tasks::Tasks,
+    /// Long results' whole texts, by owner, for `resources/read`.
+    pub(crate) results: results::ResultStore,
 }
 
 impl Drop for Face {
@@ -132,7 +141,8 @@ impl Face {
             fixtures::register(daemon.registry());
         }
         let tasks = tasks::Tasks::new(daemon.settings().max_timeout);
-        Arc::new(Face { daemon, options, pending: DashMap::new(), tasks })
+        let results = results::ResultStore::new(options.result_links.clone());
+        Arc::new(Face { daemon, options, pending: DashMap::new(), tasks, results })
     }
 
     /// Remembers a question, forgetting expired ones and keeping the table bounded.

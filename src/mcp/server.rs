@@ -22,10 +22,10 @@ use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, ErrorCode, GetTaskParams,
-    GetTaskResult, InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerConfig, SetLevelRequestParams,
-    SubscriptionFilter, Tool, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorCode,
+    GetTaskParams, GetTaskResult, InputRequiredResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskFuture};
@@ -403,9 +403,10 @@ impl LiveHandler {
         start: impl FnOnce(CancellationToken) -> Execution,
     ) -> Result<CallToolResponse, McpError> {
         let owner = super::http::client_identity(ctx);
+        let delivery = Delivery::of(&self.face, ctx);
         if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&owner) {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
-            return complete(&result);
+            return delivery.complete(&result);
         }
         // The call's live output goes to progress notifications when the request asked
         // for them, and is watched here otherwise, so that a task starts with the
@@ -434,10 +435,10 @@ impl LiveHandler {
             }
         };
         match waited {
-            Waited::Done(result) => complete(&result),
+            Waited::Done(result) => delivery.complete(&result),
             Waited::Canceled => {
                 cancel.cancel();
-                complete(&*execution.await)
+                delivery.complete(&*execution.await)
             }
             Waited::Long => {
                 // The conversation (and so its session) lives as long as the task; the
@@ -467,7 +468,7 @@ impl LiveHandler {
                         if cancel.is_cancelled() || result.error_type == Some(ErrorType::Canceled) {
                             return Err(TaskExit::Cancelled);
                         }
-                        mapping::call_result(&result).map_err(|err| TaskExit::Error(internal(err)))
+                        delivery.call_result(&result).map_err(TaskExit::Error)
                     };
                     Box::pin(run) as TaskFuture
                 });
@@ -531,7 +532,7 @@ impl LiveHandler {
                 .await;
         }
         match session.preflight(&call, &ctx.ct).await {
-            Preflight::Refuse(result) => complete(&result),
+            Preflight::Refuse(result) => Delivery::of(&self.face, ctx).complete(&result),
             Preflight::Run(ready) => {
                 let session = session.clone();
                 self.respond(&call.id, ctx, task_after, move |cancel| {
@@ -619,8 +620,49 @@ fn client_takes_tasks(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks())
 }
 
-fn complete(result: &ToolResult) -> Result<CallToolResponse, McpError> {
-    Ok(CallToolResponse::Complete(mapping::call_result(result).map_err(internal)?))
+/// Whether this request's protocol version has `resource_link` content (2025-06-18
+/// and later).
+fn client_takes_links(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2025_06_18.as_str())
+}
+
+/// How a call's result reaches the client that made it: a long text becomes an
+/// excerpt and a link (when the client takes links), kept for `resources/read` by
+/// the same identity.
+#[derive(Clone)]
+struct Delivery {
+    face: Arc<Face>,
+    owner: String,
+    links: bool,
+}
+
+impl Delivery {
+    fn of(face: &Arc<Face>, ctx: &RequestContext<RoleServer>) -> Delivery {
+        Delivery {
+            face: face.clone(),
+            owner: super::http::client_identity(ctx),
+            links: client_takes_links(ctx),
+        }
+    }
+
+    fn call_result(&self, result: &ToolResult) -> Result<CallToolResult, McpError> {
+        let linked = if self.links {
+            let text = mapping::result_text(result);
+            if self.face.results.is_long(&text) {
+                self.face.results.keep(&self.owner, &text)
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        mapping::call_result_with(result, linked.as_ref()).map_err(internal)
+    }
+
+    fn complete(&self, result: &ToolResult) -> Result<CallToolResponse, McpError> {
+        Ok(CallToolResponse::Complete(self.call_result(result)?))
+    }
 }
 
 fn client_offers_roots(ctx: &RequestContext<RoleServer>) -> bool {
@@ -649,6 +691,8 @@ impl ServerHandler for LiveHandler {
     fn get_info(&self) -> ServerConfig {
         let capabilities = json!({
             "tools": {"listChanged": true},
+            // Long results' whole texts are read with resources/read.
+            "resources": {},
             "logging": {},
             "extensions": {(rmcp::model::TASKS_EXTENSION_ID): {}},
         });
@@ -906,7 +950,11 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
         match self {
-            McpHandler::Live(_) => not_served("resources/list"),
+            // Kept results are reached by their links, not listed.
+            McpHandler::Live(_) => {
+                serde_json::from_value(json!({"resultType": "complete", "resources": []}))
+                    .map_err(internal)
+            }
             McpHandler::Conformance(conformance) => conformance.list_resources(request, ctx),
         }
     }
@@ -917,7 +965,10 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
         match self {
-            McpHandler::Live(_) => not_served("resources/templates/list"),
+            McpHandler::Live(_) => {
+                serde_json::from_value(json!({"resultType": "complete", "resourceTemplates": []}))
+                    .map_err(internal)
+            }
             McpHandler::Conformance(conformance) => {
                 conformance.list_resource_templates(request, ctx)
             }
@@ -929,8 +980,16 @@ impl ServerHandler for McpHandler {
         request: rmcp::model::ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        if request.uri.starts_with(super::results::RESULT_URI_PREFIX) {
+            let owner = super::http::client_identity(&ctx);
+            let read = self.live().face().results.read_resource(&owner, &request.uri)?;
+            return Ok(rmcp::model::ReadResourceResponse::Complete(read));
+        }
         match self {
-            McpHandler::Live(_) => not_served("resources/read"),
+            McpHandler::Live(_) => Err(McpError::resource_not_found(
+                format!("resource not found: {}", request.uri),
+                Some(json!({"uri": request.uri})),
+            )),
             McpHandler::Conformance(conformance) => conformance.read_resource(request, ctx),
         }
     }
