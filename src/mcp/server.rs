@@ -112,7 +112,10 @@ fn register<'a, V>(map: &'a DashMap<String, V>, key: &str, value: V) -> Register
 
 /// The registry's listing mapped to MCP tools once, reused until the tools change
 /// (the listing is rebuilt, and so compares unequal, after every change).
-static MCP_TOOLS: Mutex<Option<(std::sync::Weak<Listing>, Arc<Vec<Tool>>)>> = Mutex::new(None);
+static MCP_TOOLS: Mutex<Option<MappedListing>> = Mutex::new(None);
+
+/// A listing and its tools mapped to MCP's type.
+type MappedListing = (std::sync::Weak<Listing>, Arc<Vec<Tool>>);
 
 fn mcp_tools(listing: &Arc<Listing>) -> Result<Arc<Vec<Tool>>, McpError> {
     let mut cached = MCP_TOOLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
