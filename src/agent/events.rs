@@ -23,7 +23,7 @@ pub enum Event {
         session_id: String,
         call_id: String,
         name: String,
-        /// Shared with the call's other records (one parse per call).
+        // Shared with the call's other records (one parse per call).
         arguments: Arc<Value>,
     },
     /// A chunk of live output; `seq` increases by one per chunk of a call, from 0.

@@ -461,9 +461,9 @@ fn parsed_cost_counts_structure_outside_strings_only() {
 async fn arguments_over_the_memory_budget_are_refused_unparsed() {
     let registry = Registry::with_builtins();
     let item = r#"{"content":"","status":"pending"}"#;
-    let text = format!(r#"{{"todos":[{}]}}"#, vec![item; 100_000].join(","));
+    let text = format!(r#"{{"path":"a.txt","junk":[{}]}}"#, vec![item; 100_000].join(","));
     let env = env();
-    let call = Call::new("c1", "todo_write", text);
+    let call = Call::new("c1", "read_file", text);
     let result = registry.execute(&call, &env, &CancellationToken::new()).await;
     assert_eq!(result.error_type, Some(ErrorType::InvalidArguments), "{result:?}");
     assert!(result.error.as_deref().unwrap_or("").contains("arguments refused"), "{result:?}");
