@@ -112,8 +112,8 @@ pub struct AuditRecord {
     pub client: String,
     pub call_id: String,
     pub tool: String,
-    /// The call's arguments (redacted when written).
-    pub arguments: Value,
+    /// The call's arguments (redacted when written; shared with the call's events).
+    pub arguments: Arc<Value>,
     /// Who decided, and how (the same object as in `tool_call_done` events).
     pub decision: crate::permission::CallDecision,
     /// The rule that decided as `<list>: <rule as written>`, or the deciding layer.
@@ -468,7 +468,8 @@ impl Writer {
 
     /// The record as JSON without its closing brace (the chain link goes there).
     fn encode(&mut self, mut record: AuditRecord) -> Option<Vec<u8>> {
-        record.arguments = redact::prepare(&record.arguments, self.settings.max_arguments_bytes);
+        record.arguments =
+            Arc::new(redact::prepare(&record.arguments, self.settings.max_arguments_bytes));
         match serde_json::to_vec(&record) {
             Ok(mut line) if line.last() == Some(&b'}') => {
                 line.pop();
@@ -668,7 +669,7 @@ mod tests {
             client: "uid:1000".to_owned(),
             call_id: call_id.to_owned(),
             tool: "run_command".to_owned(),
-            arguments,
+            arguments: Arc::new(arguments),
             decision: crate::permission::CallDecision {
                 outcome: crate::permission::Outcome::Allow,
                 decided_by: crate::permission::DecidedBy::Person,

@@ -23,7 +23,8 @@ pub enum Event {
         session_id: String,
         call_id: String,
         name: String,
-        arguments: Value,
+        // Shared with the call's other records (one parse per call).
+        arguments: Arc<Value>,
     },
     /// A chunk of live output; `seq` increases by one per chunk of a call (or of a
     /// background process), from 0.

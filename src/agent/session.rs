@@ -21,6 +21,7 @@ use crate::permission::{
 };
 use crate::tools::jobs::{Exit, Job, ProcessObserver, ProcessSettings, Processes};
 use crate::tools::process::ExitStatus;
+use crate::tools::registry::{Listing, parse_arguments};
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, OutputStream, Registry, SessionControl,
     Todo, ToolResult,
@@ -59,7 +60,8 @@ pub struct CallRecord {
     pub client: String,
     pub call_id: String,
     pub tool: String,
-    pub arguments: Value,
+    /// The arguments as they ran (shared with the call's events).
+    pub arguments: Arc<Value>,
     /// Who decided, and how.
     pub decision: CallDecision,
     pub result_ok: bool,
@@ -111,7 +113,7 @@ pub struct Session {
 pub struct Prepared {
     /// The call as it will run (with a PreToolUse hook's updated input).
     call: Call,
-    arguments: Value,
+    arguments: Arc<Value>,
     started: Instant,
     /// The engine's decision (`None` for an unknown tool).
     decision: Option<Decision>,
@@ -166,7 +168,7 @@ struct Finished {
     result: ToolResult,
     decision: CallDecision,
     /// The arguments that finally ran (after a hook's update).
-    arguments: Value,
+    arguments: Arc<Value>,
 }
 
 /// A call holding its place among the session's running calls.
@@ -304,6 +306,24 @@ impl Session {
         state.hooks = hooks;
     }
 
+    /// Which tools of the registry's listing this session may see (the same choice as
+    /// [`Session::definitions`]), in name order.
+    pub fn listed(&self) -> (Arc<Listing>, Vec<usize>) {
+        let (allowlist, mode) = {
+            let state = self.lock();
+            (state.allowlist.clone(), state.engine.mode())
+        };
+        let listing = self.registry.listing();
+        let shown = (0..listing.tools.len())
+            .filter(|&index| {
+                let tool = &listing.tools[index];
+                (tool.system || allowlist.is_empty() || allowlist.contains(&tool.name))
+                    && (mode != Mode::Plan || tool.system || tool.safety.is_read_only())
+            })
+            .collect();
+        (listing, shown)
+    }
+
     /// The definitions this session may see: the allowlist applied (system tools always
     /// kept), and in plan mode only read_only tools.
     pub fn definitions(&self) -> Vec<Definition> {
@@ -362,7 +382,7 @@ impl Session {
         let Some(tool) = self.registry.get(&call.name) else {
             return ("unknown_tool".to_owned(), None, Vec::new());
         };
-        let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        let args = parse_arguments(&call.arguments).unwrap_or(Value::Null);
         let decision = self.decide(tool.definition(), &args);
         let mut verdict = verdict_name(&decision.verdict).to_owned();
         let mut deciding = decision.explanation.clone();
@@ -383,7 +403,7 @@ impl Session {
     /// session grant included); `None` for an unknown tool.
     pub fn decision(&self, call: &Call) -> Option<Decision> {
         let tool = self.registry.get(&call.name)?;
-        let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        let args = parse_arguments(&call.arguments).unwrap_or(Value::Null);
         Some(self.decide(tool.definition(), &args))
     }
 
@@ -426,7 +446,7 @@ impl Session {
         if !definition.safety.is_read_only() {
             return false;
         }
-        let args = match serde_json::from_str::<Value>(&call.arguments) {
+        let args = match parse_arguments(&call.arguments) {
             Ok(args) => args,
             // It will fail validation without asking anyone; still, keep it simple.
             Err(_) => return false,
@@ -622,7 +642,7 @@ impl Session {
         let hooks = self.lock().hooks.clone();
         let env = self.env();
         let mut call = call.clone();
-        let mut arguments = parse_or_raw(&call.arguments);
+        let mut arguments = Arc::new(parse_or_raw(&call.arguments));
         self.events.emit(Event::ToolCallStart {
             session_id: self.id.clone(),
             call_id: call.id.clone(),
@@ -633,9 +653,13 @@ impl Session {
         // PreToolUse hooks.
         let mut hook_verdict = HookVerdict::Continue;
         if hooks.has_pre(&call.name) {
-            let input =
-                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
-                    .with_permission_mode(self.mode().to_string());
+            let input = ToolCallInput::new(
+                &env,
+                call.id.clone(),
+                call.name.clone(),
+                Value::clone(&arguments),
+            )
+            .with_permission_mode(self.mode().to_string());
             let outcome = hooks.run_pre(&input, &env.env_policy.build(), cancel).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PreToolUse hook failed");
@@ -645,10 +669,11 @@ impl Session {
                 if let Err(res) = self.registry.validate_arguments(&call.name, &text) {
                     let result = res.with_meta("source", "hook_updated_input");
                     let decision = CallDecision::new(Outcome::Deny, DecidedBy::Hook);
-                    return Stage::Done(call, Finished { result, decision, arguments: updated });
+                    let arguments = Arc::new(updated);
+                    return Stage::Done(call, Finished { result, decision, arguments });
                 }
                 call.arguments = text;
-                arguments = updated;
+                arguments = Arc::new(updated);
             }
             match outcome.verdict {
                 HookVerdict::Block | HookVerdict::Deny => {
@@ -745,7 +770,7 @@ impl Session {
             ),
             call_id: prepared.call.id.clone(),
             tool: prepared.call.name.clone(),
-            arguments: prepared.arguments.clone(),
+            arguments: Value::clone(&prepared.arguments),
             explanation,
             suggestions,
             session_grant,
@@ -786,9 +811,13 @@ impl Session {
         let mut res = res.stamp(&call.name, &call.id);
         if hooks.has_post(&call.name) {
             let env = self.env();
-            let input =
-                ToolCallInput::new(&env, call.id.clone(), call.name.clone(), arguments.clone())
-                    .with_permission_mode(self.mode().to_string());
+            let input = ToolCallInput::new(
+                &env,
+                call.id.clone(),
+                call.name.clone(),
+                Value::clone(arguments),
+            )
+            .with_permission_mode(self.mode().to_string());
             // Post hooks run for a canceled call too (they observe every outcome), so
             // they are bounded by their own timeouts and by the session, not the call.
             let _ = cancel;
@@ -1205,11 +1234,10 @@ fn suggest(suggestions: &[String]) -> String {
     }
 }
 
+/// The arguments as hooks, the rules, events and the audit log see them: parsed (by
+/// the registry's own parser, under its memory budget), else the raw text.
 fn parse_or_raw(arguments: &str) -> Value {
-    if arguments.trim().is_empty() {
-        return Value::Object(serde_json::Map::new());
-    }
-    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
+    parse_arguments(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
 }
 
 /// The session grant a question offers: the one the rules' decision carries when the

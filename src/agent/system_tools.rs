@@ -86,8 +86,15 @@ impl Tool for ExitPlanMode {
 #[serde(deny_unknown_fields)]
 struct TodoWriteArgs {
     /// The complete new task list (it replaces the previous one).
+    #[schemars(length(max = 1000))]
     todos: Vec<Todo>,
 }
+
+/// The most items a task list holds (the schema's `maxItems`).
+pub const MAX_TODOS: usize = 1000;
+/// The most text a task list's items hold in all: a session keeps its list for its
+/// whole life, and every client that subscribes is sent it.
+pub const MAX_TODO_BYTES: usize = 256 * 1024;
 
 /// Replaces the session's task list and tells its clients (`todos_updated`).
 pub struct TodoWrite(Definition);
@@ -129,6 +136,17 @@ impl Tool for TodoWrite {
             count(TodoStatus::Completed),
         );
         let total = args.todos.len();
+        let bytes: usize = args.todos.iter().map(|todo| todo.content.len()).sum();
+        if total > MAX_TODOS || bytes > MAX_TODO_BYTES {
+            return ToolResult::failure(
+                ErrorType::TooLarge,
+                format!(
+                    "a task list holds at most {MAX_TODOS} items and {} KiB of text; this one \
+                     has {total} items and {bytes} bytes",
+                    MAX_TODO_BYTES / 1024
+                ),
+            );
+        }
         session.set_todos(args.todos);
         ToolResult::success(format!(
             "Task list updated: {total} tasks ({completed} completed, {in_progress} in progress, \

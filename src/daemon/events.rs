@@ -151,7 +151,7 @@ impl EventSink for EventHub {
 /// Cheap (no serialization); only the variable-size parts are counted exactly.
 fn approximate_size(event: &Event) -> usize {
     let variable = match event {
-        Event::ToolCallStart { arguments, .. } => value_size(arguments),
+        Event::ToolCallStart { arguments, .. } => value_size(arguments.as_ref()),
         Event::ToolOutput { text, .. } => text.len(),
         Event::ProcessExited { process_id, killed, error, .. } => {
             process_id.len()

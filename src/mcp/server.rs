@@ -38,6 +38,7 @@ use super::{Face, fixtures, mapping};
 use crate::agent::{Event, EventSink, Session};
 use crate::agent::{Preflight, Question};
 use crate::daemon::{Client, SessionSpec};
+use crate::tools::registry::Listing;
 use crate::tools::{Call, ErrorType, ToolResult};
 
 /// Live-output chunks queued per call before they become progress notifications;
@@ -176,6 +177,34 @@ enum Waited {
     Done(Arc<ToolResult>),
     Canceled,
     Long,
+}
+
+/// The registry's listing mapped to MCP tools once, reused until the tools change
+/// (the listing is rebuilt, and so compares unequal, after every change).
+static MCP_TOOLS: Mutex<Option<MappedListing>> = Mutex::new(None);
+
+/// A listing and its tools mapped to MCP's type.
+type MappedListing = (std::sync::Weak<Listing>, Arc<Vec<Tool>>);
+
+fn mcp_tools(listing: &Arc<Listing>) -> Result<Arc<Vec<Tool>>, McpError> {
+    let mut cached = MCP_TOOLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((of, tools)) = cached.as_ref()
+        && of.upgrade().is_some_and(|of| Arc::ptr_eq(&of, listing))
+    {
+        return Ok(tools.clone());
+    }
+    let tools = listing
+        .tools
+        .iter()
+        .map(|listed| {
+            let definition: crate::tools::Definition =
+                serde_json::from_str(&listed.json).map_err(internal)?;
+            mapping::tool(&definition).map_err(internal)
+        })
+        .collect::<Result<Vec<Tool>, McpError>>()?;
+    let tools = Arc::new(tools);
+    *cached = Some((Arc::downgrade(listing), tools.clone()));
+    Ok(tools)
 }
 
 impl LiveHandler {
@@ -718,8 +747,10 @@ impl ServerHandler for LiveHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let session = self.session(&ctx).await?;
-        let tools: Vec<Value> = session.definitions().iter().map(mapping::tool_json).collect();
-        serde_json::from_value(json!({"resultType": "complete", "tools": tools})).map_err(internal)
+        let (listing, shown) = session.listed();
+        let tools = mcp_tools(&listing)?;
+        let tools = shown.iter().filter_map(|&index| tools.get(index).cloned()).collect();
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

@@ -25,7 +25,7 @@ use rmcp::transport::Transport;
 use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
@@ -35,8 +35,11 @@ use crate::rpc::{Frame, LineReader};
 /// Parsed messages waiting for the protocol engine; the reader stops reading (the
 /// client's writes block) when it is full.
 const INBOUND_CAPACITY: usize = 256;
-/// Lines waiting for stdout.
-const OUTBOUND_CAPACITY: usize = 4096;
+/// Bytes of lines waiting for stdout: past them, whoever sends waits (rmcp's loop, and
+/// with it the calls' progress), so a host that stops reading costs at most this much.
+const OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
+/// What a queued line costs beyond its bytes, so that many short lines are bounded too.
+const LINE_OVERHEAD: usize = 64;
 /// Bytes gathered before a write to stdout (a pipe holds 64 KiB).
 const WRITE_BUFFER: usize = 64 * 1024;
 /// How long calls still running at end of input get to wind down after being
@@ -125,7 +128,7 @@ where
     let face = Face::new(daemon.clone(), options);
     let handler = McpHandler::new(face);
 
-    let (outbound, outbound_rx) = mpsc::channel::<Vec<u8>>(OUTBOUND_CAPACITY);
+    let (outbound, outbound_rx) = line_queue();
     let (inbound, inbound_rx) = mpsc::channel::<ClientJsonRpcMessage>(INBOUND_CAPACITY);
     let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
     let reader_task =
@@ -154,7 +157,7 @@ where
 /// The transport handed to rmcp: parsed messages in, serialized lines out.
 struct LineTransport {
     inbound: mpsc::Receiver<ClientJsonRpcMessage>,
-    outbound: mpsc::Sender<Vec<u8>>,
+    outbound: LineSender,
     /// The size of the last line sent: the next one is serialized into a buffer of
     /// that capacity, so that a stream of similar answers is not regrown each time.
     size_hint: Arc<AtomicUsize>,
@@ -195,7 +198,7 @@ async fn read_messages<R: AsyncRead + Unpin>(
     reader: R,
     max_message_bytes: usize,
     inbound: mpsc::Sender<ClientJsonRpcMessage>,
-    outbound: mpsc::Sender<Vec<u8>>,
+    outbound: LineSender,
 ) {
     let mut lines = LineReader::new(reader, max_message_bytes);
     loop {
@@ -286,19 +289,45 @@ fn parse(line: &[u8]) -> Parsed {
     }
 }
 
+/// Lines for stdout, each holding its share of [`OUTBOUND_BYTES`] until written.
+type LineQueue = mpsc::UnboundedReceiver<(Vec<u8>, OwnedSemaphorePermit)>;
+
+/// The sending side of the stdout queue.
+#[derive(Clone)]
+struct LineSender {
+    tx: mpsc::UnboundedSender<(Vec<u8>, OwnedSemaphorePermit)>,
+    room: Arc<Semaphore>,
+}
+
+fn line_queue() -> (LineSender, LineQueue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (LineSender { tx, room: Arc::new(Semaphore::new(OUTBOUND_BYTES)) }, rx)
+}
+
+impl LineSender {
+    /// Queues a line once there is room for it (a line longer than the whole room
+    /// waits for the queue to be empty); an error when stdout is gone.
+    async fn send(&self, line: Vec<u8>) -> Result<(), ()> {
+        let room = line.len().saturating_add(LINE_OVERHEAD).min(OUTBOUND_BYTES);
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        let permit = self.room.clone().acquire_many_owned(room).await.map_err(|_| ())?;
+        self.tx.send((line, permit)).map_err(|_| ())
+    }
+}
+
 fn error_line(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
 /// Drains the outbound queue into the writer, flushing whenever it runs dry (lines
 /// that queued up meanwhile go out together).
-async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: mpsc::Receiver<Vec<u8>>) {
+async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: LineQueue) {
     let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
-    while let Some(line) = lines.recv().await {
+    while let Some((line, _room)) = lines.recv().await {
         if writer.write_all(&line).await.is_err() {
             return;
         }
-        while let Ok(line) = lines.try_recv() {
+        while let Ok((line, _room)) = lines.try_recv() {
             if writer.write_all(&line).await.is_err() {
                 return;
             }

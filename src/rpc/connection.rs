@@ -10,22 +10,31 @@ use std::task::{Context, Poll, Waker};
 
 use dashmap::DashMap;
 use serde_json::Value;
-use tokio::sync::{Semaphore, mpsc};
+use serde_json::value::RawValue;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::jsonrpc::{self, Incoming, RpcError};
+use super::jsonrpc::{self, Incoming, Params, RpcError};
 use crate::agent::{ApprovalAnswer, Event};
 use crate::daemon::events::Subscriber;
 use crate::daemon::{Client, Daemon, SessionError};
 use crate::protocol::*;
 use crate::tools::Call;
+use crate::tools::registry::Listing;
 
 /// Requests of one connection handled at the same time; past this the connection
 /// stops reading until one finishes (backpressure instead of memory growth).
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 256;
-/// Lines queued for the writer of one connection (responses wait for room; events
-/// are dropped and counted when a client does not read).
+/// Lines queued for the writer of a connection fed through a plain channel (responses
+/// wait for room; events are dropped and counted when a client does not read).
 pub const OUTBOUND_CAPACITY: usize = 4096;
+/// Bytes of lines queued for the writer of one connection (see [`outbound_queue`]):
+/// past them, responses wait for room and events are dropped and counted, so a client
+/// that stops reading costs at most this much, however fast its calls produce output.
+pub const OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
+/// What a queued line costs beyond its bytes (its slot in the queue), so that many
+/// short lines are bounded too.
+const LINE_OVERHEAD: usize = 64;
 /// Calls in one `tools/call_batch`.
 pub const MAX_BATCH_CALLS: usize = 256;
 
@@ -33,7 +42,7 @@ pub const MAX_BATCH_CALLS: usize = 256;
 pub struct Connection {
     daemon: Arc<Daemon>,
     client: Client,
-    outbound: mpsc::Sender<String>,
+    outbound: Outbound,
     /// Running requests by JSON-RPC id, for `$/cancelRequest`; the number tells a
     /// request from a later one that reused its id.
     requests: DashMap<String, (u64, CancellationToken)>,
@@ -49,13 +58,13 @@ impl Connection {
     pub fn open(
         daemon: &Arc<Daemon>,
         identity: impl Into<String>,
-        outbound: mpsc::Sender<String>,
+        outbound: impl Into<Outbound>,
     ) -> Result<Arc<Connection>, SessionError> {
         let client = Client::open(daemon, identity)?;
         Ok(Arc::new(Connection {
             daemon: daemon.clone(),
             client,
-            outbound,
+            outbound: outbound.into(),
             requests: DashMap::new(),
             limiter: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
             closed: daemon.shutdown_token().child_token(),
@@ -154,7 +163,7 @@ impl Connection {
 
     /// Runs one request with its own cancel token (registered for `$/cancelRequest`)
     /// and renders its response line (`None` when the method answered by itself).
-    async fn run_request(&self, id: Value, method: &str, params: Value) -> Option<String> {
+    async fn run_request(&self, id: Value, method: &str, params: Params) -> Option<String> {
         let cancel = self.closed.child_token();
         let key = jsonrpc::id_key(&id);
         let number = self.next_request.fetch_add(1, Ordering::Relaxed);
@@ -209,10 +218,10 @@ impl Connection {
         }
     }
 
-    fn notification(&self, method: &str, params: Value) {
+    fn notification(&self, method: &str, params: Params) {
         match method {
             method::CANCEL_REQUEST | method::NOTIFICATIONS_CANCELLED => {
-                let Ok(params) = serde_json::from_value::<CancelRequestParams>(params) else {
+                let Ok(params) = params.parse::<CancelRequestParams>() else {
                     return;
                 };
                 if let Some(id) = params.id.or(params.request_id)
@@ -230,19 +239,16 @@ impl Connection {
     async fn request(
         &self,
         name: &str,
-        params: Value,
+        params: Params,
         id: &Value,
         cancel: &CancellationToken,
     ) -> Result<Reply, RpcError> {
         let client = &self.client;
         match name {
             method::TOOLS_CALL => {
-                let params: ToolsCallParams = jsonrpc::params(params)?;
+                let params: CallParams<'_> = params.parse()?;
                 let call_id = params.call_id.unwrap_or_else(|| id_text(id));
-                let call = match &params.arguments {
-                    Value::String(raw) => Call::new(call_id, params.name, raw.clone()),
-                    other => Call::from_value(call_id, params.name, other),
-                };
+                let call = Call::new(call_id, params.name, arguments_text(params.arguments)?);
                 let result = client
                     .call(params.session_id.as_deref(), &call, cancel)
                     .await
@@ -252,21 +258,18 @@ impl Connection {
                 Ok(Reply::Line(jsonrpc::response_sized(id, &result, size)))
             }
             method::TOOLS_CALL_BATCH => {
-                let params: ToolsCallBatchParams = jsonrpc::params(params)?;
+                let params: BatchParams<'_> = params.parse()?;
                 if params.calls.len() > MAX_BATCH_CALLS {
                     return Err(RpcError::new(
                         jsonrpc::SERVER_BUSY,
                         format!("a batch holds at most {MAX_BATCH_CALLS} calls"),
                     ));
                 }
-                let calls: Vec<Call> = params
+                let calls = params
                     .calls
-                    .iter()
-                    .map(|call| match &call.arguments {
-                        Value::String(raw) => Call::new(&call.id, &call.name, raw.clone()),
-                        other => Call::from_value(&call.id, &call.name, other),
-                    })
-                    .collect();
+                    .into_iter()
+                    .map(|call| Ok(Call::new(call.id, call.name, arguments_text(call.arguments)?)))
+                    .collect::<Result<Vec<Call>, RpcError>>()?;
                 let results = client
                     .batch(params.session_id.as_deref(), &calls, cancel)
                     .await
@@ -275,9 +278,9 @@ impl Connection {
             }
             method::TOOLS_LIST => {
                 let params: ToolsListParams = jsonrpc::params(params)?;
-                let (tools, sources) =
-                    client.list(params.session_id.as_deref()).map_err(session_error)?;
-                reply(id, &ToolsListResult { tools, sources })
+                let entry = client.session(params.session_id.as_deref()).map_err(session_error)?;
+                let (listing, shown) = entry.session.listed();
+                Ok(Reply::Line(render_listing(id, &listing, &shown)))
             }
             method::TOOLS_CANCEL => {
                 let params: ToolsCancelParams = jsonrpc::params(params)?;
@@ -287,11 +290,8 @@ impl Connection {
                 reply(id, &ToolsCancelResult { canceled })
             }
             method::TOOLS_EXPLAIN => {
-                let params: ToolsExplainParams = jsonrpc::params(params)?;
-                let call = match &params.arguments {
-                    Value::String(raw) => Call::new("explain", params.name, raw.clone()),
-                    other => Call::from_value("explain", params.name, other),
-                };
+                let params: ExplainParams<'_> = params.parse()?;
+                let call = Call::new("explain", params.name, arguments_text(params.arguments)?);
                 let (decision, explanation, layers) =
                     client.explain(params.session_id.as_deref(), &call).map_err(session_error)?;
                 reply(id, &ToolsExplainResult { decision, explanation, layers })
@@ -364,7 +364,98 @@ impl Connection {
             return;
         }
         // A closed queue means the client is gone; nothing left to tell it.
-        let _ = self.outbound.send(line).await;
+        self.outbound.send(line).await;
+    }
+}
+
+/// The sending side of a connection's outbound lines: a queue bounded in bytes
+/// ([`outbound_queue`]), or a plain channel bounded in lines.
+#[derive(Clone)]
+pub struct Outbound(OutboundTx);
+
+#[derive(Clone)]
+enum OutboundTx {
+    Lines(mpsc::Sender<String>),
+    Bytes { tx: mpsc::UnboundedSender<Queued>, room: Arc<Semaphore> },
+}
+
+/// A line in a byte-bounded queue, holding its share of the room until the writer
+/// takes it.
+pub struct Queued {
+    line: String,
+    _room: OwnedSemaphorePermit,
+}
+
+/// The writer's side of [`outbound_queue`].
+pub struct OutboundQueue(mpsc::UnboundedReceiver<Queued>);
+
+/// A connection's outbound queue, bounded by [`OUTBOUND_BYTES`] (a line longer than
+/// that waits for the queue to be empty and goes alone).
+pub fn outbound_queue() -> (Outbound, OutboundQueue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(OUTBOUND_BYTES));
+    (Outbound(OutboundTx::Bytes { tx, room }), OutboundQueue(rx))
+}
+
+impl From<mpsc::Sender<String>> for Outbound {
+    fn from(tx: mpsc::Sender<String>) -> Outbound {
+        Outbound(OutboundTx::Lines(tx))
+    }
+}
+
+/// The room a line takes in a byte-bounded queue.
+fn room_for(line: &str) -> u32 {
+    u32::try_from(line.len().saturating_add(LINE_OVERHEAD).min(OUTBOUND_BYTES)).unwrap_or(u32::MAX)
+}
+
+impl Outbound {
+    /// Queues a line, waiting for room; nothing happens when the writer is gone.
+    pub async fn send(&self, line: String) {
+        match &self.0 {
+            OutboundTx::Lines(tx) => {
+                let _ = tx.send(line).await;
+            }
+            OutboundTx::Bytes { tx, room } => {
+                let Ok(permit) = room.clone().acquire_many_owned(room_for(&line)).await else {
+                    return;
+                };
+                let _ = tx.send(Queued { line, _room: permit });
+            }
+        }
+    }
+
+    /// Queues a line if there is room now; false when it was not queued.
+    pub fn try_send(&self, line: String) -> bool {
+        match &self.0 {
+            OutboundTx::Lines(tx) => tx.try_send(line).is_ok(),
+            OutboundTx::Bytes { tx, room } => {
+                let Ok(permit) = room.clone().try_acquire_many_owned(room_for(&line)) else {
+                    return false;
+                };
+                tx.send(Queued { line, _room: permit }).is_ok()
+            }
+        }
+    }
+
+    /// Whether the writer is gone.
+    pub fn is_closed(&self) -> bool {
+        match &self.0 {
+            OutboundTx::Lines(tx) => tx.is_closed(),
+            OutboundTx::Bytes { tx, .. } => tx.is_closed(),
+        }
+    }
+}
+
+impl OutboundQueue {
+    /// The next line; `None` once every sender is gone and the queue is empty. The
+    /// line's room is given back as it is taken.
+    pub async fn recv(&mut self) -> Option<String> {
+        self.0.recv().await.map(|queued| queued.line)
+    }
+
+    /// The next line if one is queued.
+    pub fn try_recv(&mut self) -> Option<String> {
+        self.0.try_recv().ok().map(|queued| queued.line)
     }
 }
 
@@ -380,11 +471,11 @@ enum Reply {
 
 /// Delivers a subscription's events as `events` notifications through the
 /// connection's bounded queue.
-struct Notifications(mpsc::Sender<String>);
+struct Notifications(Outbound);
 
 impl Subscriber for Notifications {
     fn deliver(&self, subscription: &str, event: &Event) -> bool {
-        self.0.try_send(render_event(subscription, event)).is_ok()
+        self.0.try_send(render_event(subscription, event))
     }
 
     fn is_closed(&self) -> bool {
@@ -400,6 +491,97 @@ fn render_event(subscription: &str, event: &Event) -> String {
         result: &'a Event,
     }
     jsonrpc::notification(method::EVENTS, &Borrowed { subscription, result: event })
+}
+
+/// `tools/call`'s params as read off the wire: [`ToolsCallParams`] with the
+/// arguments left as the text they arrived as (parsed once, by the registry).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallParams<'a> {
+    name: String,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    call_id: Option<String>,
+}
+
+/// One call of [`BatchParams`] ([`BatchCall`] with raw arguments).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBatchCall<'a> {
+    id: String,
+    name: String,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// [`ToolsCallBatchParams`] with raw arguments.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchParams<'a> {
+    #[serde(borrow)]
+    calls: Vec<RawBatchCall<'a>>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+/// [`ToolsExplainParams`] with raw arguments.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainParams<'a> {
+    name: String,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+/// A call's argument text: a JSON object as it was written, or the model's raw text
+/// when the client sent it as a string; absent or `null` is `{}`.
+fn arguments_text(arguments: Option<&RawValue>) -> Result<String, RpcError> {
+    let Some(raw) = arguments.map(RawValue::get) else {
+        return Ok("{}".to_owned());
+    };
+    if raw == "null" {
+        return Ok("{}".to_owned());
+    }
+    if raw.starts_with('"') {
+        return serde_json::from_str(raw)
+            .map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")));
+    }
+    Ok(raw.to_owned())
+}
+
+/// The `tools/list` response ([`ToolsListResult`]) from the registry's rendered
+/// definitions: text copied, nothing serialized again.
+fn render_listing(id: &Value, listing: &Listing, shown: &[usize]) -> String {
+    let tools = shown.iter().map(|&index| &listing.tools[index]);
+    let size: usize = tools.clone().map(|tool| tool.json.len() + tool.source_json.len() + 2).sum();
+    let mut line = String::with_capacity(size + 96);
+    line.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    line.push_str(&id.to_string());
+    line.push_str(r#","result":{"tools":["#);
+    for (n, tool) in tools.clone().enumerate() {
+        if n > 0 {
+            line.push(',');
+        }
+        line.push_str(&tool.json);
+    }
+    line.push(']');
+    if !shown.is_empty() {
+        line.push_str(r#","sources":{"#);
+        for (n, tool) in tools.enumerate() {
+            if n > 0 {
+                line.push(',');
+            }
+            line.push_str(&tool.source_json);
+        }
+        line.push('}');
+    }
+    line.push_str("}}");
+    line
 }
 
 fn session_error(err: SessionError) -> RpcError {

@@ -16,17 +16,18 @@ pub const REQUEST_CANCELLED: i64 = -32800;
 /// The daemon is shutting down or over a limit.
 pub const SERVER_BUSY: i64 = -32000;
 
-/// One parsed incoming message.
+/// One parsed incoming message. Its params stay JSON text: each method parses them
+/// once, straight into its own type (a call's arguments stay text until the registry).
 #[derive(Debug)]
 pub enum Incoming {
     Request {
         id: Value,
         method: String,
-        params: Value,
+        params: Params,
     },
     Notification {
         method: String,
-        params: Value,
+        params: Params,
     },
     /// A response from the client (we send no requests on this protocol): ignored.
     Response,
@@ -82,7 +83,7 @@ struct Envelope<'a> {
     #[serde(default)]
     method: Option<String>,
     #[serde(default)]
-    params: Option<Value>,
+    params: Option<Box<RawValue>>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -113,7 +114,7 @@ pub fn parse(text: &str) -> Result<Incoming, Malformed> {
             error: RpcError::new(INVALID_REQUEST, "invalid request: jsonrpc must be \"2.0\""),
         });
     }
-    let params = envelope.params.unwrap_or(Value::Null);
+    let params = Params(envelope.params);
     match (envelope.method, envelope.id) {
         (Some(method), Some(id)) => {
             if !(id.is_string() || id.is_number() || id.is_null()) {
@@ -191,11 +192,31 @@ pub fn notification<T: Serialize>(method: &str, params: &T) -> String {
     serde_json::to_string(&Notification { jsonrpc: "2.0", method, params }).unwrap_or_default()
 }
 
-/// Deserializes params (null counts as `{}` for methods whose params are optional).
-pub fn params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    let params = if params.is_null() { Value::Object(serde_json::Map::new()) } else { params };
-    serde_json::from_value(params)
-        .map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")))
+/// A message's params as the JSON text it carried (absent when it had none).
+#[derive(Debug, Default)]
+pub struct Params(Option<Box<RawValue>>);
+
+impl Params {
+    /// The params' text; absent or `null` params read as `{}` (for methods whose
+    /// params are optional).
+    pub fn text(&self) -> &str {
+        match self.0.as_deref().map(RawValue::get) {
+            None | Some("null") => "{}",
+            Some(text) => text,
+        }
+    }
+
+    /// Deserializes the params into a type that may borrow from their text.
+    pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T, RpcError> {
+        serde_json::from_str(self.text())
+            .map_err(|err| RpcError::invalid_params(format!("invalid params: {err}")))
+    }
+}
+
+/// Deserializes params (absent or null params count as `{}` for methods whose params
+/// are optional).
+pub fn params<T: serde::de::DeserializeOwned>(params: Params) -> Result<T, RpcError> {
+    params.parse()
 }
 
 /// A key for a request id usable in maps (`1` and `"1"` are different ids).

@@ -6,6 +6,7 @@
 
 pub mod connection;
 pub mod jsonrpc;
+pub mod memory;
 pub mod tcp;
 pub mod unix;
 pub mod ws;
@@ -13,7 +14,6 @@ pub mod ws;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 pub use connection::Connection;
 
@@ -42,7 +42,7 @@ pub async fn serve_lines<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (outbound, mut queued) = mpsc::channel(connection::OUTBOUND_CAPACITY);
+    let (outbound, mut queued) = connection::outbound_queue();
     let connection = match Connection::open(daemon, identity, outbound) {
         Ok(connection) => connection,
         Err(err) => {
@@ -108,6 +108,9 @@ pub async fn serve_lines<R, W>(
     // then deliver what they still answer, until the last of them lets go of the queue.
     connection.close();
     drop(connection);
+    drop(lines);
+    // However the drain below ends, what the connection held goes back to the system.
+    let _release = memory::ReleaseOnDrop;
     loop {
         out.take_queued(&mut queued);
         if !out.is_empty() {
@@ -173,11 +176,11 @@ impl Outgoing {
     }
 
     /// Moves lines waiting in the queue here, while there is room.
-    fn take_queued(&mut self, queued: &mut mpsc::Receiver<String>) {
+    fn take_queued(&mut self, queued: &mut connection::OutboundQueue) {
         while self.has_room() {
             match queued.try_recv() {
-                Ok(line) => self.push(line),
-                Err(_) => return,
+                Some(line) => self.push(line),
+                None => return,
             }
         }
     }
@@ -366,6 +369,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         self.start = 0;
         if self.buffer.capacity() > SHRINK_ABOVE {
             self.buffer = Vec::with_capacity(INITIAL_BUFFER);
+            // A large message was handled: what it cost goes back to the system.
+            memory::release_soon();
         }
     }
 }

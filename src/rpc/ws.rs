@@ -45,7 +45,7 @@ pub async fn serve_frames<S, E>(
     S: Stream<Item = Result<WsIn, E>> + Sink<WsOut> + Send + Unpin + 'static,
     E: std::fmt::Display,
 {
-    let (outbound, mut outbound_rx) = mpsc::channel::<String>(connection::OUTBOUND_CAPACITY);
+    let (outbound, mut outbound_rx) = connection::outbound_queue();
     let connection = match Connection::open(daemon, identity, outbound) {
         Ok(connection) => connection,
         Err(err) => {

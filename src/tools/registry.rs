@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::FutureExt;
 use serde_json::Value;
@@ -136,6 +136,32 @@ pub struct Registry {
     /// Bumped on every change after start-up; transports turn it into
     /// `tools_list_changed`.
     generation: watch::Sender<u64>,
+    /// Every definition rendered as JSON once, until the tools change (see
+    /// [`Registry::listing`]).
+    listing: Mutex<Option<Arc<Listing>>>,
+}
+
+/// The catalogue as clients are shown it: each tool's definition rendered as JSON
+/// once, sorted by name, with its source. Built on first use after a change and shared
+/// until the next one, so listing the tools costs a copy of text, not a walk over
+/// every schema.
+#[derive(Debug)]
+pub struct Listing {
+    pub tools: Vec<Listed>,
+}
+
+/// One tool of a [`Listing`].
+#[derive(Debug)]
+pub struct Listed {
+    pub name: String,
+    pub safety: Safety,
+    pub system: bool,
+    /// The definition as JSON.
+    pub json: Box<str>,
+    /// Its source, as `tools/list` names it.
+    pub source: String,
+    /// `"<name>":"<source>"`, the tool's member of a JSON object of sources.
+    pub source_json: Box<str>,
 }
 
 impl Default for Registry {
@@ -152,7 +178,11 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     pub fn new() -> Registry {
-        Registry { tools: RwLock::new(BTreeMap::new()), generation: watch::Sender::new(0) }
+        Registry {
+            tools: RwLock::new(BTreeMap::new()),
+            generation: watch::Sender::new(0),
+            listing: Mutex::new(None),
+        }
     }
 
     /// A registry holding the built-in tools.
@@ -178,6 +208,8 @@ impl Registry {
             return Err(RegisterError::Duplicate(name));
         }
         tools.insert(name, entry);
+        drop(tools);
+        self.forget_listing();
         Ok(())
     }
 
@@ -297,7 +329,43 @@ impl Registry {
     }
 
     fn bump(&self) {
+        self.forget_listing();
         self.generation.send_modify(|generation| *generation += 1);
+    }
+
+    fn forget_listing(&self) {
+        *self.listing.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+
+    /// Every tool rendered for a listing (see [`Listing`]).
+    pub fn listing(&self) -> Arc<Listing> {
+        let mut cached = self.listing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(listing) = cached.as_ref() {
+            return listing.clone();
+        }
+        let tools = self
+            .read()
+            .iter()
+            .map(|(name, entry)| {
+                let definition = entry.tool.definition();
+                Listed {
+                    name: name.clone(),
+                    safety: definition.safety,
+                    system: definition.system,
+                    json: serde_json::to_string(definition).unwrap_or_default().into(),
+                    source: entry.source.to_string(),
+                    source_json: format!(
+                        "{}:{}",
+                        super::json_text::escape(name),
+                        super::json_text::escape(&entry.source.to_string())
+                    )
+                    .into(),
+                }
+            })
+            .collect();
+        let listing = Arc::new(Listing { tools });
+        *cached = Some(listing.clone());
+        listing
     }
 
     /// A receiver that changes whenever the set of tools changes after start-up.
@@ -509,10 +577,26 @@ fn canceled() -> ToolResult {
 }
 
 /// Parses raw argument text. Blank text counts as `{}` (models do send that for tools
-/// without parameters); anything else must be JSON.
-fn parse_arguments(arguments: &str) -> Result<Value, ToolResult> {
+/// without parameters); anything else must be JSON, and JSON whose parsed form would
+/// cost far more memory than its text (see [`parsed_cost`]) is refused before it is
+/// parsed.
+pub fn parse_arguments(arguments: &str) -> Result<Value, ToolResult> {
     if arguments.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
+    }
+    let budget = parse_budget(arguments.len());
+    let cost = parsed_cost(arguments.as_bytes());
+    if cost > budget {
+        return Err(ToolResult::failure(
+            ErrorType::InvalidArguments,
+            format!(
+                "arguments refused: {} bytes holding too many JSON objects, arrays and values \
+                 for their size (parsing them would take about {} MiB)",
+                arguments.len(),
+                cost >> 20
+            ),
+        )
+        .with_meta("arguments_bytes", arguments.len()));
     }
     serde_json::from_str(arguments).map_err(|err| {
         ToolResult::failure(
@@ -522,7 +606,65 @@ fn parse_arguments(arguments: &str) -> Result<Value, ToolResult> {
     })
 }
 
+/// What parsed arguments may cost in memory: a small multiple of their text, plus a
+/// constant that any ordinary call fits in.
+pub fn parse_budget(text_bytes: usize) -> usize {
+    PARSE_BUDGET_FACTOR.saturating_mul(text_bytes).saturating_add(PARSE_BUDGET_BASE)
+}
+
+/// See [`parse_budget`].
+const PARSE_BUDGET_FACTOR: usize = 4;
+/// See [`parse_budget`].
+const PARSE_BUDGET_BASE: usize = 1024 * 1024;
+/// What one parsed JSON object costs at least beyond its members' text: a map node
+/// holds room for eleven entries.
+const OBJECT_COST: usize = 640;
+/// What one value inside an object or array costs beyond its text: the value's slot,
+/// a key's or a string's allocation.
+const MEMBER_COST: usize = 64;
+
+/// An upper estimate of the memory `serde_json` takes to parse `text` into a
+/// [`Value`], from one pass over its bytes (no allocation): its length, plus a cost for
+/// every object and for every member or element. Strings are skipped whole (escapes
+/// included), so a bracket or comma inside a string costs nothing. Text that is not
+/// JSON gets an estimate too; the parser refuses it afterwards.
+pub fn parsed_cost(text: &[u8]) -> usize {
+    let mut objects = 0usize;
+    let mut members = 0usize;
+    let mut at = 0;
+    while at < text.len() {
+        match text[at] {
+            b'"' => {
+                // Skip to the closing quote: the next quote not escaped.
+                at += 1;
+                while let Some(next) = memchr::memchr2(b'"', b'\\', &text[at..]) {
+                    at += next + 1;
+                    if text[at - 1] == b'"' {
+                        break;
+                    }
+                    // An escape: skip the escaped byte.
+                    at = (at + 1).min(text.len());
+                }
+                continue;
+            }
+            b'{' => objects += 1,
+            // An array's first element, or any further member or element.
+            b'[' | b',' => members += 1,
+            _ => {}
+        }
+        at += 1;
+    }
+    // An object's first member costs what a comma does.
+    text.len()
+        .saturating_add(objects.saturating_mul(OBJECT_COST))
+        .saturating_add(members.saturating_add(objects).saturating_mul(MEMBER_COST))
+}
+
 fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolResult> {
+    // The common case, valid arguments, without building an error iterator.
+    if validator.is_valid(args) {
+        return Ok(());
+    }
     match validator.iter_errors(args).next() {
         None => Ok(()),
         Some(err) => {

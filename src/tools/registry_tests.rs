@@ -439,3 +439,56 @@ fn builtins_register_with_unique_names() {
     ]
         .assert_eq(&registry.names().join(","));
 }
+
+#[test]
+fn parsed_cost_counts_structure_outside_strings_only() {
+    let small = br#"{"path":"src/main.rs","offset":1}"#;
+    assert!(parsed_cost(small) <= parse_budget(small.len()));
+    // Brackets, braces and commas inside strings (escaped quotes included) cost nothing.
+    let quoted = br#"{"content":"[{,}] \"[{,}]\" \\"}"#;
+    assert_eq!(parsed_cost(quoted), quoted.len() + OBJECT_COST + MEMBER_COST);
+    // An unterminated string or a trailing escape ends the scan without a panic.
+    assert!(parsed_cost(br#"{"a":"\"#) > 0);
+    assert!(parsed_cost(br#"{"a":"abc"#) > 0);
+    // Hundreds of thousands of tiny objects would cost far more than their text.
+    let item = r#"{"content":"","status":"pending"}"#;
+    let many = format!(r#"{{"todos":[{}]}}"#, vec![item; 100_000].join(","));
+    assert!(parsed_cost(many.as_bytes()) > parse_budget(many.len()));
+    // One large string costs about its own size.
+    let big = format!(r#"{{"content":"{}"}}"#, "x[,{".repeat(1_000_000));
+    assert!(parsed_cost(big.as_bytes()) <= parse_budget(big.len()));
+}
+
+#[tokio::test]
+async fn arguments_over_the_memory_budget_are_refused_unparsed() {
+    let registry = Registry::with_builtins();
+    let item = r#"{"content":"","status":"pending"}"#;
+    let text = format!(r#"{{"path":"a.txt","junk":[{}]}}"#, vec![item; 100_000].join(","));
+    let env = env();
+    let call = Call::new("c1", "read_file", text);
+    let result = registry.execute(&call, &env, &CancellationToken::new()).await;
+    assert_eq!(result.error_type, Some(ErrorType::InvalidArguments), "{result:?}");
+    assert!(result.error.as_deref().unwrap_or("").contains("arguments refused"), "{result:?}");
+}
+
+#[test]
+fn the_listing_is_rendered_once_and_renewed_after_a_change() {
+    let registry = Registry::new();
+    registry.register(Some(Arc::new(TestTool::new("b", Behaviour::Echo)))).unwrap();
+    let first = registry.listing();
+    assert!(Arc::ptr_eq(&first, &registry.listing()));
+    assert_eq!(first.tools.len(), 1);
+    let definition: Definition = serde_json::from_str(&first.tools[0].json).unwrap();
+    assert_eq!(definition.name, "b");
+    assert_eq!(&*first.tools[0].source_json, r#""b":"builtin""#);
+    registry
+        .register_or_replace(
+            Arc::new(TestTool::new("a", Behaviour::Echo)),
+            ToolSource::Skill("x.toml".into()),
+        )
+        .unwrap();
+    let second = registry.listing();
+    assert!(!Arc::ptr_eq(&first, &second));
+    let names: Vec<&str> = second.tools.iter().map(|tool| tool.name.as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+}

@@ -1,0 +1,301 @@
+//! Memory under one hostile client, against the real daemon: what one request costs is
+//! bounded by a small multiple of its size and given back afterwards; a client that
+//! stops reading costs a bounded queue, not the output it is not reading; sessions
+//! with large task lists give their memory back when they end.
+//!
+//! The daemon's memory is read from `/proc/<pid>/status` (`VmHWM`, the peak resident
+//! set, and `VmRSS`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const MIB: u64 = 1024 * 1024;
+
+/// `toolgate serve` on a private socket with `config`, its workspace root a fresh
+/// directory. Killed on drop.
+struct Daemon {
+    child: Option<std::process::Child>,
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let home = base.join("home");
+        let config_dir = home.join(".config/toolgate");
+        std::fs::create_dir_all(&config_dir).unwrap();
+        std::fs::create_dir_all(home.join(".local/state")).unwrap();
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("small.txt"), "hello\n").unwrap();
+        std::fs::write(config_dir.join("config.toml"), config).unwrap();
+        let socket = base.join("run/toolgate.sock");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .current_dir(&root)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env("XDG_RUNTIME_DIR", base.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child: Some(child), _dir: dir, socket };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while UnixStream::connect(&daemon.socket).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the daemon did not start listening");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        daemon
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// A `/proc/<pid>/status` field in bytes (`VmRSS`, `VmHWM`).
+    fn status(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|line| line.starts_with(field)).unwrap();
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib * 1024
+    }
+
+    fn connect(&self) -> Client {
+        let stream = UnixStream::connect(&self.socket).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        Client { reader: BufReader::new(stream.try_clone().unwrap()), stream, next: 0 }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+struct Client {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+    next: u64,
+}
+
+impl Client {
+    /// Sends one request line (already serialized) and returns its id.
+    fn send_raw(&mut self, method: &str, params: &str) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        self.stream.write_all(line.as_bytes()).unwrap();
+        self.stream.write_all(b"\n").unwrap();
+        id
+    }
+
+    /// Reads until the response to `id`; its `result` (an error fails the test).
+    fn answer(&mut self, id: u64) -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(self.reader.read_line(&mut line).unwrap() > 0, "the daemon hung up");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                assert!(message.get("error").is_none(), "{message}");
+                return message["result"].clone();
+            }
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_raw(method, &params.to_string());
+        self.answer(id)
+    }
+}
+
+/// The ~15 MB argument text of the probe: 440,000 small objects.
+fn hostile_todos() -> String {
+    let item = r#"{"content":"","status":"pending"}"#;
+    let mut text = String::with_capacity(440_000 * (item.len() + 1) + 16);
+    text.push_str(r#"{"todos":["#);
+    for i in 0..440_000 {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(item);
+    }
+    text.push_str("]}");
+    text
+}
+
+/// Waits (bounded) for the daemon's resident set to come within `slack` of `target`;
+/// returns the last reading. Freed memory goes back to the system as the allocator
+/// gets to it, not necessarily before the answer is written.
+fn settle(daemon: &Daemon, target: u64, slack: u64) -> u64 {
+    let mut rss = daemon.status("VmRSS:");
+    for _ in 0..50 {
+        if rss <= target + slack {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        rss = daemon.status("VmRSS:");
+    }
+    rss
+}
+
+#[test]
+fn one_huge_call_costs_a_small_multiple_of_its_size_and_is_given_back() {
+    let daemon = Daemon::start("[permissions]\nmode = \"plan\"\n");
+    let mut client = daemon.connect();
+    // Warm up what every call uses (threads, the audit writer, the registry's paths).
+    let warm = client.request(
+        "tools/call",
+        json!({"name": "todo_write", "arguments": {"todos": [{"content": "a", "status": "pending"}]}}),
+    );
+    assert_eq!(warm["ok"], true, "{warm}");
+    let idle = daemon.status("VmRSS:");
+
+    let todos = hostile_todos();
+    let size = todos.len() as u64;
+    assert!(size > 14_000_000, "{size}");
+    // Through todo_write (no approval in any mode), and through a read_file whose
+    // schema refuses the extra property.
+    let read_file = format!(r#"{{"path":"small.txt","junk":{todos}}}"#);
+    for (tool, arguments) in [("todo_write", &todos), ("read_file", &read_file)] {
+        let params = format!(r#"{{"name":"{tool}","arguments":{arguments}}}"#);
+        let id = client.send_raw("tools/call", &params);
+        let result = client.answer(id);
+        assert_eq!(result["ok"], false, "{tool}: {result}");
+        assert_eq!(result["error_type"], "invalid_arguments", "{tool}: {result}");
+    }
+    let peak = daemon.status("VmHWM:");
+    println!(
+        "idle {} MiB, peak {} MiB for {} MiB of arguments",
+        idle / MIB,
+        peak / MIB,
+        size / MIB
+    );
+    assert!(
+        peak.saturating_sub(idle) <= 6 * size,
+        "peak {peak} for {size} bytes of arguments (idle {idle})"
+    );
+    // The session is still usable, and its list was not replaced.
+    let state = client.request("session/update", json!({}));
+    assert_eq!(state["todos"].as_array().map(Vec::len), Some(1), "{state}");
+    drop(client);
+    let after = settle(&daemon, idle, 8 * MIB);
+    println!("after {} MiB", after / MIB);
+    assert!(after <= idle + 8 * MIB, "RSS {after} after the calls, {idle} before");
+}
+
+#[test]
+fn sessions_with_large_task_lists_give_their_memory_back_when_they_end() {
+    let daemon = Daemon::start("");
+    let mut client = daemon.connect();
+    let small = client.request(
+        "tools/call",
+        json!({"name": "todo_write", "arguments": {"todos": [{"content": "a", "status": "pending"}]}}),
+    );
+    assert_eq!(small["ok"], true, "{small}");
+    let idle = daemon.status("VmRSS:");
+
+    // A list over the limit is refused, and the session keeps its list.
+    let too_long: Vec<Value> =
+        (0..1001).map(|_| json!({"content": "x", "status": "pending"})).collect();
+    let refused = client
+        .request("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_long}}));
+    assert_eq!(refused["ok"], false, "{refused}");
+    let too_big: Vec<Value> =
+        (0..300).map(|_| json!({"content": "y".repeat(1000), "status": "pending"})).collect();
+    let refused = client
+        .request("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_big}}));
+    assert_eq!(refused["error_type"], "too_large", "{refused}");
+
+    // As many sessions as one connection may open, each with the largest list allowed.
+    let content = "z".repeat(250);
+    let list: Vec<Value> =
+        (0..1000).map(|_| json!({"content": content, "status": "pending"})).collect();
+    let arguments = json!({"todos": list});
+    let mut sessions = 0;
+    loop {
+        let id = client.send_raw("session/open", "{}");
+        let line = {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                assert!(client.reader.read_line(&mut line).unwrap() > 0);
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == json!(id) {
+                    break message;
+                }
+            }
+        };
+        let Some(session) = line["result"]["session_id"].as_str() else {
+            // The connection's limit of sessions.
+            assert!(line["error"].is_object(), "{line}");
+            break;
+        };
+        let result = client.request(
+            "tools/call",
+            json!({"name": "todo_write", "session_id": session, "arguments": arguments}),
+        );
+        assert_eq!(result["ok"], true, "{result}");
+        sessions += 1;
+    }
+    assert!(sessions >= 32, "{sessions}");
+    let loaded = daemon.status("VmRSS:");
+    println!("idle {} MiB, {sessions} sessions {} MiB", idle / MIB, loaded / MIB);
+    drop(client);
+    let after = settle(&daemon, idle, 8 * MIB);
+    println!("after they closed {} MiB", after / MIB);
+    assert!(after <= idle + 8 * MIB, "RSS {after} after the sessions closed, {idle} before");
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_costs_a_bounded_queue() {
+    let daemon = Daemon::start("[permissions]\nmode = \"bypass\"\n");
+    let mut client = daemon.connect();
+    let warm = client.request(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": "echo warm"}}),
+    );
+    assert_eq!(warm["ok"], true, "{warm}");
+    let idle = daemon.status("VmRSS:");
+    client.request("events/subscribe", json!({}));
+    // Output as fast as a command can make it, for a few seconds, while this client
+    // reads nothing.
+    let id = client.send_raw(
+        "tools/call",
+        &json!({"name": "run_command",
+                "arguments": {"command": "cat /dev/zero", "timeout_ms": 4000}})
+        .to_string(),
+    );
+    let mut highest = idle;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        highest = highest.max(daemon.status("VmRSS:"));
+    }
+    println!("idle {} MiB, highest {} MiB while not reading", idle / MIB, highest / MIB);
+    let result = client.answer(id);
+    assert_eq!(result["error_type"], "timeout", "{result}");
+    assert!(
+        highest <= idle + 64 * MIB,
+        "RSS grew from {idle} to {highest} while a subscriber did not read"
+    );
+    drop(client);
+}
