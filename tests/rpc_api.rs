@@ -19,8 +19,8 @@ use toolgate::auth::TokenSet;
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::protocol::*;
 use toolgate::rpc::api::{self, NativeApiClient, NoParams};
-use toolgate::rpc::tcp::{self, TcpOptions};
-use toolgate::tools::Registry;
+use toolgate::rpc::tcp::{self, Framing, TcpOptions};
+use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
 
 /// A safety net only: every wait ends on an answer, never on time.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -87,6 +87,37 @@ impl Drop for Binary {
     }
 }
 
+/// Runs until its call is canceled: a long call.
+struct Hold(Definition);
+
+impl Hold {
+    fn new() -> Hold {
+        Hold(Definition {
+            name: "hold".to_owned(),
+            description: "waits until canceled".to_owned(),
+            input_schema: json!({"type": "object"}),
+            safety: Safety::ReadOnly,
+            system: false,
+            timeout: None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Hold {
+    fn definition(&self) -> &Definition {
+        &self.0
+    }
+
+    async fn execute(&self, _args: serde_json::Value, ctx: ToolContext) -> ToolResult {
+        ctx.cancel.cancelled().await;
+        ToolResult::success("released")
+    }
+}
+
+/// Both framings of the TCP transport serve the same API.
+const FRAMINGS: [Framing; 2] = [Framing::Native, Framing::Jsonrpsee];
+
 /// A library daemon over a temporary root with the TCP transport; shut down on drop.
 struct Tcp {
     _dir: tempfile::TempDir,
@@ -97,16 +128,15 @@ struct Tcp {
 }
 
 impl Tcp {
-    async fn start() -> Tcp {
+    async fn start(framing: Framing) -> Tcp {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::write(root.join("notes.txt"), "first line\nsecond line\n").unwrap();
-        let daemon = Daemon::new(
-            Arc::new(Registry::with_builtins()),
-            Settings::for_roots(vec![root.clone()]),
-            None,
-        );
-        let options = TcpOptions::new(TokenSet::from_pairs([("agent", TOKEN)]).unwrap());
+        let registry = Registry::with_builtins();
+        registry.register(Some(Arc::new(Hold::new()))).unwrap();
+        let daemon = Daemon::new(Arc::new(registry), Settings::for_roots(vec![root.clone()]), None);
+        let mut options = TcpOptions::new(TokenSet::from_pairs([("agent", TOKEN)]).unwrap());
+        options.framing = framing;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let serving = tokio::spawn({
@@ -279,7 +309,13 @@ async fn the_typed_client_calls_subscribes_and_answers_on_the_unix_socket() {
 
 #[tokio::test]
 async fn the_typed_client_calls_subscribes_and_answers_over_tcp_websocket() {
-    let server = Tcp::start().await;
+    for framing in FRAMINGS {
+        websocket_session(framing).await;
+    }
+}
+
+async fn websocket_session(framing: Framing) {
+    let server = Tcp::start(framing).await;
     let client = within(api::connect_ws(&server.ws_url(), TOKEN)).await.unwrap();
 
     let read = call("read_file", json!({"path": "notes.txt"}), "read-1");
@@ -321,11 +357,27 @@ async fn the_typed_client_calls_subscribes_and_answers_over_tcp_websocket() {
         session_id: None,
     };
     assert_eq!(within(client.tools_explain(explain)).await.unwrap().decision, "ask");
+
+    // Going away cancels what the connection still runs, and closes its sessions.
+    drop(events);
+    drop(client);
+    within(async {
+        while server.daemon.connection_count() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn the_typed_client_calls_over_tcp_http_and_needs_the_token() {
-    let server = Tcp::start().await;
+    for framing in FRAMINGS {
+        http_requests(framing).await;
+    }
+}
+
+async fn http_requests(framing: Framing) {
+    let server = Tcp::start(framing).await;
     let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
     let listed = within(client.tools_list(ToolsListParams::default())).await.unwrap();
     assert!(listed.tools.iter().any(|tool| tool.name == "read_file"), "{listed:?}");
@@ -376,4 +428,68 @@ fn the_cli_speaks_through_the_typed_client() {
     };
     assert_eq!(keys(&result), keys(&direct));
     drop(binary);
+}
+
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next text message of a raw WebSocket, as JSON.
+async fn next(socket: &mut WsStream) -> serde_json::Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        if let Message::Text(text) = within(socket.next()).await.unwrap().unwrap() {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+/// `$/cancelRequest` names a request by its JSON-RPC id, on either framing: the call it
+/// started ends canceled, and its answer still comes.
+#[tokio::test]
+async fn a_request_is_canceled_by_its_id_on_either_framing() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    for framing in FRAMINGS {
+        let server = Tcp::start(framing).await;
+        let mut request = server.ws_url().into_client_request().unwrap();
+        let bearer = format!("Bearer {TOKEN}").parse().unwrap();
+        request.headers_mut().insert("authorization", bearer);
+        let (mut socket, _) = within(tokio_tungstenite::connect_async(request)).await.unwrap();
+        let send = |value: serde_json::Value| Message::text(value.to_string());
+        socket
+            .send(send(json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe"})))
+            .await
+            .unwrap();
+        let subscribed = next(&mut socket).await;
+        assert!(
+            subscribed["result"].as_str().unwrap().starts_with("sub-"),
+            "{framing:?}: {subscribed}"
+        );
+        let call = json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                          "params": {"name": "hold", "arguments": {}}});
+        socket.send(send(call)).await.unwrap();
+        // The call has started (its first event names the request id as its call id)
+        // before it is canceled.
+        loop {
+            let message = next(&mut socket).await;
+            if message["params"]["result"]["type"] == "tool_call_start" {
+                assert_eq!(message["params"]["result"]["call_id"], "long", "{framing:?}");
+                break;
+            }
+        }
+        let cancel =
+            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "long"}});
+        socket.send(send(cancel)).await.unwrap();
+        let answer = loop {
+            let message = next(&mut socket).await;
+            if message["id"] == "long" {
+                break message;
+            }
+        };
+        // Only its cancel token ends the hold.
+        assert_eq!(answer["result"]["content"], "released", "{framing:?}: {answer}");
+    }
 }
