@@ -143,6 +143,7 @@ fn main() -> anyhow::Result<()> {
 
     // The daemon on a runtime of its own, the load generator on another.
     let server = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let _entered = server.enter();
     let dir = tempfile::tempdir()?;
     let root = std::fs::canonicalize(dir.path())?;
     std::fs::write(root.join(FILE_NAME), "x".repeat(FILE_BYTES - 1) + "\n")?;
