@@ -493,3 +493,42 @@ async fn a_request_is_canceled_by_its_id_on_either_framing() {
         assert_eq!(answer["result"]["content"], "released", "{framing:?}: {answer}");
     }
 }
+
+/// The same typed client on any NDJSON stream: `toolgate serve --stdio`'s pipes.
+#[tokio::test]
+async fn the_typed_client_speaks_to_serve_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("hello.txt"), "over pipes\n").unwrap();
+    std::fs::write(dir.path().join("config.toml"), "").unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--stdio", "--config"])
+        .arg(dir.path().join("config.toml"))
+        .current_dir(&workspace)
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env("TOOLGATE_LOG", "error")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let client = api::ndjson_client(stdout, stdin);
+    let read = call("read_file", json!({"path": "hello.txt"}), "stdio-1");
+    let result = within(client.tools_call(read)).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    assert!(result.content.contains("over pipes"), "{result:?}");
+    let cancel = ToolsCancelParams { call_id: "none".to_owned(), session_id: None };
+    assert_eq!(within(client.tools_cancel(cancel)).await.unwrap().canceled, 0);
+    drop(client);
+    child.start_kill().unwrap();
+    within(child.wait()).await.unwrap();
+}
