@@ -1,16 +1,23 @@
 //! A human's client on the daemon's socket (`toolgate list|call|status|explain`) and
-//! `toolgate check-config`. It speaks the same NDJSON protocol as an editor plugin.
+//! `toolgate check-config`. It is the native API's typed client
+//! ([`crate::rpc::api::NativeApiClient`]) over the Unix socket's NDJSON, the same
+//! protocol as an editor plugin.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use crate::agent::{ApprovalDecision, ApprovalScope, Event};
 use crate::permission::display;
-use crate::protocol::method;
+use crate::protocol::{
+    EventsSubscribeParams, PermissionRespondParams, SessionOpenParams, ToolsCallParams,
+    ToolsExplainParams, ToolsListParams,
+};
+use crate::rpc::api::{self, NativeApiClient, NoParams};
+use crate::tools::OutputStream;
 
 mod render;
 mod socket;
@@ -34,6 +41,17 @@ pub enum ClientError {
     Config(#[from] crate::server::ServeError),
 }
 
+impl From<jsonrpsee::core::client::Error> for ClientError {
+    fn from(err: jsonrpsee::core::client::Error) -> ClientError {
+        use jsonrpsee::core::client::Error;
+        match err {
+            Error::Call(error) => ClientError::Rpc(error.message().to_owned()),
+            Error::RestartNeeded(_) | Error::ServiceDisconnect => ClientError::Closed,
+            other => ClientError::Rpc(other.to_string()),
+        }
+    }
+}
+
 /// Says once why the daemon cannot be reached and, when none is running, how to start
 /// one.
 fn connect_message(path: &std::path::Path, error: &std::io::Error) -> String {
@@ -54,11 +72,9 @@ macro_rules! outln {
     ($($arg:tt)*) => { writeln!(std::io::stdout(), $($arg)*) };
 }
 
-/// A minimal NDJSON JSON-RPC client.
+/// The native API's typed client on the daemon's socket.
 pub struct Client {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
-    next_id: u64,
+    rpc: jsonrpsee::core::client::Client,
 }
 
 impl Client {
@@ -70,63 +86,29 @@ impl Client {
             None => socket_candidates(default_socket()?, Path::new(SYSTEM_SOCKET)),
         };
         let stream = connect_first(candidates).await?;
-        let (read, write) = stream.into_split();
-        Ok(Client { reader: BufReader::new(read), writer: write, next_id: 1 })
+        Ok(Client { rpc: api::unix_client(stream) })
+    }
+
+    /// The typed client, for every method of the native API.
+    pub fn api(&self) -> &impl NativeApiClient {
+        &self.rpc
     }
 
     /// The id of the session a command uses: the named one (opened, or found again
     /// when an earlier command left it), else the connection's default session.
-    pub async fn session(&mut self, name: Option<&str>) -> Result<Option<String>, ClientError> {
+    pub async fn session(&self, name: Option<&str>) -> Result<Option<String>, ClientError> {
         let Some(name) = name.filter(|name| !name.is_empty()) else {
             return Ok(None);
         };
-        let info = self.request(method::SESSION_OPEN, json!({"name": name})).await?;
-        match info["session_id"].as_str() {
-            Some(id) => Ok(Some(id.to_owned())),
-            None => Err(ClientError::Rpc("session/open answered without a session id".into())),
-        }
-    }
-
-    /// Sends a request and returns its id.
-    pub async fn send(&mut self, method: &str, params: Value) -> Result<u64, ClientError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line =
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
-        self.writer.write_all(line.as_bytes()).await?;
-        self.writer.write_all(b"\n").await?;
-        Ok(id)
-    }
-
-    /// The next message from the daemon.
-    pub async fn next_message(&mut self) -> Result<Value, ClientError> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line).await? == 0 {
-            return Err(ClientError::Closed);
-        }
-        serde_json::from_str(&line)
-            .map_err(|err| ClientError::Rpc(format!("unreadable message: {err}")))
-    }
-
-    /// Sends a request and waits for its response, ignoring notifications.
-    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
-        let id = self.send(method, params).await?;
-        loop {
-            let message = self.next_message().await?;
-            if message.get("id") == Some(&json!(id)) {
-                return result_of(message);
-            }
-        }
+        let params = SessionOpenParams { name: Some(name.to_owned()), ..Default::default() };
+        let info = self.rpc.session_open(params).await?;
+        Ok(Some(info.session_id))
     }
 }
 
-fn result_of(message: Value) -> Result<Value, ClientError> {
-    if let Some(error) = message.get("error") {
-        return Err(ClientError::Rpc(
-            error.get("message").and_then(Value::as_str).unwrap_or("unknown error").to_owned(),
-        ));
-    }
-    Ok(message.get("result").cloned().unwrap_or(Value::Null))
+/// A typed answer as the JSON the renderers and `--json` print.
+fn json_of<T: Serialize>(value: &T) -> Result<Value, ClientError> {
+    serde_json::to_value(value).map_err(|err| ClientError::Rpc(format!("unreadable answer: {err}")))
 }
 
 /// The system service's socket (systemd/toolgate.socket).
@@ -183,16 +165,11 @@ fn visible(value: &Value) -> Value {
     }
 }
 
-fn with_session(mut params: Value, session: Option<&str>) -> Value {
-    if let Some(id) = session {
-        params["session_id"] = json!(id);
-    }
-    params
-}
-
 pub async fn list(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = Client::connect(socket).await?;
-    let result = client.request(method::TOOLS_LIST, json!({})).await?;
+    let client = Client::connect(socket).await?;
+    let result =
+        client.api().tools_list(ToolsListParams::default()).await.map_err(ClientError::from)?;
+    let result = json_of(&result)?;
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
@@ -203,8 +180,9 @@ pub async fn list(socket: Option<PathBuf>, output: Output) -> anyhow::Result<Exi
 }
 
 pub async fn status(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
-    let mut client = Client::connect(socket).await?;
-    let result = client.request(method::DAEMON_STATUS, json!({})).await?;
+    let client = Client::connect(socket).await?;
+    let result = client.api().daemon_status(NoParams {}).await.map_err(ClientError::from)?;
+    let result = json_of(&result)?;
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
@@ -222,10 +200,11 @@ pub async fn explain(
     output: Output,
 ) -> anyhow::Result<ExitCode> {
     let arguments = read_arguments(arguments)?;
-    let mut client = Client::connect(socket).await?;
-    let session = client.session(session).await?;
-    let params = with_session(json!({"name": name, "arguments": arguments}), session.as_deref());
-    let result = client.request(method::TOOLS_EXPLAIN, params).await?;
+    let client = Client::connect(socket).await?;
+    let session_id = client.session(session).await?;
+    let params = ToolsExplainParams { name: name.to_owned(), arguments, session_id };
+    let result = client.api().tools_explain(params).await.map_err(ClientError::from)?;
+    let result = json_of(&result)?;
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
@@ -247,61 +226,80 @@ pub async fn call(
     output: Output,
 ) -> anyhow::Result<ExitCode> {
     let arguments = read_arguments(arguments)?;
-    let mut client = Client::connect(socket).await?;
-    let session = client.session(session).await?;
+    let client = Client::connect(socket).await?;
+    let api = client.api();
+    let session_id = client.session(session).await?;
     let interactive = std::io::stdin().is_terminal();
-    if interactive {
-        client
-            .request(method::EVENTS_SUBSCRIBE, with_session(json!({}), session.as_deref()))
-            .await?;
-    }
+    let mut events = if interactive {
+        let params = EventsSubscribeParams { session_id: session_id.clone() };
+        Some(api.subscribe_events(params).await.map_err(ClientError::from)?)
+    } else {
+        None
+    };
     // A call id of its own, so that events of other calls in a shared session are
     // told apart.
     let call_id = format!("cli-{}", std::process::id());
-    let params = with_session(
-        json!({"name": name, "arguments": arguments, "call_id": call_id}),
-        session.as_deref(),
-    );
-    let id = client.send(method::TOOLS_CALL, params).await?;
+    let params = ToolsCallParams {
+        name: name.to_owned(),
+        arguments,
+        session_id,
+        call_id: Some(call_id.clone()),
+    };
+    let call = api.tools_call(params);
+    tokio::pin!(call);
     let mut streamed = false;
     let result = loop {
-        let message = client.next_message().await?;
-        if message.get("id") == Some(&json!(id)) {
-            break result_of(message)?;
-        }
-        if message.get("method").and_then(Value::as_str) != Some(method::EVENTS) {
+        let event = tokio::select! {
+            result = &mut call => break result.map_err(ClientError::from)?,
+            event = next_event(&mut events) => event,
+        };
+        let Some(event) = event else {
+            // The subscription ended (the daemon stopped sending): the answer remains.
+            events = None;
+            continue;
+        };
+        if event.call_id().is_some_and(|other| other != call_id) {
             continue;
         }
-        let event = &message["params"]["result"];
-        if event["call_id"].as_str().is_some_and(|other| other != call_id) {
-            continue;
-        }
-        match event["type"].as_str() {
-            Some("tool_output") => {
+        match event {
+            Event::ToolOutput { stream, text, .. } => {
                 // A command's output must not be able to redraw the terminal (and so
                 // fake the next question).
-                let text = display::visible_lines(event["text"].as_str().unwrap_or(""));
+                let text = display::visible_lines(&text);
                 streamed = true;
-                if output != Output::Json && event["stream"].as_str() == Some("stdout") {
+                if output != Output::Json && stream == OutputStream::Stdout {
                     print_text(&text)?;
                 } else {
                     write!(std::io::stderr(), "{text}")?;
                 }
             }
-            Some("permission_request") => {
-                let (decision, scope) = ask_on_terminal(event)?;
-                // Not waited for: output that arrives before its answer is shown, and
-                // the answer itself is passed over like any other message.
-                client
-                    .send(
-                        method::PERMISSION_RESPOND,
-                        json!({"request_id": event["request_id"], "decision": decision, "scope": scope}),
-                    )
-                    .await?;
+            Event::PermissionRequest {
+                request_id,
+                ref tool,
+                ref arguments,
+                ref explanation,
+                ref suggestions,
+                ref session_grant,
+                ..
+            } => {
+                let question = display::Question {
+                    tool,
+                    arguments,
+                    reason: &explanation.reason,
+                    suggestions,
+                    session_grant: session_grant.as_deref(),
+                };
+                let (decision, scope) = ask_on_terminal(&question)?;
+                // The call's answer and its events keep arriving meanwhile; the
+                // subscription holds them until they are read.
+                let params = PermissionRespondParams { request_id, decision, scope, reason: None };
+                api.permission_respond(params).await.map_err(ClientError::from)?;
             }
             _ => {}
         }
     };
+    let ok = result.ok;
+    let result = json_of(&result)?;
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
@@ -311,11 +309,25 @@ pub async fn call(
             write!(std::io::stderr(), "{}", rendered.stderr)?;
         }
     }
-    Ok(if result["ok"].as_bool() == Some(true) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Shows a permission request (rendered as every face renders it: the whole command,
-/// folded, every hidden character visible) and reads the person's answer.
+/// The next event of a subscription, skipping events this client cannot read (a newer
+/// daemon's); `None` when it ended, and never when there is none.
+async fn next_event(
+    events: &mut Option<jsonrpsee::core::client::Subscription<Event>>,
+) -> Option<Event> {
+    let Some(subscription) = events else {
+        return std::future::pending().await;
+    };
+    loop {
+        match subscription.next().await? {
+            Ok(event) => return Some(event),
+            Err(err) => tracing::debug!(%err, "an event this client does not know"),
+        }
+    }
+}
+
 /// How long one `process_read` of `follow` waits for new output.
 const FOLLOW_WAIT_MS: u64 = 30_000;
 
@@ -335,19 +347,18 @@ pub async fn follow(
              started it"
         );
     }
-    let mut client = Client::connect(socket).await?;
-    let session = client.session(session).await?;
+    let client = Client::connect(socket).await?;
+    let session_id = client.session(session).await?;
     let mut offset = offset;
     loop {
-        let params = with_session(
-            json!({
-                "name": "process_read",
-                "arguments": {"id": id, "offset": offset, "wait_ms": FOLLOW_WAIT_MS, "limit": 65536},
-                "call_id": format!("cli-follow-{}", std::process::id()),
-            }),
-            session.as_deref(),
-        );
-        let result = client.request(method::TOOLS_CALL, params).await?;
+        let params = ToolsCallParams {
+            name: "process_read".to_owned(),
+            arguments: json!({"id": id, "offset": offset, "wait_ms": FOLLOW_WAIT_MS, "limit": 65536}),
+            session_id: session_id.clone(),
+            call_id: Some(format!("cli-follow-{}", std::process::id())),
+        };
+        let result = client.api().tools_call(params).await.map_err(ClientError::from)?;
+        let result = json_of(&result)?;
         if result["ok"].as_bool() != Some(true) {
             let error = result["error"].as_str().unwrap_or("process_read failed");
             anyhow::bail!("{}", display::visible_lines(error));
@@ -384,24 +395,15 @@ pub async fn follow(
     }
 }
 
-fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), ClientError> {
-    let suggestions: Vec<String> = event["suggestions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|rule| rule.as_str().map(str::to_owned))
-        .collect();
-    let session_grant = event["session_grant"].as_str();
-    let text = display::question(&display::Question {
-        tool: event["tool"].as_str().unwrap_or("?"),
-        arguments: &event["arguments"],
-        reason: event["explanation"]["reason"].as_str().unwrap_or(""),
-        suggestions: &suggestions,
-        session_grant,
-    });
+/// Shows a permission request (rendered as every face renders it: the whole command,
+/// folded, every hidden character visible) and reads the person's answer.
+fn ask_on_terminal(
+    question: &display::Question<'_>,
+) -> Result<(ApprovalDecision, ApprovalScope), ClientError> {
+    let text = display::question(question);
     let mut stderr = std::io::stderr();
     writeln!(stderr, "\n{text}")?;
-    if session_grant.is_some() {
+    if question.session_grant.is_some() {
         write!(stderr, "Allow? [y]es once / [a]lways this session / [N]o: ")?;
     } else {
         write!(stderr, "Allow? [y]es once / [N]o: ")?;
@@ -410,9 +412,11 @@ fn ask_on_terminal(event: &Value) -> Result<(&'static str, &'static str), Client
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(match answer.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => ("allow", "once"),
-        "a" | "always" if session_grant.is_some() => ("allow", "session"),
-        _ => ("deny", "once"),
+        "y" | "yes" => (ApprovalDecision::Allow, ApprovalScope::Once),
+        "a" | "always" if question.session_grant.is_some() => {
+            (ApprovalDecision::Allow, ApprovalScope::Session)
+        }
+        _ => (ApprovalDecision::Deny, ApprovalScope::Once),
     })
 }
 

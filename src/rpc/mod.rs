@@ -4,6 +4,8 @@
 //!
 //! Invariant: transports only move frames; every method behaves the same on each.
 
+pub mod api;
+pub mod api_server;
 pub mod connection;
 pub mod jsonrpc;
 pub mod memory;

@@ -1,0 +1,382 @@
+//! The native API, defined once: every method's name, params and result, from which
+//! come the typed client every Rust program uses ([`NativeApiClient`], over any
+//! jsonrpsee client: the Unix socket's NDJSON, WebSocket, HTTP) and the server side a
+//! jsonrpsee server implements ([`NativeApiServer`], registered by
+//! [`NativeApiServer::into_module`]).
+//!
+//! The wire types are `crate::protocol`'s, unchanged: a method's params are one JSON
+//! object, the fields of its `*Params` type. jsonrpsee's `#[rpc]` macro would send a
+//! method's arguments as a positional array or as an object keyed by argument name,
+//! which is another protocol; so the definition is [`native_api!`] below, a table the
+//! client trait and the server trait are both generated from, with the params passed
+//! through as they are ([`AsParams`]).
+//!
+//! Events are a jsonrpsee subscription: `events/subscribe` answers a subscription id
+//! and every event arrives as an `events` notification whose params are
+//! `{"subscription", "result"}`, which is the native protocol's notification as it
+//! always was. Closing a subscription sends `events/unsubscribe` with the id.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use jsonrpsee::core::client::{
+    ClientBuilder, Error, ReceivedMessage, Subscription, SubscriptionClientT, TransportReceiverT,
+    TransportSenderT,
+};
+use jsonrpsee::core::traits::ToRpcParams;
+use jsonrpsee::types::ErrorObjectOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::agent::Event;
+use crate::protocol::*;
+
+/// A method's params sent as the JSON-RPC `params` object itself (the native
+/// protocol's shape), not wrapped in an array.
+pub struct AsParams<T>(pub T);
+
+impl<T: Serialize> ToRpcParams for AsParams<T> {
+    fn to_rpc_params(self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self.0).map(Some)
+    }
+}
+
+/// The params of a method that takes none: sent as `{}`, and anything received is
+/// accepted (the daemon ignores them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NoParams {}
+
+impl<'de> Deserialize<'de> for NoParams {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<NoParams, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer)?;
+        Ok(NoParams {})
+    }
+}
+
+/// Parses a request's params as the method's params type (absent or `null` params
+/// count as `{}`), answering `invalid_params` as the hand-written face does.
+pub fn parse_params<T: serde::de::DeserializeOwned>(
+    params: &jsonrpsee::types::Params<'_>,
+) -> Result<T, ErrorObjectOwned> {
+    let text = match params.as_str() {
+        None | Some("null") => "{}",
+        Some(text) => text,
+    };
+    serde_json::from_str(text)
+        .map_err(|err| rpc_error(super::jsonrpc::INVALID_PARAMS, format!("invalid params: {err}")))
+}
+
+/// A JSON-RPC error object with one of the native protocol's codes.
+pub fn rpc_error(code: i64, message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned(i32::try_from(code).unwrap_or(i32::MIN), message, None::<()>)
+}
+
+/// The one definition of the native API. Each line: the Rust name, the method, the
+/// params type and the result type. Adding a method here gives it to the typed client
+/// and obliges every server of the trait to implement it.
+macro_rules! native_api {
+    ($( $(#[$doc:meta])* $name:ident => $method:expr, $params:ty => $result:ty; )*) => {
+        /// The native API's methods, by their wire name, in definition order.
+        pub const METHODS: &[&str] = &[$($method,)* method::EVENTS_SUBSCRIBE];
+
+        /// The typed client of the native API, for every jsonrpsee client (the Unix
+        /// socket's NDJSON from [`connect_unix`], [`connect_ws`], [`connect_http`]).
+        pub trait NativeApiClient: SubscriptionClientT + Sync {
+            $(
+                $(#[$doc])*
+                fn $name(&self, params: $params)
+                    -> impl Future<Output = Result<$result, Error>> + Send
+                {
+                    self.request($method, AsParams(params))
+                }
+            )*
+
+            /// `events/subscribe`: the session's events, its backlog first. Dropping
+            /// the subscription (or [`Subscription::unsubscribe`]) sends
+            /// `events/unsubscribe`. Events this client does not know (from a newer
+            /// daemon) arrive as `Err` items, and the stream goes on.
+            fn subscribe_events(&self, params: EventsSubscribeParams)
+                -> impl Future<Output = Result<Subscription<Event>, Error>> + Send
+            {
+                self.subscribe(
+                    method::EVENTS_SUBSCRIBE,
+                    AsParams(params),
+                    method::EVENTS_UNSUBSCRIBE,
+                )
+            }
+        }
+
+        impl<C: SubscriptionClientT + Sync> NativeApiClient for C {}
+
+        /// The server side of the native API. Every method gets the request's
+        /// extensions (where the face puts the connection's [`crate::daemon::Client`]
+        /// and the request's cancel token).
+        #[async_trait::async_trait]
+        pub trait NativeApiServer: Send + Sync + Sized + 'static {
+            $(
+                $(#[$doc])*
+                async fn $name(
+                    &self,
+                    extensions: &jsonrpsee::Extensions,
+                    params: $params,
+                ) -> Result<$result, ErrorObjectOwned>;
+            )*
+
+            /// `events/subscribe`: accept `pending` (its response goes out first) and
+            /// then deliver the backlog and every later event through the sink, or
+            /// reject it.
+            async fn events_subscribe(
+                &self,
+                extensions: jsonrpsee::Extensions,
+                params: EventsSubscribeParams,
+                pending: jsonrpsee::PendingSubscriptionSink,
+            );
+
+            /// Every method of the definition, registered on a jsonrpsee module.
+            fn into_module(self) -> Result<jsonrpsee::RpcModule<Self>, jsonrpsee::core::RegisterMethodError> {
+                let mut module = jsonrpsee::RpcModule::new(self);
+                $(
+                    module.register_async_method($method, |params, server, extensions| async move {
+                        let params: $params = parse_params(&params)?;
+                        server.$name(&extensions, params).await
+                    })?;
+                )*
+                module.register_subscription_raw(
+                    method::EVENTS_SUBSCRIBE,
+                    method::EVENTS,
+                    // `events/unsubscribe` is a method of the definition (its params are
+                    // an object, which jsonrpsee's own unsubscribe does not read); this
+                    // name only satisfies the registration and is never called.
+                    UNUSED_UNSUBSCRIBE,
+                    |params, pending, server, extensions| {
+                        let parsed: Result<EventsSubscribeParams, _> = parse_params(&params);
+                        let extensions = extensions.clone();
+                        tokio::spawn(async move {
+                            match parsed {
+                                Ok(params) => server.events_subscribe(extensions, params, pending).await,
+                                Err(error) => pending.reject(error).await,
+                            }
+                        });
+                    },
+                )?;
+                Ok(module)
+            }
+        }
+    };
+}
+
+/// Registered for jsonrpsee's subscription bookkeeping; see [`NativeApiServer::into_module`].
+const UNUSED_UNSUBSCRIBE: &str = "events/unsubscribe#jsonrpsee";
+
+native_api! {
+    /// `session/open`: a new session on this connection, narrowed from the configuration.
+    session_open => method::SESSION_OPEN, SessionOpenParams => SessionOpenResult;
+    /// `session/update`: narrows a session (anything wider is refused, nothing changes).
+    session_update => method::SESSION_UPDATE, SessionUpdateParams => SessionUpdateResult;
+    /// `session/close`: closes a session this connection opened.
+    session_close => method::SESSION_CLOSE, SessionCloseParams => SessionCloseResult;
+    /// `tools/list`: the tools the session may see, sorted by name, with their sources.
+    tools_list => method::TOOLS_LIST, ToolsListParams => ToolsListResult;
+    /// `tools/call`: one call through the session's whole pipeline.
+    tools_call => method::TOOLS_CALL, ToolsCallParams => ToolsCallResult;
+    /// `tools/call_batch`: one model turn; results in call order.
+    tools_call_batch => method::TOOLS_CALL_BATCH, ToolsCallBatchParams => ToolsCallBatchResult;
+    /// `tools/cancel`: cancels the running calls with an id.
+    tools_cancel => method::TOOLS_CANCEL, ToolsCancelParams => ToolsCancelResult;
+    /// `tools/explain`: which layer and rule would decide a call, without running it.
+    tools_explain => method::TOOLS_EXPLAIN, ToolsExplainParams => ToolsExplainResult;
+    /// `events/unsubscribe`: ends a subscription; false when there was none.
+    events_unsubscribe => method::EVENTS_UNSUBSCRIBE, EventsUnsubscribeParams => bool;
+    /// `permission/respond`: answers a `permission_request` event.
+    permission_respond => method::PERMISSION_RESPOND, PermissionRespondParams => PermissionRespondResult;
+    /// `daemon/status`: the daemon's version, load, upstreams and sandbox.
+    daemon_status => method::DAEMON_STATUS, NoParams => DaemonStatusResult;
+}
+
+/// How long the typed client waits for one answer. Calls may wait for a person or run
+/// a long command; the daemon bounds them itself (the session's deadline, the approval
+/// timeout), so the client's bound is only against a daemon that never answers.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Events a subscription holds for a reader that is behind; past it the subscription
+/// is closed (the daemon counts its own losses separately).
+pub const SUBSCRIPTION_BUFFER: usize = 4096;
+
+/// The largest message the typed client reads.
+pub const MAX_MESSAGE_BYTES: usize = 4 * super::DEFAULT_MAX_MESSAGE_BYTES;
+
+/// The typed client on a stream that speaks the native NDJSON framing (one message per
+/// line), e.g. a Unix socket or a `toolgate serve --stdio` child's pipes.
+pub fn ndjson_client<R, W>(reader: R, writer: W) -> jsonrpsee::core::client::Client
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    ClientBuilder::default()
+        .request_timeout(REQUEST_TIMEOUT)
+        .max_buffer_capacity_per_subscription(SUBSCRIPTION_BUFFER)
+        .build_with_tokio(
+            LineSender { writer },
+            LineReceiver { reader: BufReader::new(reader), max: MAX_MESSAGE_BYTES },
+        )
+}
+
+/// The typed client on the daemon's Unix socket.
+pub async fn connect_unix(path: &Path) -> std::io::Result<jsonrpsee::core::client::Client> {
+    let stream = tokio::net::UnixStream::connect(path).await?;
+    Ok(unix_client(stream))
+}
+
+/// The typed client on an already connected Unix socket.
+pub fn unix_client(stream: tokio::net::UnixStream) -> jsonrpsee::core::client::Client {
+    let (reader, writer) = stream.into_split();
+    ndjson_client(reader, writer)
+}
+
+/// `Authorization: Bearer <token>`, for the TCP face's clients.
+fn bearer(token: &str) -> Result<jsonrpsee::client_transport::ws::HeaderMap, Error> {
+    let mut headers = jsonrpsee::client_transport::ws::HeaderMap::new();
+    let value = jsonrpsee::client_transport::ws::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|err| Error::Custom(format!("the token cannot be sent in a header: {err}")))?;
+    headers.insert("authorization", value);
+    Ok(headers)
+}
+
+/// The typed client over the TCP face's WebSocket (`ws://host:port/ws`) with a bearer
+/// token: the streaming path (events, approvals, long sessions).
+pub async fn connect_ws(url: &str, token: &str) -> Result<jsonrpsee::core::client::Client, Error> {
+    let url: jsonrpsee::client_transport::ws::Url =
+        url.parse().map_err(|err| Error::Transport(format!("{url}: {err}").into()))?;
+    let limit = u32::try_from(MAX_MESSAGE_BYTES).unwrap_or(u32::MAX);
+    let (sender, receiver) = jsonrpsee::client_transport::ws::WsTransportClientBuilder {
+        headers: bearer(token)?,
+        max_request_size: limit,
+        max_response_size: limit,
+        ..Default::default()
+    }
+    .build(url)
+    .await
+    .map_err(|err| Error::Transport(err.into()))?;
+    Ok(ClientBuilder::default()
+        .request_timeout(REQUEST_TIMEOUT)
+        .max_buffer_capacity_per_subscription(SUBSCRIPTION_BUFFER)
+        .build_with_tokio(sender, receiver))
+}
+
+/// The typed client over the TCP face's plain HTTP (`http://host:port/rpc`) with a
+/// bearer token. Each request is a connection of its own with a fresh default session:
+/// no events (subscribing fails), nothing carried from one request to the next.
+pub fn connect_http(url: &str, token: &str) -> Result<jsonrpsee_http_client::HttpClient, Error> {
+    let limit = u32::try_from(MAX_MESSAGE_BYTES).unwrap_or(u32::MAX);
+    jsonrpsee_http_client::HttpClientBuilder::default()
+        .set_headers(bearer(token)?)
+        .request_timeout(REQUEST_TIMEOUT)
+        .max_request_size(limit)
+        .max_response_size(limit)
+        .build(url)
+}
+
+/// Writes one message per line.
+struct LineSender<W> {
+    writer: W,
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> TransportSenderT for LineSender<W> {
+    type Error = std::io::Error;
+
+    async fn send(&mut self, message: String) -> Result<(), Self::Error> {
+        let mut line = message.into_bytes();
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        self.writer.flush().await
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.writer.shutdown().await
+    }
+}
+
+/// Reads one message per line, at most `max` bytes each.
+struct LineReceiver<R> {
+    reader: BufReader<R>,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> TransportReceiverT for LineReceiver<R> {
+    type Error = std::io::Error;
+
+    async fn receive(&mut self) -> Result<ReceivedMessage, Self::Error> {
+        loop {
+            let mut line = Vec::new();
+            let limit = u64::try_from(self.max).unwrap_or(u64::MAX).saturating_add(1);
+            let read = (&mut self.reader).take(limit).read_until(b'\n', &mut line).await?;
+            if read == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            if line.last() != Some(&b'\n') && line.len() > self.max {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a message longer than {} bytes", self.max),
+                ));
+            }
+            let text = String::from_utf8(line)
+                .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidData, err))?;
+            if !text.trim().is_empty() {
+                return Ok(ReceivedMessage::Text(text));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test fixtures fail loudly")]
+
+    use super::*;
+
+    #[test]
+    fn params_are_sent_as_the_object_itself() {
+        let raw = AsParams(ToolsCancelParams { call_id: "c1".into(), session_id: None })
+            .to_rpc_params()
+            .unwrap()
+            .unwrap();
+        assert_eq!(raw.get(), r#"{"call_id":"c1"}"#);
+        let raw = AsParams(NoParams {}).to_rpc_params().unwrap().unwrap();
+        assert_eq!(raw.get(), "{}");
+    }
+
+    #[test]
+    fn every_method_of_the_protocol_is_defined_once() {
+        let mut methods = METHODS.to_vec();
+        methods.sort_unstable();
+        let before = methods.len();
+        methods.dedup();
+        assert_eq!(before, methods.len(), "a method is defined twice");
+        for name in [
+            method::SESSION_OPEN,
+            method::SESSION_UPDATE,
+            method::SESSION_CLOSE,
+            method::TOOLS_LIST,
+            method::TOOLS_CALL,
+            method::TOOLS_CALL_BATCH,
+            method::TOOLS_CANCEL,
+            method::TOOLS_EXPLAIN,
+            method::EVENTS_SUBSCRIBE,
+            method::EVENTS_UNSUBSCRIBE,
+            method::PERMISSION_RESPOND,
+            method::DAEMON_STATUS,
+        ] {
+            assert!(METHODS.contains(&name), "{name} is not defined");
+        }
+    }
+
+    #[test]
+    fn an_unsubscribe_by_position_reads_as_the_named_one() {
+        // jsonrpsee's client closes a subscription with `[id]`; the daemon reads it.
+        let params: EventsUnsubscribeParams =
+            serde_json::from_value(serde_json::json!(["sub-1-1"])).unwrap();
+        assert_eq!(params.subscription, "sub-1-1");
+    }
+}

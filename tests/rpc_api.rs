@@ -1,0 +1,534 @@
+//! The native API's typed client (`toolgate::rpc::api`) against the daemon as remote
+//! agents and the CLI reach it: the real binary on its Unix socket (NDJSON), and the
+//! TCP transport (WebSocket and HTTP, with a bearer token). Each test makes a call,
+//! follows a subscription's events and answers an approval through the typed client.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonrpsee::core::client::{Error, Subscription};
+use serde_json::json;
+use tokio::net::TcpListener;
+use toolgate::agent::{ApprovalDecision, ApprovalScope, Event};
+use toolgate::auth::TokenSet;
+use toolgate::daemon::{Daemon, Settings};
+use toolgate::protocol::*;
+use toolgate::rpc::api::{self, NativeApiClient, NoParams};
+use toolgate::rpc::tcp::{self, Framing, TcpOptions};
+use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
+
+/// A safety net only: every wait ends on an answer, never on time.
+const PATIENCE: Duration = Duration::from_secs(30);
+const TOKEN: &str = "rpc-api-secret-0123456789abcdef";
+
+async fn within<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, future).await.expect("answered in time")
+}
+
+/// The real binary serving a temporary socket; killed on drop.
+struct Binary {
+    child: Child,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Binary {
+    async fn start() -> Binary {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
+        std::fs::write(dir.path().join("config.toml"), "").unwrap();
+        let socket = dir.path().join("run").join("toolgate.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--config")
+            .arg(dir.path().join("config.toml"))
+            .current_dir(&workspace)
+            .env("HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+            .env("TOOLGATE_LOG", "warn")
+            .env_remove("TOOLGATE_SESSION")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("LISTEN_FDS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let binary = Binary { child, dir, socket };
+        // Listening is seen by connecting, never by waiting a while.
+        within(async {
+            while tokio::net::UnixStream::connect(&binary.socket).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        binary
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("workspace")
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs until its call is canceled: a long call.
+struct Hold(Definition);
+
+impl Hold {
+    fn new() -> Hold {
+        Hold(Definition {
+            name: "hold".to_owned(),
+            description: "waits until canceled".to_owned(),
+            input_schema: json!({"type": "object"}),
+            safety: Safety::ReadOnly,
+            system: false,
+            timeout: None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Hold {
+    fn definition(&self) -> &Definition {
+        &self.0
+    }
+
+    async fn execute(&self, _args: serde_json::Value, ctx: ToolContext) -> ToolResult {
+        ctx.cancel.cancelled().await;
+        ToolResult::success("released")
+    }
+}
+
+/// Both framings of the TCP transport serve the same API.
+const FRAMINGS: [Framing; 2] = [Framing::Native, Framing::Jsonrpsee];
+
+/// A library daemon over a temporary root with the TCP transport; shut down on drop.
+struct Tcp {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    addr: SocketAddr,
+    daemon: Arc<Daemon>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Tcp {
+    async fn start(framing: Framing) -> Tcp {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("notes.txt"), "first line\nsecond line\n").unwrap();
+        let registry = Registry::with_builtins();
+        registry.register(Some(Arc::new(Hold::new()))).unwrap();
+        let daemon = Daemon::new(Arc::new(registry), Settings::for_roots(vec![root.clone()]), None);
+        let mut options = TcpOptions::new(TokenSet::from_pairs([("agent", TOKEN)]).unwrap());
+        options.framing = framing;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serving = tokio::spawn({
+            let daemon = daemon.clone();
+            async move {
+                let _ = tcp::serve(daemon, listener, options).await;
+            }
+        });
+        Tcp { _dir: dir, root, addr, daemon, serving }
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    fn http_url(&self) -> String {
+        format!("http://{}/rpc", self.addr)
+    }
+}
+
+impl Drop for Tcp {
+    fn drop(&mut self) {
+        self.daemon.begin_shutdown();
+        self.serving.abort();
+    }
+}
+
+fn call(name: &str, arguments: serde_json::Value, call_id: &str) -> ToolsCallParams {
+    ToolsCallParams {
+        name: name.to_owned(),
+        arguments,
+        session_id: None,
+        call_id: Some(call_id.to_owned()),
+    }
+}
+
+/// Runs `params` while answering its permission request from `events` with `answer`;
+/// returns the result and the events of the call, in order.
+async fn call_answering<C: NativeApiClient>(
+    client: &C,
+    events: &mut Subscription<Event>,
+    params: ToolsCallParams,
+    answer: ApprovalDecision,
+) -> (ToolsCallResult, Vec<Event>) {
+    let call_id = params.call_id.clone().unwrap();
+    let call = client.tools_call(params);
+    tokio::pin!(call);
+    let mut seen = Vec::new();
+    let mut asked = false;
+    let result = within(async {
+        loop {
+            tokio::select! {
+                result = &mut call => break result.unwrap(),
+                event = events.next() => {
+                    let event = event.expect("the subscription is open").unwrap();
+                    if event.call_id() != Some(call_id.as_str()) {
+                        continue;
+                    }
+                    if let Event::PermissionRequest { request_id, .. } = &event {
+                        asked = true;
+                        let respond = PermissionRespondParams {
+                            request_id: request_id.clone(),
+                            decision: answer,
+                            scope: ApprovalScope::Once,
+                            reason: Some("answered by the test".to_owned()),
+                        };
+                        assert!(client.permission_respond(respond).await.unwrap().resolved);
+                    }
+                    seen.push(event);
+                }
+            }
+        }
+    })
+    .await;
+    assert!(asked, "the call was not asked about: {seen:?}");
+    // The call's closing events follow its answer's events on the subscription.
+    within(async {
+        while !seen.iter().any(|event| matches!(event, Event::ToolCallDone { .. })) {
+            let event = events.next().await.expect("the subscription is open").unwrap();
+            if event.call_id() == Some(call_id.as_str()) {
+                seen.push(event);
+            }
+        }
+    })
+    .await;
+    (result, seen)
+}
+
+fn types(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .map(|event| serde_json::to_value(event).unwrap()["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_typed_client_calls_subscribes_and_answers_on_the_unix_socket() {
+    let binary = Binary::start().await;
+    let client = api::connect_unix(&binary.socket).await.unwrap();
+
+    let status = within(client.daemon_status(NoParams {})).await.unwrap();
+    assert_eq!(status.pid, binary.child.id());
+    let listed = within(client.tools_list(ToolsListParams::default())).await.unwrap();
+    assert!(listed.tools.iter().any(|tool| tool.name == "read_file"), "{listed:?}");
+    assert_eq!(listed.sources.get("read_file").map(String::as_str), Some("builtin"));
+
+    // A named session, as the CLI opens one.
+    let opened = SessionOpenParams { name: Some("typed".to_owned()), ..Default::default() };
+    let session = within(client.session_open(opened)).await.unwrap();
+    let in_session = |mut params: ToolsCallParams| {
+        params.session_id = Some(session.session_id.clone());
+        params
+    };
+
+    let read = in_session(call("read_file", json!({"path": "hello.txt"}), "read-1"));
+    let result = within(client.tools_call(read)).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    assert!(result.content.contains("world"), "{result:?}");
+
+    // A write asks in the default mode: the typed client sees the question on its
+    // subscription and answers it.
+    let subscribe = EventsSubscribeParams { session_id: Some(session.session_id.clone()) };
+    let mut events = within(client.subscribe_events(subscribe)).await.unwrap();
+    let write = in_session(call(
+        "write_file",
+        json!({"path": "typed.txt", "content": "from the typed client\n"}),
+        "write-1",
+    ));
+    let (result, seen) = call_answering(&client, &mut events, write, ApprovalDecision::Allow).await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(
+        std::fs::read_to_string(binary.workspace().join("typed.txt")).unwrap(),
+        "from the typed client\n"
+    );
+    let seen = types(&seen);
+    for expected in ["tool_call_start", "permission_request", "permission_resolved", "tool_result"]
+    {
+        assert!(seen.iter().any(|kind| kind == expected), "no {expected} in {seen:?}");
+    }
+
+    // A denial comes back as the call's result, through the same client.
+    let denied =
+        in_session(call("write_file", json!({"path": "denied.txt", "content": "no\n"}), "write-2"));
+    let (result, _) = call_answering(&client, &mut events, denied, ApprovalDecision::Deny).await;
+    assert!(!result.ok, "{result:?}");
+    assert!(!binary.workspace().join("denied.txt").exists());
+
+    // Closing the subscription is `events/unsubscribe` with its id, which the daemon
+    // reads; a second close of the same id finds nothing.
+    let id = match events.kind() {
+        jsonrpsee::core::client::SubscriptionKind::Subscription(id) => {
+            serde_json::to_value(id).unwrap().as_str().unwrap().to_owned()
+        }
+        other => panic!("not a subscription: {other:?}"),
+    };
+    within(events.unsubscribe()).await.unwrap();
+    let again = EventsUnsubscribeParams { subscription: id };
+    assert!(!within(client.events_unsubscribe(again)).await.unwrap());
+
+    // Errors of the daemon are typed JSON-RPC errors.
+    let unknown = SessionCloseParams { session_id: "no-such-session".to_owned() };
+    let closed = within(client.session_close(unknown)).await.unwrap();
+    assert!(!closed.closed);
+    let widen = SessionUpdateParams { roots: Some(vec!["/".to_owned()]), ..Default::default() };
+    match within(client.session_update(widen)).await {
+        Err(Error::Call(error)) => assert_eq!(error.code(), -32602, "{error:?}"),
+        other => panic!("widening was not refused: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_typed_client_calls_subscribes_and_answers_over_tcp_websocket() {
+    for framing in FRAMINGS {
+        websocket_session(framing).await;
+    }
+}
+
+async fn websocket_session(framing: Framing) {
+    let server = Tcp::start(framing).await;
+    let client = within(api::connect_ws(&server.ws_url(), TOKEN)).await.unwrap();
+
+    let read = call("read_file", json!({"path": "notes.txt"}), "read-1");
+    let result = within(client.tools_call(read)).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    assert!(result.content.contains("second line"), "{result:?}");
+
+    let mut events =
+        within(client.subscribe_events(EventsSubscribeParams::default())).await.unwrap();
+    let write = call("write_file", json!({"path": "remote.txt", "content": "remote\n"}), "w-1");
+    let (result, seen) = call_answering(&client, &mut events, write, ApprovalDecision::Allow).await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(std::fs::read_to_string(server.root.join("remote.txt")).unwrap(), "remote\n");
+    assert!(types(&seen).iter().any(|kind| kind == "permission_request"), "{seen:?}");
+
+    // A batch: one model turn, results in call order.
+    let batch = ToolsCallBatchParams {
+        calls: vec![
+            BatchCall {
+                id: "b1".to_owned(),
+                name: "read_file".to_owned(),
+                arguments: json!({"path": "notes.txt"}),
+            },
+            BatchCall {
+                id: "b2".to_owned(),
+                name: "no_such_tool".to_owned(),
+                arguments: json!({}),
+            },
+        ],
+        session_id: None,
+    };
+    let results = within(client.tools_call_batch(batch)).await.unwrap().results;
+    assert_eq!(results.len(), 2);
+    assert!(results[0].ok && !results[1].ok, "{results:?}");
+
+    let explain = ToolsExplainParams {
+        name: "write_file".to_owned(),
+        arguments: json!({"path": "x.txt", "content": ""}),
+        session_id: None,
+    };
+    assert_eq!(within(client.tools_explain(explain)).await.unwrap().decision, "ask");
+
+    // Going away cancels what the connection still runs, and closes its sessions.
+    drop(events);
+    drop(client);
+    within(async {
+        while server.daemon.connection_count() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_typed_client_calls_over_tcp_http_and_needs_the_token() {
+    for framing in FRAMINGS {
+        http_requests(framing).await;
+    }
+}
+
+async fn http_requests(framing: Framing) {
+    let server = Tcp::start(framing).await;
+    let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
+    let listed = within(client.tools_list(ToolsListParams::default())).await.unwrap();
+    assert!(listed.tools.iter().any(|tool| tool.name == "read_file"), "{listed:?}");
+    let read = call("read_file", json!({"path": "notes.txt"}), "read-1");
+    let result = within(client.tools_call(read)).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    let status = within(client.daemon_status(NoParams {})).await.unwrap();
+    assert_eq!(status.pid, std::process::id());
+
+    // No events over plain HTTP.
+    assert!(within(client.subscribe_events(EventsSubscribeParams::default())).await.is_err());
+
+    // A wrong token gets nothing, on either route.
+    let wrong = api::connect_http(&server.http_url(), "wrong-secret-0123456789abcdef").unwrap();
+    let refused = within(wrong.tools_list(ToolsListParams::default())).await;
+    assert!(matches!(refused, Err(Error::Transport(_))), "{refused:?}");
+    let refused = within(api::connect_ws(&server.ws_url(), "wrong-secret-0123456789abcdef")).await;
+    assert!(refused.is_err(), "a WebSocket with a wrong token was accepted");
+}
+
+#[test]
+fn the_cli_speaks_through_the_typed_client() {
+    // `toolgate call` on the Unix socket: the CLI's own path, end to end.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let binary = runtime.block_on(Binary::start());
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["call", "read_file", r#"{"path": "hello.txt"}"#, "--json", "--socket"])
+        .arg(&binary.socket)
+        .env("HOME", binary.dir.path())
+        .env("XDG_CONFIG_HOME", binary.dir.path().join("config-home"))
+        .env("XDG_RUNTIME_DIR", binary.dir.path().join("run"))
+        .env_remove("TOOLGATE_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result["ok"], true, "{result}");
+    assert!(result["content"].as_str().unwrap().contains("world"), "{result}");
+    // The typed answer printed is the daemon's answer, field for field.
+    let direct = runtime.block_on(async {
+        let client = api::connect_unix(&binary.socket).await.unwrap();
+        let read = call("read_file", json!({"path": "hello.txt"}), "direct");
+        serde_json::to_value(within(client.tools_call(read)).await.unwrap()).unwrap()
+    });
+    let keys = |value: &serde_json::Value| {
+        value.as_object().unwrap().keys().cloned().collect::<Vec<String>>()
+    };
+    assert_eq!(keys(&result), keys(&direct));
+    drop(binary);
+}
+
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next text message of a raw WebSocket, as JSON.
+async fn next(socket: &mut WsStream) -> serde_json::Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        if let Message::Text(text) = within(socket.next()).await.unwrap().unwrap() {
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+}
+
+/// `$/cancelRequest` names a request by its JSON-RPC id, on either framing: the call it
+/// started ends canceled, and its answer still comes.
+#[tokio::test]
+async fn a_request_is_canceled_by_its_id_on_either_framing() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    for framing in FRAMINGS {
+        let server = Tcp::start(framing).await;
+        let mut request = server.ws_url().into_client_request().unwrap();
+        let bearer = format!("Bearer {TOKEN}").parse().unwrap();
+        request.headers_mut().insert("authorization", bearer);
+        let (mut socket, _) = within(tokio_tungstenite::connect_async(request)).await.unwrap();
+        let send = |value: serde_json::Value| Message::text(value.to_string());
+        socket
+            .send(send(json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe"})))
+            .await
+            .unwrap();
+        let subscribed = next(&mut socket).await;
+        assert!(
+            subscribed["result"].as_str().unwrap().starts_with("sub-"),
+            "{framing:?}: {subscribed}"
+        );
+        let call = json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                          "params": {"name": "hold", "arguments": {}}});
+        socket.send(send(call)).await.unwrap();
+        // The call has started (its first event names the request id as its call id)
+        // before it is canceled.
+        loop {
+            let message = next(&mut socket).await;
+            if message["params"]["result"]["type"] == "tool_call_start" {
+                assert_eq!(message["params"]["result"]["call_id"], "long", "{framing:?}");
+                break;
+            }
+        }
+        let cancel =
+            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "long"}});
+        socket.send(send(cancel)).await.unwrap();
+        let answer = loop {
+            let message = next(&mut socket).await;
+            if message["id"] == "long" {
+                break message;
+            }
+        };
+        // Only its cancel token ends the hold.
+        assert_eq!(answer["result"]["content"], "released", "{framing:?}: {answer}");
+    }
+}
+
+/// The same typed client on any NDJSON stream: `toolgate serve --stdio`'s pipes.
+#[tokio::test]
+async fn the_typed_client_speaks_to_serve_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("hello.txt"), "over pipes\n").unwrap();
+    std::fs::write(dir.path().join("config.toml"), "").unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--stdio", "--config"])
+        .arg(dir.path().join("config.toml"))
+        .current_dir(&workspace)
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path().join("run"))
+        .env("TOOLGATE_LOG", "error")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let client = api::ndjson_client(stdout, stdin);
+    let read = call("read_file", json!({"path": "hello.txt"}), "stdio-1");
+    let result = within(client.tools_call(read)).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    assert!(result.content.contains("over pipes"), "{result:?}");
+    let cancel = ToolsCancelParams { call_id: "none".to_owned(), session_id: None };
+    assert_eq!(within(client.tools_cancel(cancel)).await.unwrap().canceled, 0);
+    drop(client);
+    child.start_kill().unwrap();
+    within(child.wait()).await.unwrap();
+}
