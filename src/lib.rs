@@ -4,6 +4,8 @@
 //! Modules in reading order, from the transport-free core upwards (a module only
 //! reaches downwards); see ARCHITECTURE.md for the layer map and its invariants.
 
+pub mod sys;
+
 pub mod tools;
 
 pub mod sandbox;

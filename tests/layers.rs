@@ -13,40 +13,42 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first. A module may use modules of lower layers only (and
 /// itself). Keep in step with the layer map in ARCHITECTURE.md.
 const LAYERS: &[(&str, usize)] = &[
+    // The crate's only `unsafe` code, reaching nothing else.
+    ("sys", 0),
     // Containment and the kernel sandbox around every process a tool starts, and the
     // daemon's own hardening: below the tools that start processes.
-    ("sandbox", 0),
+    ("sandbox", 1),
     // The tool contract, the registry and the tools.
-    ("tools", 1),
+    ("tools", 2),
     // Pure policy (and the typed decision about a call) and leaf services.
-    ("permission", 2),
-    ("systemd", 2),
+    ("permission", 3),
+    ("systemd", 3),
     // Who may connect: admission pools and deadlines, bearer tokens. Below the faces,
     // which all authenticate through them.
-    ("admission", 2),
-    ("auth", 3),
+    ("admission", 3),
+    ("auth", 4),
     // Hook matchers read the permission layer's alias table.
-    ("hooks", 3),
-    ("audit", 3),
-    ("config", 4),
+    ("hooks", 4),
+    ("audit", 4),
+    ("config", 5),
     // toolgate's own files, which no tool may open.
-    ("own_files", 5),
+    ("own_files", 6),
     // Tools that come and go.
-    ("upstream", 5),
-    ("skills", 6),
+    ("upstream", 6),
+    ("skills", 7),
     // One model turn.
-    ("agent", 6),
+    ("agent", 7),
     // Sessions, the client API every face calls, typed events: no wire format.
-    ("daemon", 7),
+    ("daemon", 8),
     // The native protocol's wire types, converted from and to the daemon's own.
-    ("protocol", 8),
+    ("protocol", 9),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
-    ("rpc", 9),
-    ("mcp", 10),
+    ("rpc", 10),
+    ("mcp", 11),
     // Start-up and the human's client.
-    ("server", 11),
-    ("cli", 12),
+    ("server", 12),
+    ("cli", 13),
 ];
 
 fn src() -> PathBuf {
@@ -345,4 +347,38 @@ fn the_tool_layer_has_no_import_cycles() {
     let registry = vec!["tools".to_owned(), "registry".to_owned()];
     let builtin = vec!["tools".to_owned(), "builtin".to_owned()];
     assert!(edges.get(&registry).is_some_and(|targets| targets.contains(&builtin)), "{edges:?}");
+}
+
+/// Whether `word` stands alone in `line` (not inside a longer identifier).
+fn has_word(line: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(word).any(|(at, _)| {
+        let before = line[..at].chars().last();
+        let after = line[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+#[test]
+fn unsafe_code_lives_in_sys_alone() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        if module_of(&file) == ["sys"] {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if has_word(code, "unsafe") {
+                found.push(format!("{}:{}: {}", file.display(), number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "`unsafe` outside src/sys.rs:\n{}", found.join("\n"));
+    let sys = std::fs::read_to_string(src().join("sys.rs")).unwrap();
+    let blocks = sys.matches("unsafe {").count();
+    let reasons = sys.matches("// SAFETY:").count();
+    assert!(blocks > 0 && blocks == reasons, "{blocks} unsafe blocks, {reasons} SAFETY comments");
 }

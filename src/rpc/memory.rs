@@ -6,8 +6,7 @@
 //! [`release_soon`] asks for `malloc_trim`, which hands every free page of every arena
 //! back. Requests are gathered: at most one trim runs per [`GATHER`], off the hot path.
 //!
-//! This module holds the crate's second `unsafe` block (the call into the C library);
-//! the first is the sandbox's `pre_exec`.
+//! The call into the C library is `sys::trim_heap`.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -49,15 +48,6 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn trim() {
-    // SAFETY: `malloc_trim` takes no pointers and only walks glibc's own arenas under
-    // their locks; it is safe to call from any thread at any time.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::sys::trim_heap();
 }
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() {}

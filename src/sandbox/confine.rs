@@ -3,9 +3,8 @@
 //! entered by the command's process between `fork` and `exec`, so that the
 //! supervisor — and the daemon — stay outside the domain the command is in.
 //!
-//! This is the only place in the crate with `unsafe`: `pre_exec` itself.
+//! Entering between `fork` and `exec` is `pre_exec`, which is `sys::before_exec`.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -131,16 +130,7 @@ pub fn install(command: &mut std::process::Command, prepared: Prepared) {
         let ruleset = ruleset.lock().ok().and_then(|mut slot| slot.take());
         enter_domain(ruleset, seccomp.as_ref())
     };
-    // SAFETY: `pre_exec` runs `enter` in the forked child before `exec`. The
-    // supervisor that forks is single-threaded at that point (it starts its helper
-    // threads only after the command is spawned), so no lock or allocator state can
-    // be held by another thread; `enter` makes only the `landlock_restrict_self`,
-    // `prctl` and `seccomp` system calls on data prepared before the fork, and it
-    // touches nothing shared with the parent.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(enter);
-    }
+    crate::sys::before_exec(command, enter);
 }
 
 /// Makes the calling process (all of it: it must be single-threaded) enter the
