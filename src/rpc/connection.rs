@@ -13,6 +13,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::jsonrpc::{self, Incoming, Params, RpcError};
 use crate::agent::{ApprovalAnswer, Event};
@@ -50,7 +51,14 @@ pub struct Connection {
     limiter: Arc<Semaphore>,
     /// Canceled when the connection goes away: every request of it stops.
     closed: CancellationToken,
+    /// Pipelined calls handed to tasks whose first poll has not run yet.
+    first_polls: TaskTracker,
 }
+
+/// The largest pipelined `tools/call` line handed to a task of its own: the calls
+/// worth spreading over the cores are small; a large one is answered on the
+/// connection's task, where its memory is given back when it is done.
+const HAND_OFF_BYTES: usize = 64 * 1024;
 
 impl Connection {
     /// A connection with its default session. `outbound` carries every line the
@@ -69,6 +77,7 @@ impl Connection {
             limiter: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
             closed: daemon.shutdown_token().child_token(),
             next_request: AtomicU64::new(0),
+            first_polls: TaskTracker::new(),
         }))
     }
 
@@ -88,6 +97,15 @@ impl Connection {
     pub fn close(&self) {
         self.closed.cancel();
         self.client.close();
+    }
+
+    /// At the end of the input, before [`Connection::close`]: waits until every call
+    /// handed to a task has run up to its first wait, so that a pipelined call that
+    /// needs none is answered, as it would be on the connection's own task, and only
+    /// calls that wait are canceled with the connection.
+    pub async fn settle_hand_offs(&self) {
+        self.first_polls.close();
+        self.first_polls.wait().await;
     }
 
     /// Whether a request could start now without waiting for one in flight to end.
@@ -117,6 +135,18 @@ impl Connection {
     /// blocking pool) continues in a task of its own and answers through `outbound`,
     /// as do batches. Events always go through `outbound`.
     pub async fn handle_line(self: &Arc<Self>, text: &str) -> Option<String> {
+        self.handle_line_with(text, false).await
+    }
+
+    /// [`Connection::handle_line`] for a line read while more wait behind it (the
+    /// client pipelines): a small `tools/call` goes to a task of its own at once, so
+    /// that pipelined calls run on every core while this task reads on. Other methods
+    /// keep their order (a client may pipeline `events/unsubscribe` behind anything).
+    pub async fn handle_pipelined_line(self: &Arc<Self>, text: &str) -> Option<String> {
+        self.handle_line_with(text, text.len() <= HAND_OFF_BYTES).await
+    }
+
+    async fn handle_line_with(self: &Arc<Self>, text: &str, hand_off: bool) -> Option<String> {
         let trimmed = text.trim_start();
         if trimmed.is_empty() {
             return None;
@@ -135,6 +165,7 @@ impl Connection {
             Ok(Incoming::Request { id, method, params }) => {
                 // At the limit, the connection waits here (and stops reading).
                 let permit = self.limiter.clone().acquire_owned().await.ok()?;
+                let hand_off = hand_off && method == method::TOOLS_CALL;
                 let this = self.clone();
                 let mut request = Box::pin(async move {
                     let answer = this.run_request(id, &method, params).await;
@@ -144,6 +175,24 @@ impl Connection {
                 // The first poll needs no waker of its own: a request that is not done
                 // is handed to a task, whose first poll registers that task's waker
                 // with whatever the request waits on.
+                if hand_off {
+                    // Its first poll runs on the task, and is counted until it has
+                    // run (see `Connection::settle_hand_offs`).
+                    let mut first_poll = Some(self.first_polls.token());
+                    let this = self.clone();
+                    self.daemon.tasks().spawn(async move {
+                        let answer = std::future::poll_fn(|context| {
+                            let polled = request.as_mut().poll(context);
+                            first_poll.take();
+                            polled
+                        })
+                        .await;
+                        if let Some(answer) = answer {
+                            this.send(answer).await;
+                        }
+                    });
+                    return None;
+                }
                 let mut context = Context::from_waker(Waker::noop());
                 match request.as_mut().poll(&mut context) {
                     Poll::Ready(answer) => answer,

@@ -28,12 +28,14 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Serves one NDJSON connection until the peer closes it or the daemon shuts down.
 ///
-/// One task does all of a connection's work: it reads requests, answers those that
-/// complete without waiting (most calls) on the spot, and writes every line the client
-/// must receive. Requests already read are answered before the next read, and their
+/// One task does a connection's work: it reads requests, answers those that complete
+/// without waiting (most calls) on the spot, and writes every line the client must
+/// receive. Requests already read are answered before the next read, and their
 /// answers leave in one write. Calls that wait (for a process, an approval, the
 /// blocking pool) continue in tasks of their own and answer through the connection's
-/// queue, as events do; reading goes on while they run.
+/// queue, as events do; reading goes on while they run. So do small `tools/call`s
+/// read with more requests behind them (a pipelining client), so that its calls run
+/// on every core rather than one after the other on this task.
 pub async fn serve_lines<R, W>(
     daemon: &Arc<Daemon>,
     identity: String,
@@ -60,8 +62,10 @@ pub async fn serve_lines<R, W>(
         // limit of requests in flight, reading waits, but writing goes on: the
         // requests in flight may need room in the queue to finish.
         while out.has_room() && connection.has_capacity() {
+            let pipelined = lines.holds_two_lines();
             let Some(line) = lines.buffered() else { break };
-            if let Some(answer) = answer_line(&connection, line, max_message_bytes).await {
+            if let Some(answer) = answer_line(&connection, line, pipelined, max_message_bytes).await
+            {
                 // What the call emitted meanwhile (its events) goes first, as it
                 // would for a call answered from its own task.
                 out.take_queued(&mut queued);
@@ -90,7 +94,9 @@ pub async fn serve_lines<R, W>(
                 Ok(false) => {
                     // End of input: a last line without its newline still counts.
                     let answer = match lines.rest() {
-                        Some(line) => answer_line(&connection, line, max_message_bytes).await,
+                        Some(line) => {
+                            answer_line(&connection, line, false, max_message_bytes).await
+                        }
                         None => None,
                     };
                     if let Some(answer) = answer {
@@ -108,6 +114,7 @@ pub async fn serve_lines<R, W>(
     }
     // The peer is gone (or we are stopping): cancel its calls and close its sessions,
     // then deliver what they still answer, until the last of them lets go of the queue.
+    connection.settle_hand_offs().await;
     connection.close();
     drop(connection);
     drop(lines);
@@ -133,13 +140,16 @@ pub async fn serve_lines<R, W>(
 }
 
 /// Handles one line read from the client; the answer when it is ready at once.
+/// `pipelined`: more lines wait behind this one.
 async fn answer_line(
     connection: &Arc<Connection>,
     line: Line<'_>,
+    pipelined: bool,
     max_message_bytes: usize,
 ) -> Option<String> {
     let error = match line {
         Line::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) if pipelined => return connection.handle_pipelined_line(text).await,
             Ok(text) => return connection.handle_line(text).await,
             Err(_) => jsonrpc::not_utf8(),
         },
@@ -293,6 +303,15 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return Ok(frame);
             }
         }
+    }
+
+    /// Whether at least two whole lines wait in the buffer (the client pipelines).
+    /// Scans only what [`LineReader::buffered`] has not scanned yet (none of it holds
+    /// a newline), so that a long line arriving in many reads is not scanned again
+    /// on every read.
+    pub(crate) fn holds_two_lines(&self) -> bool {
+        let unscanned = &self.buffer[self.start + self.scanned..];
+        memchr::memchr_iter(b'\n', unscanned).nth(1).is_some()
     }
 
     /// The next complete line already in the buffer, without reading. An oversized
@@ -466,6 +485,52 @@ mod tests {
         assert!(answers.iter().any(|answer| answer["error"]["code"] == jsonrpc::PARSE_ERROR));
         let last = answers.iter().find(|answer| answer["id"] == "last").unwrap();
         assert!(last["result"]["version"].is_string(), "{last}");
+    }
+
+    #[tokio::test]
+    async fn pipelined_tool_calls_handed_to_tasks_are_all_answered_by_their_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+        let (mut client_read, mut client_write, serving) = serve_in_memory(dir.path());
+        let mut input = String::new();
+        for id in 1..=100 {
+            input.push_str(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"a.txt"}}}}}}"#
+            ));
+            input.push('\n');
+        }
+        client_write.write_all(input.as_bytes()).await.unwrap();
+        client_write.shutdown().await.unwrap();
+        let mut output = String::new();
+        client_read.read_to_string(&mut output).await.unwrap();
+        serving.await.unwrap();
+        let answers: Vec<serde_json::Value> =
+            output.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        let mut ids: Vec<u64> = answers.iter().filter_map(|answer| answer["id"].as_u64()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=100).collect::<Vec<_>>(), "{output}");
+        for answer in &answers {
+            let result = &answer["result"];
+            assert_eq!(result["ok"], true, "{answer}");
+            assert!(result["content"].as_str().unwrap().contains("alpha"), "{answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn two_lines_are_seen_only_once_both_are_whole() {
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut reader = LineReader::new(server, 1 << 20);
+        client.write_all(b"one\ntw").await.unwrap();
+        assert!(reader.fill().await.unwrap());
+        assert!(!reader.holds_two_lines());
+        client.write_all(b"o\nthree").await.unwrap();
+        assert!(reader.fill().await.unwrap());
+        assert!(reader.holds_two_lines());
+        assert_eq!(reader.buffered(), Some(Line::Text(b"one")));
+        assert!(!reader.holds_two_lines(), "only one whole line is left");
+        assert_eq!(reader.buffered(), Some(Line::Text(b"two")));
+        assert_eq!(reader.buffered(), None);
+        assert!(!reader.holds_two_lines());
     }
 
     #[tokio::test]
