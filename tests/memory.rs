@@ -299,3 +299,55 @@ fn a_subscriber_that_stops_reading_costs_a_bounded_queue() {
     );
     drop(client);
 }
+
+#[test]
+fn an_upstream_flooding_progress_to_a_subscriber_that_stops_reading_costs_a_bounded_queue() {
+    let state = tempfile::tempdir().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py");
+    let config = format!(
+        "[permissions]\nmode = \"bypass\"\n\n[[mcp_servers]]\nname = \"fx\"\n\
+         command = \"python3\"\nargs = [{fixture:?}]\nsandbox = false\n\
+         env = {{ FIXTURE_STATE_DIR = {state:?}, FIXTURE_NAME = \"fx\" }}\n",
+        fixture = fixture.display().to_string(),
+        state = state.path().display().to_string(),
+    );
+    let daemon = Daemon::start(&config);
+    let mut client = daemon.connect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = client.request("tools/list", json!({}));
+        if listed.to_string().contains("mcp__fx__slow") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the upstream never listed its tools");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let warm = client.request(
+        "tools/call",
+        json!({"name": "mcp__fx__slow", "arguments": {"steps": 1, "delay_ms": 0}}),
+    );
+    assert_eq!(warm["ok"], true, "{warm}");
+    let idle = daemon.status("VmRSS:");
+    client.request("events/subscribe", json!({}));
+    // 400 progress messages of 300 KB each (120 MB), while this client reads nothing.
+    let id = client.send_raw(
+        "tools/call",
+        &json!({"name": "mcp__fx__slow",
+                "arguments": {"steps": 400, "delay_ms": 0, "message_bytes": 300_000}})
+        .to_string(),
+    );
+    let mut highest = idle;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        highest = highest.max(daemon.status("VmRSS:"));
+    }
+    println!("idle {} MiB, highest {} MiB while not reading", idle / MIB, highest / MIB);
+    let result = client.answer(id);
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["content"], "done after 400 steps", "{result}");
+    assert!(
+        highest <= idle + 64 * MIB,
+        "RSS grew from {idle} to {highest} while a subscriber did not read upstream progress"
+    );
+    drop(client);
+}
