@@ -225,6 +225,8 @@ fn main() -> ExitCode {
     if let Some(code) = toolgate::sandbox::exec::exec_if_requested() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // Before any thread starts: large freed blocks go back to the system.
+    toolgate::sys::give_large_blocks_back();
     let cli = Cli::parse();
     init_tracing(&cli);
     match run(cli) {

@@ -1,6 +1,6 @@
-//! The crate's only `unsafe` code: two calls into the operating system that the
-//! standard library and the safe crates leave to the caller. Each says why it is
-//! sound; everywhere else `unsafe_code` is denied.
+//! The crate's only `unsafe` code: calls into the operating system and the C library
+//! that the standard library and the safe crates leave to the caller. Each says why
+//! it is sound; everywhere else `unsafe_code` is denied.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -36,6 +36,28 @@ pub(crate) fn trim_heap() {
         libc::malloc_trim(0);
     }
 }
+
+/// Makes glibc's allocator give large blocks back when they are freed: a block of
+/// 1 MiB or more gets a mapping of its own (unmapped when freed), and a heap gives
+/// back a free top past 4 MiB. glibc otherwise raises both thresholds after the first
+/// large free, and a thread's arena then keeps a freed large request for good
+/// (`malloc_trim` does not reach the top of a thread's arena). Called once, first
+/// thing in `main`, before any other thread exists.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn give_large_blocks_back() {
+    // SAFETY: `mallopt` takes two integers and only sets parameters of glibc's
+    // allocator; it is called before any other thread exists, so no allocation runs
+    // concurrently with the change.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 4 << 20);
+    }
+}
+
+/// Nothing to set outside glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn give_large_blocks_back() {}
 
 /// Nothing to hand back outside glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

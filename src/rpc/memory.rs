@@ -1,10 +1,14 @@
 //! Giving memory back to the system after a large request.
 //!
-//! glibc's allocator keeps what a large request freed in its arenas (and raises its
-//! thresholds after a large free), so a daemon that served one 15 MB request would
-//! otherwise stay that large. After a connection frees a large buffer or ends,
-//! [`release_soon`] asks for `malloc_trim`, which hands every free page of every arena
-//! back. Requests are gathered: at most one trim runs per [`GATHER`], off the hot path.
+//! glibc's allocator keeps what a large request freed in its arenas, so a daemon that
+//! served one 15 MB request would otherwise stay that large. `main` first fixes the
+//! allocator's thresholds (`sys::give_large_blocks_back`: blocks of 1 MiB and more are
+//! mapped on their own and unmapped when freed; glibc would otherwise raise the
+//! thresholds after the first large free, and a thread's arena would keep the freed
+//! block at its top, where no trim reaches). After a connection frees a large buffer
+//! or ends, [`release_soon`] asks for `malloc_trim`, which hands the free pages inside
+//! every arena back. Requests are gathered: at most one trim runs per [`GATHER`], off
+//! the hot path.
 //!
 //! The call into the C library is `sys::trim_heap`.
 
