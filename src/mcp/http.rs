@@ -37,9 +37,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::service::RequestContext;
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker, create_local_session,
@@ -52,7 +50,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use super::server::McpHandler;
 use super::{Face, McpOptions};
 use crate::admission::Limits;
-use crate::auth::{Gate, Identity};
+use crate::auth::Gate;
 use crate::daemon::Daemon;
 
 /// What MCP clients need to hear besides the common advice of a 401.
@@ -111,15 +109,6 @@ pub async fn serve_http(
     let tasks = daemon.tasks().clone();
     let router = http_router(daemon, options);
     crate::admission::serve_http(listener, router, limits, shutdown, tasks).await;
-}
-
-/// The client identity of an MCP request: `token:<name>` when it came over HTTP with
-/// a bearer token, else `mcp` (stdio).
-pub(crate) fn client_identity(ctx: &RequestContext<RoleServer>) -> String {
-    ctx.extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Identity>())
-        .map_or_else(|| "mcp".to_owned(), Identity::to_string)
 }
 
 /// What a request must satisfy before it reaches the protocol.

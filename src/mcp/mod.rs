@@ -43,6 +43,16 @@ pub use stdio::{run_stdio, serve_stream};
 
 use crate::daemon::Daemon;
 
+/// The client identity of an MCP request: `token:<name>` when it came over HTTP with
+/// a bearer token (the HTTP face puts the token's identity in the request's parts),
+/// else `mcp` (stdio).
+pub(crate) fn client_identity(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> String {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::auth::Identity>())
+        .map_or_else(|| "mcp".to_owned(), crate::auth::Identity::to_string)
+}
+
 /// The largest message accepted on stdio or in an HTTP body. Tool arguments are
 /// small; file contents given to write_file are the largest legitimate payloads.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = crate::rpc::DEFAULT_MAX_MESSAGE_BYTES;

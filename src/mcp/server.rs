@@ -273,7 +273,7 @@ impl LiveHandler {
             .state
             .client
             .open_default_as(
-                &super::http::client_identity(ctx),
+                &super::client_identity(ctx),
                 &spec,
                 self.state.events.clone(),
                 self.state.broker.clone(),
@@ -431,7 +431,7 @@ impl LiveHandler {
         task_after: Duration,
         start: impl FnOnce(CancellationToken) -> Execution,
     ) -> Result<CallToolResponse, McpError> {
-        let owner = super::http::client_identity(ctx);
+        let owner = super::client_identity(ctx);
         let delivery = Delivery::of(&self.face, ctx);
         if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&owner) {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
@@ -670,7 +670,7 @@ impl Delivery {
     fn of(face: &Arc<Face>, ctx: &RequestContext<RoleServer>) -> Delivery {
         Delivery {
             face: face.clone(),
-            owner: super::http::client_identity(ctx),
+            owner: super::client_identity(ctx),
             links: client_takes_links(ctx),
         }
     }
@@ -771,7 +771,7 @@ impl ServerHandler for LiveHandler {
         request: GetTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        self.face.tasks.get(&super::http::client_identity(&ctx), &request.task_id)
+        self.face.tasks.get(&super::client_identity(&ctx), &request.task_id)
     }
 
     async fn update_task(
@@ -779,7 +779,7 @@ impl ServerHandler for LiveHandler {
         request: UpdateTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let owner = super::http::client_identity(&ctx);
+        let owner = super::client_identity(&ctx);
         self.face.tasks.update(&owner, &request.task_id, request.input_responses)
     }
 
@@ -788,7 +788,7 @@ impl ServerHandler for LiveHandler {
         request: CancelTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.face.tasks.cancel(&super::http::client_identity(&ctx), &request.task_id)
+        self.face.tasks.cancel(&super::client_identity(&ctx), &request.task_id)
     }
 
     fn accepted_subscription_filter(
@@ -1012,7 +1012,7 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         if request.uri.starts_with(super::results::RESULT_URI_PREFIX) {
-            let owner = super::http::client_identity(&ctx);
+            let owner = super::client_identity(&ctx);
             let read = self.live().face().results.read_resource(&owner, &request.uri)?;
             return Ok(rmcp::model::ReadResourceResponse::Complete(read));
         }
