@@ -35,7 +35,7 @@ pub fn release_soon() {
             loop {
                 woken.notified().await;
                 tokio::time::sleep(GATHER).await;
-                trim();
+                crate::sys::trim_heap();
             }
         });
         wake
@@ -50,8 +50,4 @@ impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         release_soon();
     }
-}
-
-fn trim() {
-    crate::sys::trim_heap();
 }

@@ -12,6 +12,7 @@
 pub mod builtin;
 pub mod confined;
 pub(crate) mod duration;
+pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
 pub mod json_text;

@@ -9,15 +9,10 @@
 //! terminal as its controlling terminal (`TIOCSCTTY`) before it starts the command,
 //! which inherits both: no code runs in the child between `fork` and `exec`.
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
@@ -163,47 +158,12 @@ fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {
 
 /// Sends the command's end of its live input over the control socket.
 pub(crate) fn send_fd(socket: impl AsFd, fd: impl AsFd) -> io::Result<()> {
-    let fds = [fd.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("no room for the input descriptor"));
-    }
-    let sent = rustix::net::sendmsg(
-        socket,
-        &[IoSlice::new(&[MARKER])],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
-    if sent != 1 {
-        return Err(io::Error::other("the input descriptor was not sent"));
-    }
-    Ok(())
+    super::fd_pass::send(socket, fd, MARKER, "the input descriptor")
 }
 
 /// Receives what [`send_fd`] sent (in the supervisor).
 pub(crate) fn receive_fd(socket: impl AsFd) -> io::Result<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let received = rustix::net::recvmsg(
-        &socket,
-        &mut [IoSliceMut::new(&mut byte)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
-    if received.bytes != 1 || byte[0] != MARKER {
-        return Err(io::Error::other("the input descriptor was not received"));
-    }
-    let mut found: Option<OwnedFd> = None;
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = message {
-            for fd in fds {
-                found.get_or_insert(fd);
-            }
-        }
-    }
-    found.ok_or_else(|| io::Error::other("the input descriptor was not received"))
+    super::fd_pass::receive(socket, MARKER, "the input descriptor")
 }
 
 /// In the supervisor, before it starts the command: a new session whose controlling

@@ -7,14 +7,8 @@
 //! up again, so swapping a directory for a symlink after the check cannot move the
 //! command anywhere else.
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
-
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
+use std::io;
+use std::os::fd::AsFd;
 
 /// The one byte of data that carries the descriptor (a stream socket needs data for
 /// ancillary data to ride on).
@@ -22,54 +16,25 @@ const MARKER: u8 = b'D';
 
 /// Sends `dir` over the Unix stream `socket`, ahead of anything else written to it.
 pub fn send_dir(socket: impl AsFd, dir: impl AsFd) -> io::Result<()> {
-    let fds = [dir.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("no room for the directory descriptor"));
-    }
-    let sent = rustix::net::sendmsg(
-        socket,
-        &[IoSlice::new(&[MARKER])],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
-    if sent != 1 {
-        return Err(io::Error::other("the directory descriptor was not sent"));
-    }
-    Ok(())
+    crate::tools::fd_pass::send(socket, dir, MARKER, "the working directory")
 }
 
 /// Receives the directory [`send_dir`] sent on `socket` and makes it the current
 /// directory of this process.
 pub fn enter_received_dir(socket: impl AsFd) -> io::Result<()> {
-    let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let received = rustix::net::recvmsg(
-        &socket,
-        &mut [IoSliceMut::new(&mut byte)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
-    if received.bytes != 1 || byte[0] != MARKER {
-        return Err(io::Error::other("the working directory was not received"));
-    }
-    let mut dir: Option<OwnedFd> = None;
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = message {
-            for fd in fds {
-                dir.get_or_insert(fd);
-            }
-        }
-    }
-    let dir = dir.ok_or_else(|| io::Error::other("the working directory was not received"))?;
+    let dir = crate::tools::fd_pass::receive(socket, MARKER, "the working directory")?;
     rustix::process::fchdir(&dir)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::IoSliceMut;
+    use std::mem::MaybeUninit;
+    use std::os::fd::OwnedFd;
+
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+
     use super::*;
 
     #[test]
