@@ -26,6 +26,106 @@ where
     }
 }
 
+/// What [`fork_as_sibling`] returned, in the caller or in the child.
+pub(crate) enum Forked {
+    /// In the caller: the child's pid.
+    Parent(rustix::process::Pid),
+    /// In the child; `in_cgroup` when it was born in the cgroup asked for.
+    Child { in_cgroup: bool },
+}
+
+/// Forks the calling process into a child whose parent is the caller's own parent
+/// (`CLONE_PARENT`), born in the cgroup v2 directory `cgroup` where the kernel can do
+/// that (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7) and else where the caller is.
+///
+/// Only for the supervisor spawner ([`crate::tools::spawner`]), which calls it while
+/// it has a single thread.
+pub(crate) fn fork_as_sibling(
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<Forked> {
+    use std::os::fd::AsRawFd;
+
+    /// `CLONE_INTO_CGROUP` of `linux/sched.h` (a 64-bit flag: clone3 only).
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+    /// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+
+    let answer = |pid: libc::c_long, in_cgroup: bool| match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(Forked::Child { in_cgroup }),
+        pid => i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .map(Forked::Parent)
+            .ok_or_else(|| std::io::Error::other("clone returned no pid")),
+    };
+    if let Some(cgroup) = cgroup
+        && let Ok(fd) = u64::try_from(cgroup.as_raw_fd())
+    {
+        // With CLONE_PARENT the exit signal must be 0: the child takes the caller's.
+        let args = CloneArgs {
+            flags: (libc::CLONE_PARENT as u64) | CLONE_INTO_CGROUP,
+            cgroup: fd,
+            ..CloneArgs::default()
+        };
+        // SAFETY: as for the `clone` below (no new stack: the child runs on a copy of
+        // this one), and `args` is a valid `clone_args` of the size passed, read by the
+        // kernel during the call only.
+        #[allow(unsafe_code)]
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                std::ptr::from_ref(&args),
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if pid != -1 {
+            return answer(pid, true);
+        }
+        // An older kernel, or a cgroup it will not place the child in: fork plainly;
+        // the child enters the cgroup itself.
+    }
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: with no new stack (0) and no CLONE_VM, `clone` is `fork` with another
+    // parent: the child runs on a copy of this address space, and no pointer is passed.
+    // The caller has one thread, so no lock, allocator state or stdio buffer can be
+    // held by another thread at the fork. glibc's own fork bookkeeping is skipped: its
+    // cached thread id is only read by recursive and error-checking mutexes, where a
+    // stale value still names this same single thread, and `raise` asks the kernel.
+    #[allow(unsafe_code)]
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    answer(pid, false)
+}
+
+/// Registers an owned descriptor with the current runtime's reactor, for readiness
+/// (a pidfd, a `SOCK_SEQPACKET` socket: kinds tokio has no type for).
+pub(crate) fn async_fd(
+    fd: std::os::fd::OwnedFd,
+    interest: tokio::io::Interest,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: an `OwnedFd` is open, and stays open and names the same file description
+    // until it is dropped; the `AsyncFd` owns it and lends only shared references, so
+    // nothing can close or replace it while it is registered.
+    #[allow(unsafe_code)]
+    let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) };
+    registered.map_err(|err| err.into_parts().1)
+}
+
 /// Hands every free page of glibc's arenas back to the system (`malloc_trim`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) fn trim_heap() {

@@ -644,3 +644,35 @@ async fn a_call_canceled_before_it_starts_runs_nothing() {
     assert_eq!(outcome.status, None);
     assert!(!dir.path().join("ran").exists());
 }
+
+#[tokio::test]
+async fn supervisors_are_forked_children_of_the_caller() {
+    // The supervisor is forked by the long-lived spawner (its command line is the
+    // spawner's), yet it is the caller's own child, as a re-executed one would be, and
+    // it is in the call's cgroup from its first instruction on.
+    let dir = tempfile::tempdir().unwrap();
+    let show = "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; cut -d' ' -f4 /proc/$PPID/stat; \
+                grep '^0::' /proc/$PPID/cgroup";
+    for _ in 0..3 {
+        let outcome =
+            process::run(spec(Program::Shell(show.to_owned()), dir.path())).await.unwrap();
+        assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{:?}", outcome.stderr.text);
+        let mut lines = outcome.stdout.text.lines();
+        let cmdline = lines.next().unwrap_or_default();
+        assert!(cmdline.contains("__spawner"), "not forked by the spawner: {cmdline:?}");
+        assert_eq!(lines.next(), Some(std::process::id().to_string().as_str()));
+        let cgroup = lines.next().unwrap_or_default();
+        match outcome.containment {
+            toolgate::sandbox::Containment::Cgroup => {
+                let call = format!("/toolgate/{}-", std::process::id());
+                assert!(
+                    cgroup.contains(&call),
+                    "the supervisor is not in the call's cgroup: {cgroup:?}"
+                );
+            }
+            toolgate::sandbox::Containment::Supervisor => {
+                eprintln!("skipped the cgroup check: no per-call cgroups here");
+            }
+        }
+    }
+}

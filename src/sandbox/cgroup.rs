@@ -106,7 +106,7 @@ impl CallCgroups {
     }
 
     fn probe(&self) -> Result<(), String> {
-        let cgroup = CallCgroup::create_in(self)
+        let cgroup = CallCgroup::create_in(self, true)
             .map_err(|err| format!("cannot create a cgroup in {}: {err}", self.parent.display()))?;
         let kill_file = cgroup.dir.join("cgroup.kill");
         if !kill_file.exists() {
@@ -330,17 +330,22 @@ pub struct CallCgroup {
 
 impl CallCgroup {
     /// A new, empty cgroup for one call; `None` when per-call cgroups are unavailable
-    /// (see [`CallCgroups::get`]).
-    pub fn create() -> Option<std::io::Result<CallCgroup>> {
+    /// (see [`CallCgroups::get`]). `process_limit`: the call has a process limit, so on
+    /// a hybrid hierarchy it also gets a cgroup in the v1 `pids` hierarchy, which
+    /// carries it. Without one it gets none: entering a cgroup of a hierarchy costs the
+    /// supervisor a wait for the kernel (an RCU grace period, often milliseconds),
+    /// which the v2 cgroup alone avoids by being entered at `clone`.
+    pub fn create(process_limit: bool) -> Option<std::io::Result<CallCgroup>> {
         let cgroups = CallCgroups::get().ok()?;
-        Some(CallCgroup::create_in(cgroups))
+        Some(CallCgroup::create_in(cgroups, process_limit))
     }
 
-    fn create_in(cgroups: &CallCgroups) -> std::io::Result<CallCgroup> {
+    fn create_in(cgroups: &CallCgroups, process_limit: bool) -> std::io::Result<CallCgroup> {
         let name = format!("{}-{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed));
         let dir = cgroups.parent.join(&name);
         std::fs::create_dir(&dir)?;
-        let v1_pids = cgroups.v1_pids.as_ref().and_then(|parent| {
+        let v1_parent = cgroups.v1_pids.as_ref().filter(|_| process_limit);
+        let v1_pids = v1_parent.and_then(|parent| {
             let dir = parent.join(&name);
             match std::fs::create_dir(&dir) {
                 Ok(()) => Some(dir),

@@ -477,7 +477,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    let cgroup = match CallCgroup::create() {
+    let cgroup = match CallCgroup::create(spec.limits.max_processes > 0) {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -510,59 +510,93 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         None => None,
     };
 
-    let mut child = {
-        let mut command = tokio::process::Command::new(spec.supervisor.program());
-        // The daemon's pid is not on this command line: a command reads its
-        // supervisor's, and the supervisor learns its parent from the control socket.
-        command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).arg("--cwd").arg(&spec.cwd);
-        if spec.cwd_dir.is_some() {
-            command.arg("--cwd-fd");
-        }
-        for dir in cgroup.iter().flat_map(CallCgroup::dirs) {
-            command.arg("--cgroup").arg(dir);
-        }
-        if let Some(profile) = &sandbox_arg {
-            command.arg("--sandbox").arg(profile);
-        }
-        if let Some(bytes) = &payload {
-            command.arg("--stdin-bytes").arg(bytes.len().to_string());
-        }
-        if live.is_some() {
-            command.arg(if tty { "--tty" } else { "--live-stdin" });
-        }
-        if !tty {
-            // Its own process group: a terminal's signals aimed at the daemon's group
-            // must not hit commands, the daemon decides when they die. (On a terminal
-            // the supervisor starts a session of its own instead, which it can only do
-            // as no group's leader.)
-            command.process_group(0);
-        }
-        command
-            .arg("--")
-            .args(spec.program.argv())
-            .env_clear()
-            .envs(env.iter().map(|(name, value)| (name, value)))
-            .current_dir("/")
-            .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
-        // orphans would escape to init. Dropping the control socket is the kill.
-        command.spawn().map_err(|source| ProcessError::StartSupervisor {
-            program: spec.supervisor.program().to_owned(),
-            source,
-        })?
-        // `command` is dropped here, and with it the daemon's copy of the
-        // supervisor's socket end: from now on only the supervisor holds it.
+    // The supervisor's arguments; the daemon's pid is not among them: a command reads
+    // its supervisor's, and the supervisor learns its parent from the control socket.
+    let mut args: Vec<OsString> = vec!["--cwd".into(), spec.cwd.clone().into_os_string()];
+    if spec.cwd_dir.is_some() {
+        args.push("--cwd-fd".into());
+    }
+    for dir in cgroup.iter().flat_map(CallCgroup::dirs) {
+        args.push("--cgroup".into());
+        args.push(dir.into());
+    }
+    if let Some(profile) = sandbox_arg {
+        args.push("--sandbox".into());
+        args.push(profile.into());
+    }
+    if let Some(bytes) = &payload {
+        args.push("--stdin-bytes".into());
+        args.push(bytes.len().to_string().into());
+    }
+    if live.is_some() {
+        args.push(if tty { "--tty" } else { "--live-stdin" }.into());
+    }
+    args.push("--".into());
+    args.extend(spec.program.argv());
+    let (stdout, stdout_end) = output_pipe()?;
+    let (stderr, stderr_end) = output_pipe()?;
+    // Its own process group: a terminal's signals aimed at the daemon's group must
+    // not hit commands, the daemon decides when they die. (On a terminal the
+    // supervisor starts a session of its own instead, which it can only do as no
+    // group's leader.)
+    let own_group = !tty;
+    // The supervisor is born in the call's cgroup where it can be: entering one later
+    // waits for the kernel (see `CallCgroup::create`).
+    let cgroup_dir = cgroup.as_ref().and_then(|cgroup| {
+        rustix::fs::open(
+            cgroup.dir(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+    });
+    let request = super::spawner::Request {
+        args: &args,
+        env: &env,
+        own_group,
+        cgroup: cgroup_dir.as_ref().map(AsFd::as_fd),
     };
-    let supervisor_pid = child.id().and_then(pid_from_u32);
-    if let (Some(pids), Some(pid)) = (&spec.pids, child.id()) {
-        pids.supervisor.store(pid, std::sync::atomic::Ordering::Relaxed);
+    let program = spec.supervisor.program();
+    let forked = super::spawner::launch(
+        program,
+        &request,
+        [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
+    )
+    .await
+    .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
+    let mut child = match forked {
+        Some(forked) => {
+            drop((supervisor_end, stdout_end, stderr_end));
+            SupervisorProcess::Forked(forked)
+        }
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(&args);
+            if own_group {
+                command.process_group(0);
+            }
+            command
+                .env_clear()
+                .envs(env.iter().map(|(name, value)| (name, value)))
+                .current_dir("/")
+                .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
+                .stdout(Stdio::from(stdout_end))
+                .stderr(Stdio::from(stderr_end));
+            // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and
+            // its orphans would escape to init. Dropping the control socket is the kill.
+            let child = command.spawn().map_err(|source| ProcessError::StartSupervisor {
+                program: program.to_owned(),
+                source,
+            })?;
+            SupervisorProcess::Started(child)
+        } // Either way, the daemon's copies of the supervisor's socket end and of the
+          // pipes' write ends are closed by now: only the supervisor holds them.
+    };
+    let supervisor_pid = pid_from_u32(child.id());
+    if let Some(pids) = &spec.pids {
+        pids.supervisor.store(child.id(), std::sync::atomic::Ordering::Relaxed);
     }
     let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(ProcessError::Setup(std::io::Error::other("the output pipes are missing")));
-    };
 
     let mut stdout_capture = Capture::new(spec.output_cap);
     let mut stderr_capture = Capture::new(spec.output_cap);
@@ -663,6 +697,42 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         sandbox: control_outcome.sandbox,
         limit_hit,
     })
+}
+
+/// The per-call supervisor process, started directly or forked by the spawner; either
+/// way the daemon's unreaped child.
+enum SupervisorProcess {
+    Started(tokio::process::Child),
+    Forked(super::spawner::Forked),
+}
+
+impl SupervisorProcess {
+    fn id(&self) -> u32 {
+        match self {
+            // Unreaped, so the pid is there.
+            SupervisorProcess::Started(child) => child.id().unwrap_or(0),
+            SupervisorProcess::Forked(forked) => forked.id(),
+        }
+    }
+
+    /// Waits for the supervisor to exit, and reaps it.
+    async fn wait(&mut self) {
+        match self {
+            SupervisorProcess::Started(child) => {
+                let _ = child.wait().await;
+            }
+            SupervisorProcess::Forked(forked) => forked.wait().await,
+        }
+    }
+}
+
+/// A pipe for the supervisor's stdout or stderr: the daemon's reading end, and the
+/// end handed to the supervisor (close-on-exec in the daemon).
+fn output_pipe() -> Result<(tokio::net::unix::pipe::Receiver, OwnedFd), ProcessError> {
+    let (read, write) = std::io::pipe().map_err(ProcessError::Setup)?;
+    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(read))
+        .map_err(ProcessError::Setup)?;
+    Ok((read, OwnedFd::from(write)))
 }
 
 /// Sets the call cgroup's limits where its controllers are there.
@@ -1281,17 +1351,35 @@ pub fn supervise_if_requested() -> Option<i32> {
     SELF_SUPERVISES.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os();
     let _program = args.next();
-    if args.next().as_deref() != Some(OsStr::new(SUPERVISE_ARG)) {
-        return None;
+    match args.next() {
+        Some(arg) if arg == SUPERVISE_ARG => Some(supervise_main(args)),
+        Some(arg) if arg == super::spawner::SPAWNER_ARG => {
+            Some(super::spawner::serve(supervise_forked))
+        }
+        _ => None,
     }
-    Some(supervise_main(args))
 }
 
 /// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
 /// `[--cwd DIR] [--cgroup DIR]... [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
 /// control socket as stdin. Returns the process exit code.
 pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
-    let args = match SuperviseArgs::parse(args) {
+    supervise_with_env(args, None, 0)
+}
+
+/// The supervisor's entry point in a child forked by the spawner: the same arguments,
+/// and the command's environment given here rather than inherited.
+/// `entered`: how many of its `--cgroup`s (the first ones) it was born in.
+fn supervise_forked(args: Vec<OsString>, env: Vec<(OsString, OsString)>, entered: usize) -> i32 {
+    supervise_with_env(args, Some(env), entered)
+}
+
+fn supervise_with_env(
+    args: impl IntoIterator<Item = OsString>,
+    env: Option<Vec<(OsString, OsString)>>,
+    entered: usize,
+) -> i32 {
+    let mut args = match SuperviseArgs::parse(args) {
         Ok(args) => args,
         Err(message) => {
             // Goes to the daemon's stderr pipe, which it quotes in its error.
@@ -1299,6 +1387,8 @@ pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return 2;
         }
     };
+    args.env = env;
+    args.cgroup.drain(..entered.min(args.cgroup.len()));
     match supervise(args) {
         Ok(()) => 0,
         Err(err) => {
@@ -1327,6 +1417,9 @@ struct SuperviseArgs {
     /// controlling terminal, stdin, stdout and stderr.
     tty: bool,
     argv: Vec<OsString>,
+    /// The command's environment, when it is not the supervisor's own (a supervisor
+    /// forked by the spawner).
+    env: Option<Vec<(OsString, OsString)>>,
 }
 
 impl SuperviseArgs {
@@ -1341,6 +1434,7 @@ impl SuperviseArgs {
             live_stdin: false,
             tty: false,
             argv: vec![],
+            env: None,
         };
         loop {
             let Some(arg) = args.next() else {
@@ -1527,6 +1621,9 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
 
     let mut command = std::process::Command::new(&args.argv[0]);
     command.args(&args.argv[1..]);
+    if let Some(env) = &args.env {
+        command.env_clear().envs(env.iter().map(|(name, value)| (name, value)));
+    }
     if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd) {
         command.current_dir(cwd);
     }

@@ -169,6 +169,7 @@ fn supervise_args_parse() {
             live_stdin: false,
             tty: false,
             argv: args(&["/bin/sh", "-c", "x"]),
+            env: None,
         })
     );
     // Options after `--` belong to the command.
