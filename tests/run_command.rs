@@ -676,3 +676,20 @@ async fn supervisors_are_forked_children_of_the_caller() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_command_starts_with_no_signal_blocked_or_ignored() {
+    // The supervisor blocks the signals it waits for; none of that reaches the command.
+    let dir = tempfile::tempdir().unwrap();
+    // No shell: a shell may clear its mask itself.
+    let show = ["-E", "^Sig(Blk|Ign):", "/proc/self/status"];
+    let outcome = process::run(spec(exec("grep", &show), dir.path())).await.unwrap();
+    assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{:?}", outcome.stderr.text);
+    let mask = |name: &str| {
+        let line = outcome.stdout.text.lines().find(|line| line.starts_with(name)).unwrap();
+        u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+    };
+    assert_eq!(mask("SigBlk:"), 0);
+    // Signals 1 to 31 (glibc's own real-time signals above them are its business).
+    assert_eq!(mask("SigIgn:") & 0x7fff_ffff, 0);
+}

@@ -1490,67 +1490,45 @@ enum SuperviseError {
     Io { what: &'static str, source: std::io::Error },
 }
 
-/// Catches the signals that make the supervisor kill the tree — the daemon's death
-/// signal (SIGTERM) and whatever an operator might send — and returns the body of a
-/// thread that waits for the first of them.
-///
-/// Handlers, not a blocked signal mask with `sigwait`: a mask is inherited by the
-/// command (and by everything it starts, which would then shrug off SIGTERM), while
-/// handlers are reset by `exec`. Installed first thing, so that a signal can only
+/// Takes over the signals that make the supervisor kill the tree — the daemon's death
+/// signal (SIGTERM) and whatever an operator might send — and the children's changes
+/// (SIGCHLD): they are blocked, and arrive on the returned descriptor, which the
+/// supervisor's one loop reads ([`watch`]). Taken first thing, so that a signal can only
 /// kill the supervisor outright before it has started anything.
+///
+/// A blocked mask is inherited by a child, so the command starts with it cleared
+/// (see [`supervise`]); nothing is left blocked for the command and what it starts.
 ///
 /// On a terminal, the keyboard's signals (Ctrl-C, Ctrl-\\, Ctrl-Z and background
 /// terminal access) reach the whole foreground group, the supervisor included: they
-/// are caught and ignored, so they only act on the command.
-fn catch_kill_signals(tty: bool) -> std::io::Result<impl FnOnce() + Send + 'static> {
-    use tokio::signal::unix::{SignalKind, signal};
+/// stay blocked, and so only act on the command.
+fn take_signals(tty: bool) -> nix::Result<nix::sys::signalfd::SignalFd> {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
-    let mut streams = Vec::new();
-    let mut ignored = Vec::new();
-    {
-        let _context = runtime.enter();
-        let (kill, keyboard): (&[SignalKind], &[SignalKind]) = if tty {
-            (
-                &[SignalKind::terminate(), SignalKind::hangup()],
-                &[
-                    SignalKind::interrupt(),
-                    SignalKind::quit(),
-                    SignalKind::from_raw(libc::SIGTSTP),
-                    SignalKind::from_raw(libc::SIGTTIN),
-                    SignalKind::from_raw(libc::SIGTTOU),
-                ],
-            )
-        } else {
-            (
-                &[
-                    SignalKind::terminate(),
-                    SignalKind::interrupt(),
-                    SignalKind::hangup(),
-                    SignalKind::quit(),
-                ],
-                &[],
-            )
-        };
-        for kind in kill {
-            streams.push(signal(*kind)?);
-        }
-        for kind in keyboard {
-            ignored.push(signal(*kind)?);
-        }
+    let (kill, keyboard): (&[Signal], &[Signal]) = if tty {
+        (
+            &[Signal::SIGTERM, Signal::SIGHUP],
+            &[Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU],
+        )
+    } else {
+        (&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT], &[])
+    };
+    let mut delivered = SigSet::empty();
+    for signal in kill.iter().chain([&Signal::SIGCHLD]) {
+        delivered.add(*signal);
     }
-    Ok(move || {
-        let _ignored = ignored;
-        runtime.block_on(async move {
-            let arrivals = streams.iter_mut().map(|stream| Box::pin(stream.recv()));
-            futures::future::select_all(arrivals).await;
-        });
-    })
+    let mut blocked = delivered;
+    for signal in keyboard {
+        blocked.add(*signal);
+    }
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)?;
+    SignalFd::with_flags(&delivered, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
 }
 
 fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    let wait_for_kill_signal = catch_kill_signals(args.tty)
-        .map_err(|source| SuperviseError::Io { what: "signal handlers", source })?;
+    let signals =
+        take_signals(args.tty).map_err(|source| SuperviseError::Sys { what: "signals", source })?;
     if args.tty {
         super::terminal::new_session()
             .map_err(|source| SuperviseError::Io { what: "setsid", source })?;
@@ -1621,6 +1599,12 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
 
     let mut command = std::process::Command::new(&args.argv[0]);
     command.args(&args.argv[1..]);
+    // The supervisor's blocked signals (`take_signals`) are not the command's.
+    crate::sys::before_exec(&mut command, || {
+        use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+            .map_err(std::io::Error::from)
+    });
     if let Some(env) = &args.env {
         command.env_clear().envs(env.iter().map(|(name, value)| (name, value)));
     }
@@ -1679,19 +1663,7 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
             let _ = stdin.write_all(&bytes);
         });
     }
-    let control_reader = control
-        .try_clone()
-        .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
-    std::thread::spawn(move || {
-        wait_for_kill_request(control_reader);
-        kill_tree(own_pid);
-    });
-    std::thread::spawn(move || {
-        wait_for_kill_signal();
-        kill_tree(own_pid);
-    });
-
-    let status = reap_until_alone(command_pid, own_pid);
+    let status = watch(&control, &signals, command_pid, own_pid);
     if let Some(status) = status {
         send_report(&control, &Report::Exited(status));
     }
@@ -1704,40 +1676,78 @@ fn send_report(control: &UnixStream, report: &Report) {
     let _ = (&*control).write_all(report.to_line().as_bytes());
 }
 
-/// Blocks until the daemon closes its end of the control socket (or sends anything
-/// after the payload, which is reserved to mean the same).
-fn wait_for_kill_request(mut control: UnixStream) {
-    let mut buf = [0u8; 64];
-    loop {
-        match control.read(&mut buf) {
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            _ => return,
-        }
-    }
-}
+/// The supervisor's loop once the command runs: reaps children (the command and every
+/// orphan re-parented to it) until there are none, and kills the whole tree when the
+/// command exits (whatever it left behind), when a kill signal arrives, and when the
+/// daemon closes its end of the control socket (or sends anything after the payload,
+/// which is reserved to mean the same). Returns how the command ended.
+fn watch(
+    control: &UnixStream,
+    signals: &nix::sys::signalfd::SignalFd,
+    command: Option<Pid>,
+    own_pid: Pid,
+) -> Option<ExitStatus> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::wait::{WaitPidFlag, waitpid};
 
-/// Reaps children (the command and every orphan re-parented to us) until there are
-/// none. When the command exits, whatever it left behind is killed. Returns how the
-/// command ended.
-fn reap_until_alone(command: Option<Pid>, own_pid: Pid) -> Option<ExitStatus> {
     let mut status = None;
+    let mut daemon_listening = true;
     loop {
-        match nix::sys::wait::wait() {
-            Ok(WaitStatus::Exited(pid, code)) if Some(pid) == command => {
-                status = Some(ExitStatus::Code(code));
-                kill_tree(own_pid);
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(WaitStatus::Exited(pid, code)) if Some(pid) == command => {
+                    status = Some(ExitStatus::Code(code));
+                    kill_tree(own_pid);
+                }
+                Ok(WaitStatus::Signaled(pid, signal, _)) if Some(pid) == command => {
+                    status = Some(ExitStatus::Signal(signal as i32));
+                    kill_tree(own_pid);
+                }
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(Errno::ECHILD) => return status,
+                Err(err) => {
+                    // Cannot happen for `waitpid` with valid arguments; never leave a tree.
+                    eprintln!("toolgate {SUPERVISE_ARG}: wait failed: {err}");
+                    kill_tree(own_pid);
+                    return status;
+                }
             }
-            Ok(WaitStatus::Signaled(pid, signal, _)) if Some(pid) == command => {
-                status = Some(ExitStatus::Signal(signal as i32));
-                kill_tree(own_pid);
-            }
+        }
+        let mut fds = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+        ];
+        let watched = if daemon_listening { 2 } else { 1 };
+        match poll(&mut fds[..watched], PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
-            Err(Errno::ECHILD) => return status,
             Err(err) => {
-                // Cannot happen for `wait` with valid arguments; never leave a tree.
-                eprintln!("toolgate {SUPERVISE_ARG}: wait failed: {err}");
+                eprintln!("toolgate {SUPERVISE_ARG}: poll failed: {err}");
                 kill_tree(own_pid);
-                return status;
+                daemon_listening = false;
+                continue;
+            }
+        }
+        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|events| !events.is_empty());
+        let (signal_ready, control_ready) = (ready(&fds[0]), watched == 2 && ready(&fds[1]));
+        if signal_ready {
+            let mut kill = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                kill |= info.ssi_signo != Signal::SIGCHLD as u32;
+            }
+            if kill {
+                kill_tree(own_pid);
+            }
+        }
+        if control_ready {
+            let mut buf = [0u8; 64];
+            match (&*control).read(&mut buf) {
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                // Data, the end, or an error: the daemon wants the tree gone.
+                _ => {
+                    daemon_listening = false;
+                    kill_tree(own_pid);
+                }
             }
         }
     }
