@@ -214,7 +214,7 @@ fn configure_sandbox(config: &Config, options: &LoadOptions) {
 pub fn default_registry() -> Arc<Registry> {
     let registry = Registry::with_builtins();
     for tool in crate::agent::system_tools::all() {
-        if let Err(err) = registry.register(Some(tool)) {
+        if let Err(err) = registry.register_built_in(tool) {
             tracing::error!(%err, "system tool failed to register");
         }
     }

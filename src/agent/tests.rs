@@ -765,3 +765,16 @@ async fn a_question_from_preflight_is_answered_later_and_the_call_runs_once() {
     }
     assert_eq!(h.events.kinds_for("2").last(), Some(&"tool_call_done"));
 }
+
+#[test]
+fn system_tool_schemas_compile_and_are_valid_schemas() {
+    // They are compiled on first call (`Registry::register_built_in`): checked here.
+    let tools = system_tools::all();
+    assert!(!tools.is_empty());
+    for tool in tools {
+        let definition = tool.definition();
+        let schema = &definition.input_schema;
+        assert!(crate::tools::schema::compile(schema).is_ok(), "{}", definition.name);
+        assert!(jsonschema::meta::is_valid(schema), "{}", definition.name);
+    }
+}

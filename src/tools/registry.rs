@@ -105,11 +105,11 @@ impl SyncReport {
     }
 }
 
-/// A registered tool with its compiled argument validator.
+/// A registered tool with its argument validator.
 #[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: Arc<jsonschema::Validator>,
+    validator: Arc<ArgumentSchema>,
     source: ToolSource,
     /// Top-level properties for which a `null` means "left out"
     /// ([`super::null_means_absent`]).
@@ -189,19 +189,28 @@ impl Registry {
     pub fn with_builtins() -> Registry {
         let registry = Registry::new();
         for tool in super::builtin::all() {
-            // The built-ins have distinct, valid names and schemas; a failure here is
-            // a programming error caught by the registry tests.
-            if let Err(err) = registry.register(Some(tool)) {
+            // A failure here is a programming error caught by the registry tests.
+            if let Err(err) = registry.register_built_in(tool) {
                 tracing::error!(%err, "built-in tool failed to register");
             }
         }
         registry
     }
 
+    /// Adds a tool compiled into the binary whose input schema the tests check against
+    /// its meta-schema (the built-ins, the agent's system tools): the schema is compiled
+    /// on the tool's first call rather than now. Otherwise as [`Registry::register`].
+    pub fn register_built_in(&self, tool: Arc<dyn Tool>) -> Result<(), RegisterError> {
+        self.insert(Self::entry_for(Some(tool), ToolSource::Builtin, Compile::OnFirstCall)?)
+    }
+
     /// Adds a tool. Rejects a missing tool, a blank name, a duplicate name and an
     /// input schema that does not compile; never silently overrides.
     pub fn register(&self, tool: Option<Arc<dyn Tool>>) -> Result<(), RegisterError> {
-        let entry = Self::entry_for(tool, ToolSource::Builtin)?;
+        self.insert(Self::entry_for(tool, ToolSource::Builtin, Compile::Now)?)
+    }
+
+    fn insert(&self, entry: Entry) -> Result<(), RegisterError> {
         let name = entry.tool.definition().name.clone();
         let mut tools = self.write();
         if tools.contains_key(&name) {
@@ -223,7 +232,7 @@ impl Registry {
         tool: Arc<dyn Tool>,
         source: ToolSource,
     ) -> Result<(), RegisterError> {
-        let entry = Self::entry_for(Some(tool), source)?;
+        let entry = Self::entry_for(Some(tool), source, Compile::Now)?;
         let name = entry.tool.definition().name.clone();
         let visible = {
             let mut tools = self.write();
@@ -262,7 +271,7 @@ impl Registry {
                 report.refused.push((name, err));
                 continue;
             }
-            match Self::entry_for(Some(tool), source) {
+            match Self::entry_for(Some(tool), source, Compile::Now) {
                 Ok(entry) if entries.contains_key(&name) => {
                     drop(entry);
                     report.refused.push((name.clone(), RegisterError::Duplicate(name)));
@@ -466,7 +475,7 @@ impl Registry {
             Err(res) => return res,
         };
         entry.drop_absent_nulls(&mut args);
-        if let Err(res) = validate(&entry.validator, &args) {
+        if let Err(res) = entry.validator.validate(&args) {
             return res;
         }
 
@@ -541,11 +550,15 @@ impl Registry {
         };
         let mut args = parse_arguments(arguments)?;
         entry.drop_absent_nulls(&mut args);
-        validate(&entry.validator, &args)?;
+        entry.validator.validate(&args)?;
         Ok(args)
     }
 
-    fn entry_for(tool: Option<Arc<dyn Tool>>, source: ToolSource) -> Result<Entry, RegisterError> {
+    fn entry_for(
+        tool: Option<Arc<dyn Tool>>,
+        source: ToolSource,
+        compile: Compile,
+    ) -> Result<Entry, RegisterError> {
         let Some(tool) = tool else {
             return Err(RegisterError::Missing);
         };
@@ -553,10 +566,18 @@ impl Registry {
         if definition.name.trim().is_empty() {
             return Err(RegisterError::BlankName);
         }
-        let (validator, _) =
-            super::schema::compile(&definition.input_schema).map_err(|reason| {
-                RegisterError::InvalidSchema { name: definition.name.clone(), reason }
-            })?;
+        let validator = if compile == Compile::OnFirstCall {
+            ArgumentSchema::Deferred {
+                schema: definition.input_schema.clone(),
+                compiled: std::sync::OnceLock::new(),
+            }
+        } else {
+            let (validator, _) =
+                super::schema::compile(&definition.input_schema).map_err(|reason| {
+                    RegisterError::InvalidSchema { name: definition.name.clone(), reason }
+                })?;
+            ArgumentSchema::Compiled(validator)
+        };
         let null_means_absent = super::null_means_absent(&definition.input_schema).into();
         Ok(Entry { tool, validator: Arc::new(validator), source, null_means_absent })
     }
@@ -658,6 +679,47 @@ pub fn parsed_cost(text: &[u8]) -> usize {
     text.len()
         .saturating_add(objects.saturating_mul(OBJECT_COST))
         .saturating_add(members.saturating_add(objects).saturating_mul(MEMBER_COST))
+}
+
+/// When a tool's input schema is compiled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compile {
+    Now,
+    OnFirstCall,
+}
+
+/// A tool's argument validator. Schemas from outside (upstream servers, skills) are
+/// compiled when the tool is registered, so a bad one is refused then, and so are those
+/// of tools registered with [`Registry::register`]. A built-in's schema
+/// ([`Registry::register_built_in`]), which the tests check against its meta-schema,
+/// is compiled on the tool's
+/// first call: compiling checks the schema against the meta-schema, whose own validator
+/// (built once, kept for good) is most of an idle server's heap.
+enum ArgumentSchema {
+    Compiled(jsonschema::Validator),
+    Deferred { schema: Value, compiled: std::sync::OnceLock<Result<jsonschema::Validator, String>> },
+}
+
+impl ArgumentSchema {
+    fn validate(&self, args: &Value) -> Result<(), ToolResult> {
+        let validator = match self {
+            ArgumentSchema::Compiled(validator) => validator,
+            ArgumentSchema::Deferred { schema, compiled } => {
+                let compiled = compiled
+                    .get_or_init(|| super::schema::compile(schema).map(|(validator, _)| validator));
+                match compiled {
+                    Ok(validator) => validator,
+                    Err(reason) => {
+                        return Err(ToolResult::failure(
+                            ErrorType::InternalError,
+                            format!("the tool's input schema does not compile: {reason}"),
+                        ));
+                    }
+                }
+            }
+        };
+        validate(validator, args)
+    }
 }
 
 fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolResult> {
