@@ -7,9 +7,11 @@
 //! itself dies — including children that call `setsid` or double-fork, which leave the
 //! process group and so escape a plain `killpg`.
 //!
-//! How: every command runs under a small per-call *supervisor*, which is this same
-//! binary re-executed in a hidden mode ([`SUPERVISE_ARG`]). Re-executing (rather than
-//! forking the multi-threaded daemon) keeps everything safe Rust. The supervisor
+//! How: every command runs under a small per-call *supervisor*, this same binary's
+//! code in a process of its own: forked, as the daemon's child, by the long-lived
+//! single-threaded spawner (`tools/spawner.rs`), or, where that cannot be used, the
+//! binary re-executed in a hidden mode ([`SUPERVISE_ARG`]). Never a fork of the
+//! multi-threaded daemon itself. The supervisor
 //! 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
 //!    descendant re-parents to it instead of to init, and stays findable;
 //! 2. starts the command with the daemon-chosen cwd, environment and stdin, handing it
