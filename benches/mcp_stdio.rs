@@ -2,7 +2,8 @@
 //! file, measured two ways on each server:
 //! - latency: one request in flight at a time, p50/p99 of the round trip;
 //! - throughput: 64 requests in flight, calls/s (with p50/p99 under that load);
-//! - and, for scale, `ping` with one in flight: the protocol round trip alone.
+//! - and, for scale, `ping` with one in flight: the protocol round trip alone, and
+//!   `tools/list` with one in flight (its target: a p50 at most twice ping's).
 //!
 //! Servers: toolgate in-process over a duplex pipe (no process boundary, for
 //! reference), `toolgate mcp` as a child process (the release binary,
@@ -138,6 +139,9 @@ struct CallResult {
     content: Vec<Block>,
     #[serde(default)]
     is_error: bool,
+    /// A `tools/list` answer's tools.
+    #[serde(default)]
+    tools: Vec<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +165,8 @@ enum Ask<'a> {
     Call(&'a Expect),
     /// `ping`: the protocol's round trip alone, no tool.
     Ping,
+    /// `tools/list`, whose answer must list tools.
+    List,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
@@ -210,6 +216,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Conn<R, W> {
         let tail = match ask {
             Ask::Call(_) => self.request_tail.clone(),
             Ask::Ping => r#","method":"ping"}"#.to_owned(),
+            Ask::List => r#","method":"tools/list","params":{}}"#.to_owned(),
         };
         let mut phase = Phase { asked: calls, ..Phase::default() };
         let mut started: HashMap<u64, Instant> = HashMap::with_capacity(in_flight);
@@ -284,6 +291,9 @@ fn check(answer: &Answer, ask: Ask<'_>) -> Option<&'static str> {
         return Some("JSON-RPC error");
     }
     let Some(result) = &answer.result else { return Some("no result") };
+    if let Ask::List = ask {
+        return result.tools.is_empty().then_some("no tools listed");
+    }
     let Ask::Call(expect) = ask else { return None };
     if result.is_error {
         return Some("isError");
@@ -306,11 +316,13 @@ struct Measured {
     throughput: Phase,
     /// `ping` with one in flight: the protocol's floor, without any tool.
     ping: Phase,
+    /// `tools/list` with one in flight.
+    list: Phase,
 }
 
 impl Measured {
     fn failures(&self) -> usize {
-        self.latency.failures + self.throughput.failures + self.ping.failures
+        self.latency.failures + self.throughput.failures + self.ping.failures + self.list.failures
     }
 }
 
@@ -340,7 +352,8 @@ where
     let latency = conn.measure(plan.latency, 1, Ask::Call(expect)).await;
     let throughput = conn.measure(plan.throughput, IN_FLIGHT, Ask::Call(expect)).await;
     let ping = conn.measure(plan.latency, 1, Ask::Ping).await;
-    Ok(Measured { label, latency, throughput, ping })
+    let list = conn.measure(plan.latency, 1, Ask::List).await;
+    Ok(Measured { label, latency, throughput, ping, list })
 }
 
 /// A server run as a child process, and what it is asked.
@@ -387,6 +400,7 @@ fn report(measured: &Measured) {
         ("1 in flight", &measured.latency),
         ("64 in flight", &measured.throughput),
         ("ping, 1 in f.", &measured.ping),
+        ("list, 1 in f.", &measured.list),
     ] {
         println!(
             "{:<34} {what:<13} p50 {:>8.1} µs  p99 {:>8.1} µs  {:>9.0} calls/s  {} calls{}",
@@ -573,6 +587,13 @@ fn main() -> ExitCode {
             micros(ours.latency.p50),
             TARGET_P50.as_micros(),
             verdict(ours.latency.p50 <= TARGET_P50)
+        );
+        println!(
+            "toolgate tools/list p50: {:.1} µs, {:.2}x its ping's {:.1} µs (target ≤ 2x: {})",
+            micros(ours.list.p50),
+            ours.list.p50.as_secs_f64() / ours.ping.p50.as_secs_f64().max(1e-9),
+            micros(ours.ping.p50),
+            verdict(ours.list.p50 <= ours.ping.p50 * 2)
         );
         if let Some(theirs) = theirs.map(|i| &measured[i]) {
             let ratio = ours.throughput.per_second / theirs.throughput.per_second;
