@@ -67,6 +67,18 @@ impl Daemon {
         self.child.as_ref().unwrap().id()
     }
 
+    /// The highest RSS seen, sampled every 100 ms for 4 s (at least `idle`), printed
+    /// next to `idle`.
+    fn highest_rss_over_four_seconds(&self, idle: u64) -> u64 {
+        let mut highest = idle;
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(100));
+            highest = highest.max(self.status("VmRSS:"));
+        }
+        println!("idle {} MiB, highest {} MiB while not reading", idle / MIB, highest / MIB);
+        highest
+    }
+
     /// A `/proc/<pid>/status` field in bytes (`VmRSS`, `VmHWM`).
     fn status(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
@@ -285,12 +297,7 @@ fn a_subscriber_that_stops_reading_costs_a_bounded_queue() {
                 "arguments": {"command": "cat /dev/zero", "timeout_ms": 4000}})
         .to_string(),
     );
-    let mut highest = idle;
-    for _ in 0..40 {
-        std::thread::sleep(Duration::from_millis(100));
-        highest = highest.max(daemon.status("VmRSS:"));
-    }
-    println!("idle {} MiB, highest {} MiB while not reading", idle / MIB, highest / MIB);
+    let highest = daemon.highest_rss_over_four_seconds(idle);
     let result = client.answer(id);
     assert_eq!(result["error_type"], "timeout", "{result}");
     assert!(
@@ -336,12 +343,7 @@ fn an_upstream_flooding_progress_to_a_subscriber_that_stops_reading_costs_a_boun
                 "arguments": {"steps": 400, "delay_ms": 0, "message_bytes": 300_000}})
         .to_string(),
     );
-    let mut highest = idle;
-    for _ in 0..40 {
-        std::thread::sleep(Duration::from_millis(100));
-        highest = highest.max(daemon.status("VmRSS:"));
-    }
-    println!("idle {} MiB, highest {} MiB while not reading", idle / MIB, highest / MIB);
+    let highest = daemon.highest_rss_over_four_seconds(idle);
     let result = client.answer(id);
     assert_eq!(result["ok"], true, "{result}");
     assert_eq!(result["content"], "done after 400 steps", "{result}");

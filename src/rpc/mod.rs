@@ -433,15 +433,13 @@ mod tests {
         assert!(out.has_room() && out.bytes.capacity() == 0);
     }
 
-    /// Serves one NDJSON connection over an in-memory pipe to a daemon rooted in `root`;
-    /// the client's ends and the serving task.
-    fn serve_in_memory(
+    /// Serves one NDJSON connection over an in-memory pipe to a daemon rooted in `root`:
+    /// writes `input`, closes it, and returns all that was answered, as text and as
+    /// parsed lines.
+    async fn exchange_in_memory(
         root: &std::path::Path,
-    ) -> (
-        tokio::io::ReadHalf<tokio::io::DuplexStream>,
-        tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        tokio::task::JoinHandle<()>,
-    ) {
+        input: &str,
+    ) -> (String, Vec<serde_json::Value>) {
         let root = std::fs::canonicalize(root).unwrap();
         let settings = crate::daemon::Settings::for_roots(vec![root]);
         let registry = Arc::new(crate::tools::registry::Registry::with_builtins());
@@ -451,14 +449,19 @@ mod tests {
         let serving = tokio::spawn(async move {
             serve_lines(&daemon, "test".to_owned(), server_read, server_write, 1 << 20).await
         });
-        let (client_read, client_write) = tokio::io::split(client);
-        (client_read, client_write, serving)
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        client_write.write_all(input.as_bytes()).await.unwrap();
+        client_write.shutdown().await.unwrap();
+        let mut output = String::new();
+        client_read.read_to_string(&mut output).await.unwrap();
+        serving.await.unwrap();
+        let answers = output.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        (output, answers)
     }
 
     #[tokio::test]
     async fn pipelined_requests_are_all_answered_and_a_last_unterminated_line_counts() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut client_read, mut client_write, serving) = serve_in_memory(dir.path());
         let mut input = String::new();
         for id in 1..=200 {
             input.push_str(&format!(
@@ -468,13 +471,7 @@ mod tests {
         }
         input.push_str("not json\n");
         input.push_str(r#"{"jsonrpc":"2.0","id":"last","method":"daemon/status"}"#);
-        client_write.write_all(input.as_bytes()).await.unwrap();
-        client_write.shutdown().await.unwrap();
-        let mut output = String::new();
-        client_read.read_to_string(&mut output).await.unwrap();
-        serving.await.unwrap();
-        let answers: Vec<serde_json::Value> =
-            output.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        let (output, answers) = exchange_in_memory(dir.path(), &input).await;
         assert_eq!(answers.len(), 202, "{output}");
         let mut ids: Vec<u64> = answers.iter().filter_map(|answer| answer["id"].as_u64()).collect();
         ids.sort_unstable();
@@ -491,7 +488,6 @@ mod tests {
     async fn pipelined_tool_calls_handed_to_tasks_are_all_answered_by_their_ids() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
-        let (mut client_read, mut client_write, serving) = serve_in_memory(dir.path());
         let mut input = String::new();
         for id in 1..=100 {
             input.push_str(&format!(
@@ -499,13 +495,7 @@ mod tests {
             ));
             input.push('\n');
         }
-        client_write.write_all(input.as_bytes()).await.unwrap();
-        client_write.shutdown().await.unwrap();
-        let mut output = String::new();
-        client_read.read_to_string(&mut output).await.unwrap();
-        serving.await.unwrap();
-        let answers: Vec<serde_json::Value> =
-            output.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        let (output, answers) = exchange_in_memory(dir.path(), &input).await;
         let mut ids: Vec<u64> = answers.iter().filter_map(|answer| answer["id"].as_u64()).collect();
         ids.sort_unstable();
         assert_eq!(ids, (1..=100).collect::<Vec<_>>(), "{output}");

@@ -90,20 +90,10 @@ impl Forked {
 
     /// Waits for the supervisor to exit and reaps it, without blocking a thread.
     pub(crate) async fn wait(&mut self) {
-        if self.reaped {
-            return;
+        if !self.reaped {
+            reap_when_exited(self.pid, self.pidfd.as_ref()).await;
+            self.reaped = true;
         }
-        if let Some(pidfd) = &self.pidfd {
-            // A pidfd is readable once its process has exited.
-            let _ = pidfd.readable().await;
-        }
-        // Reapable at once, or within moments (its last threads are still going).
-        let mut pause = std::time::Duration::from_micros(100);
-        while !reap(self.pid, self.pidfd.as_ref().map(AsyncFd::get_ref), false) {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_millis(20));
-        }
-        self.reaped = true;
     }
 }
 
@@ -118,17 +108,25 @@ impl Drop for Forked {
         let pidfd = self.pidfd.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Some(pidfd) = &pidfd {
-                        let _ = pidfd.readable().await;
-                    }
-                    reap(pid, pidfd.as_ref().map(AsyncFd::get_ref), true);
-                });
+                runtime.spawn(async move { reap_when_exited(pid, pidfd.as_ref()).await });
             }
             Err(_) => {
                 std::thread::spawn(move || reap(pid, pidfd.as_ref().map(AsyncFd::get_ref), true));
             }
         }
+    }
+}
+
+/// Waits for `pid` to exit (its pidfd turns readable then) and reaps it.
+async fn reap_when_exited(pid: rustix::process::Pid, pidfd: Option<&AsyncFd<OwnedFd>>) {
+    if let Some(pidfd) = pidfd {
+        let _ = pidfd.readable().await;
+    }
+    // Reapable at once, or within moments (its last threads are still going).
+    let mut pause = std::time::Duration::from_micros(100);
+    while !reap(pid, pidfd.map(AsyncFd::get_ref), false) {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
     }
 }
 
@@ -417,18 +415,20 @@ fn decode(message: &[u8]) -> Option<Decoded> {
     let (&flags, rest) = message.split_first()?;
     let count = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
     let body = rest.get(4..)?;
-    let body = body.strip_suffix(&[0]).unwrap_or(body);
-    let mut strings = if body.is_empty() && message.len() == 5 {
-        Vec::new()
-    } else {
-        body.split(|byte| *byte == 0).map(|bytes| OsString::from_vec(bytes.to_vec())).collect()
-    };
-    if strings.len() < count || !(strings.len() - count).is_multiple_of(2) {
+    if body.last().is_some_and(|&byte| byte != 0) {
+        return None; // every string ends with a NUL
+    }
+    let mut strings = body
+        .split_inclusive(|&byte| byte == 0)
+        .map(|string| OsString::from_vec(string[..string.len() - 1].to_vec()));
+    let args: Vec<OsString> = strings.by_ref().take(count).collect();
+    let rest: Vec<OsString> = strings.collect();
+    if args.len() < count || !rest.len().is_multiple_of(2) {
         return None;
     }
-    let env_strings = strings.split_off(count);
-    let env = env_strings.chunks_exact(2).map(|pair| (pair[0].clone(), pair[1].clone())).collect();
-    Some(Decoded { own_group: flags & 1 != 0, cgroup: flags & 2 != 0, args: strings, env })
+    let mut rest = rest.into_iter();
+    let env = std::iter::from_fn(|| Some((rest.next()?, rest.next()?))).collect();
+    Some(Decoded { own_group: flags & 1 != 0, cgroup: flags & 2 != 0, args, env })
 }
 
 /// What a forked child runs to become a supervisor: the supervisor's arguments, the
