@@ -15,11 +15,13 @@
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, JsonRpcResponse, ListToolsResult, ServerJsonRpcMessage,
+    ServerResult,
+};
 use rmcp::service::ServiceExt;
 use rmcp::transport::Transport;
 use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
@@ -134,7 +136,7 @@ where
     let reader_task =
         tokio::spawn(read_messages(reader, max_message_bytes, inbound, outbound.clone()));
     let transport =
-        LineTransport { inbound: inbound_rx, outbound, size_hint: Arc::new(AtomicUsize::new(0)) };
+        LineTransport { inbound: inbound_rx, outbound, encoder: LineEncoder::default() };
 
     let shutdown = daemon.shutdown_token().child_token();
     let outcome = match handler.clone().serve_with_ct(transport, shutdown).await {
@@ -158,9 +160,7 @@ where
 struct LineTransport {
     inbound: mpsc::Receiver<ClientJsonRpcMessage>,
     outbound: LineSender,
-    /// The size of the last line sent: the next one is serialized into a buffer of
-    /// that capacity, so that a stream of similar answers is not regrown each time.
-    size_hint: Arc<AtomicUsize>,
+    encoder: LineEncoder,
 }
 
 impl Transport<RoleServer> for LineTransport {
@@ -171,13 +171,9 @@ impl Transport<RoleServer> for LineTransport {
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let outbound = self.outbound.clone();
-        let size_hint = self.size_hint.clone();
+        let line = self.encoder.encode(&item);
         async move {
-            let mut line = Vec::with_capacity(size_hint.load(Ordering::Relaxed).max(256));
-            serde_json::to_writer(&mut line, &item).map_err(std::io::Error::other)?;
-            line.push(b'\n');
-            size_hint.store(line.len(), Ordering::Relaxed);
-            outbound.send(line).await.map_err(|_| {
+            outbound.send(line?).await.map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
             })
         }
@@ -190,6 +186,49 @@ impl Transport<RoleServer> for LineTransport {
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.inbound.close();
         Ok(())
+    }
+}
+
+/// Serializes outgoing messages into lines.
+#[derive(Default)]
+struct LineEncoder {
+    /// The size of the last line: the next one is serialized into a buffer of that
+    /// capacity, so that a stream of similar answers is not regrown each time.
+    size_hint: usize,
+    /// The last `tools/list` result and its JSON. A conversation's listing only
+    /// changes with the tools, and serializing it (every tool's input schema) is most
+    /// of what answering `tools/list` costs; comparing it to the last one is cheap,
+    /// since the tools share their schemas (`Arc`s compared by address first).
+    listing: Option<(ListToolsResult, Vec<u8>)>,
+}
+
+impl LineEncoder {
+    fn encode(&mut self, item: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
+        let mut line = Vec::with_capacity(self.size_hint.max(256));
+        match item {
+            JsonRpcMessage::Response(JsonRpcResponse {
+                id,
+                result: ServerResult::ListToolsResult(listed),
+                ..
+            }) => {
+                let json = match &self.listing {
+                    Some((last, json)) if last == listed => json,
+                    _ => {
+                        let json = serde_json::to_vec(listed).map_err(std::io::Error::other)?;
+                        &self.listing.insert((listed.clone(), json)).1
+                    }
+                };
+                line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+                serde_json::to_writer(&mut line, id).map_err(std::io::Error::other)?;
+                line.extend_from_slice(br#","result":"#);
+                line.extend_from_slice(json);
+                line.push(b'}');
+            }
+            _ => serde_json::to_writer(&mut line, item).map_err(std::io::Error::other)?,
+        }
+        line.push(b'\n');
+        self.size_hint = line.len();
+        Ok(line)
     }
 }
 
@@ -348,6 +387,54 @@ mod tests {
             Parsed::Reply(Some(line)) => serde_json::from_str(&line).ok(),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_listing_is_serialized_once_and_answered_as_typed() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use rmcp::model::{JsonRpcVersion2_0, RequestId, Tool};
+
+        let schema = Arc::new(serde_json::Map::from_iter([("type".to_string(), json!("object"))]));
+        let tool = |description: &'static str| Tool::new("read", description, schema.clone());
+        let response = |id: i64, tools: Vec<Tool>| {
+            ServerJsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: JsonRpcVersion2_0,
+                id: RequestId::Number(id),
+                result: ServerResult::ListToolsResult(ListToolsResult::with_all_items(tools)),
+            })
+        };
+        let cached =
+            |encoder: &LineEncoder| encoder.listing.as_ref().map(|(_, json)| json.as_ptr());
+
+        let mut encoder = LineEncoder::default();
+        let mut seen = Vec::new();
+        for message in [
+            response(1, vec![tool("a")]),
+            response(2, vec![tool("a")]),
+            response(3, vec![tool("b")]),
+            response(4, vec![tool("b"), tool("a")]),
+            response(5, vec![tool("b"), tool("a")]),
+        ] {
+            let mut expected = serde_json::to_vec(&message)?;
+            expected.push(b'\n');
+            assert_eq!(String::from_utf8(encoder.encode(&message)?)?, String::from_utf8(expected)?);
+            seen.push(cached(&encoder));
+        }
+        // The same listing is answered from the same text; a changed one is serialized again.
+        assert_eq!(seen[0], seen[1]);
+        assert_ne!(seen[1], seen[2]);
+        assert_eq!(seen[3], seen[4]);
+        // Anything else is serialized as it is and leaves the listing alone.
+        let ping = ServerJsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id: RequestId::String("p".into()),
+            result: ServerResult::EmptyResult(().into()),
+        });
+        let mut expected = serde_json::to_vec(&ping)?;
+        expected.push(b'\n');
+        assert_eq!(encoder.encode(&ping)?, expected);
+        assert_eq!(cached(&encoder), seen[4]);
+        Ok(())
     }
 
     #[test]
