@@ -139,9 +139,10 @@ struct CallResult {
     content: Vec<Block>,
     #[serde(default)]
     is_error: bool,
-    /// A `tools/list` answer's tools.
+    /// A `tools/list` answer's tools: counted, not built into values (a tree of every
+    /// schema would time this load generator's allocations, not the server).
     #[serde(default)]
-    tools: Vec<serde_json::Value>,
+    tools: Vec<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
