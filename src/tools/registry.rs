@@ -126,6 +126,11 @@ impl Entry {
             map.retain(|name, value| !(value.is_null() && self.null_means_absent.contains(name)));
         }
     }
+
+    /// Checks arguments against the tool's input schema.
+    fn validate(&self, args: &Value) -> Result<(), ToolResult> {
+        self.validator.validate(&self.tool.definition().input_schema, args)
+    }
 }
 
 /// The catalogue. Cheap to share behind an `Arc`; lookups take a short read lock that
@@ -475,7 +480,7 @@ impl Registry {
             Err(res) => return res,
         };
         entry.drop_absent_nulls(&mut args);
-        if let Err(res) = entry.validator.validate(&args) {
+        if let Err(res) = entry.validate(&args) {
             return res;
         }
 
@@ -550,7 +555,7 @@ impl Registry {
         };
         let mut args = parse_arguments(arguments)?;
         entry.drop_absent_nulls(&mut args);
-        entry.validator.validate(&args)?;
+        entry.validate(&args)?;
         Ok(args)
     }
 
@@ -567,10 +572,7 @@ impl Registry {
             return Err(RegisterError::BlankName);
         }
         let validator = if compile == Compile::OnFirstCall {
-            ArgumentSchema::Deferred {
-                schema: definition.input_schema.clone(),
-                compiled: std::sync::OnceLock::new(),
-            }
+            ArgumentSchema::Deferred(std::sync::OnceLock::new())
         } else {
             let (validator, _) =
                 super::schema::compile(&definition.input_schema).map_err(|reason| {
@@ -692,19 +694,21 @@ enum Compile {
 /// compiled when the tool is registered, so a bad one is refused then, and so are those
 /// of tools registered with [`Registry::register`]. A built-in's schema
 /// ([`Registry::register_built_in`]), which the tests check against its meta-schema,
-/// is compiled on the tool's
-/// first call: compiling checks the schema against the meta-schema, whose own validator
-/// (built once, kept for good) is most of an idle server's heap.
+/// is compiled from its definition on the tool's first call: compiling checks the
+/// schema against the meta-schema, whose own validator (built once, kept for good) is
+/// most of an idle server's heap.
 enum ArgumentSchema {
     Compiled(jsonschema::Validator),
-    Deferred { schema: Value, compiled: std::sync::OnceLock<Result<jsonschema::Validator, String>> },
+    Deferred(std::sync::OnceLock<Result<jsonschema::Validator, String>>),
 }
 
 impl ArgumentSchema {
-    fn validate(&self, args: &Value) -> Result<(), ToolResult> {
+    /// Checks `args`; `schema` is the tool's input schema, compiled here on first use
+    /// when it was deferred.
+    fn validate(&self, schema: &Value, args: &Value) -> Result<(), ToolResult> {
         let validator = match self {
             ArgumentSchema::Compiled(validator) => validator,
-            ArgumentSchema::Deferred { schema, compiled } => {
+            ArgumentSchema::Deferred(compiled) => {
                 let compiled = compiled
                     .get_or_init(|| super::schema::compile(schema).map(|(validator, _)| validator));
                 match compiled {
