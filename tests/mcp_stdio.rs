@@ -213,6 +213,31 @@ async fn live_output_becomes_progress_notifications() {
 }
 
 #[tokio::test]
+async fn calls_still_running_at_end_of_input_are_answered_first() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    // Sent together and followed at once by the end of input: every call is still
+    // running when the input ends, and each is answered with its result.
+    let calls: String = (1..=16)
+        .map(|id| {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "pause", "arguments": {"ms": 300}
+            }});
+            format!("{call}\n")
+        })
+        .collect();
+    client.send_raw(calls.trim_end()).await;
+    client.end_input().await;
+    for id in 1..=16 {
+        let answer = client.response(json!(id)).await;
+        assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+        assert_eq!(answer["result"]["content"][0]["text"], json!("slept"), "{answer}");
+    }
+    client.ended().await;
+}
+
+#[tokio::test]
 async fn a_client_that_disconnects_mid_call_leaves_nothing_running() {
     let test = TestDaemon::new();
     let mut client = StdioClient::start(&test.daemon, McpOptions::default());

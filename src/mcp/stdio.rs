@@ -13,21 +13,26 @@
 //! call; their flags are put back when the conversation ends. Anything else (a
 //! terminal, a file) is read and written the blocking way.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, JsonRpcMessage, JsonRpcResponse, ListToolsResult, ServerJsonRpcMessage,
-    ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetExtensions, GetMeta,
+    JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, ListToolsResult,
+    ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
 };
-use rmcp::service::ServiceExt;
+use rmcp::service::{Peer, RequestContext, Service, ServiceExt};
 use rmcp::transport::Transport;
 use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
@@ -47,6 +52,11 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// How long calls still running at end of input get to wind down after being
 /// canceled (their process trees are killed at once; this covers the reaping).
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// How long answers of calls still running at end of input (or at shutdown) are
+/// waited for before the calls are canceled: rmcp's own waits for the requests it
+/// dispatched, so that both kinds of request end alike.
+const ANSWER_GRACE_AT_EOF: Duration = Duration::from_secs(5);
+const ANSWER_GRACE_AT_SHUTDOWN: Duration = Duration::from_secs(2);
 
 /// Serves one MCP conversation on the process's stdin and stdout until stdin ends
 /// or the daemon shuts down (`toolgate mcp`).
@@ -132,28 +142,206 @@ where
 
     let (outbound, outbound_rx) = line_queue();
     let (inbound, inbound_rx) = mpsc::channel::<ClientJsonRpcMessage>(INBOUND_CAPACITY);
+    let direct = Arc::new(Direct::new(handler.clone(), outbound.clone()));
     let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
-    let reader_task =
-        tokio::spawn(read_messages(reader, max_message_bytes, inbound, outbound.clone()));
+    let reader_task = tokio::spawn(read_messages(
+        reader,
+        max_message_bytes,
+        inbound,
+        outbound.clone(),
+        direct.clone(),
+    ));
     let transport =
         LineTransport { inbound: inbound_rx, outbound, encoder: LineEncoder::default() };
 
     let shutdown = daemon.shutdown_token().child_token();
-    let outcome = match handler.clone().serve_with_ct(transport, shutdown).await {
+    let outcome = match handler.clone().serve_with_ct(transport, shutdown.clone()).await {
         Ok(running) => {
-            running.waiting().await.map(|_| ()).map_err(|err| McpServeError::Join(err.to_string()))
+            direct.open(running.peer().clone());
+            let served = CancellationToken::new();
+            let serving = async {
+                let _served = served.clone().drop_guard();
+                running.waiting().await
+            };
+            let (outcome, ()) = tokio::join!(serving, direct.wind_down(&shutdown, &served));
+            outcome.map(|_| ()).map_err(|err| McpServeError::Join(err.to_string()))
         }
         Err(err) => Err(McpServeError::Start(err.to_string())),
     };
 
     // The client is gone (or we are stopping): cancel what still runs and wait, a
     // bounded time, for the calls to wind down.
+    direct.close();
     handler.close().await;
     handler.drain(DRAIN_GRACE).await;
     reader_task.abort();
     drop(handler);
+    drop(direct);
     let _ = writer_task.await;
     outcome
+}
+
+/// `tools/call` requests of an initialized conversation, taken from the reader
+/// straight to a task of their own and answered from there.
+///
+/// rmcp's service loop would take each request in, start its task, take its answer
+/// back and start another task to send it: two wake-ups of the loop and one more task
+/// per call, which is a good share of what a small call costs. The handler run here
+/// is the same (`Service::handle_request`, so rmcp's own checks of a call, the tasks
+/// extension's included, still apply), and what the loop does around a request is
+/// done here too: the request's cancellation token, `notifications/cancelled`
+/// canceling it and suppressing its answer, the token canceled once the answer is
+/// out, answers of calls still running at end of input written first (for as long
+/// as rmcp waits for its own), and calls still running after that canceled.
+///
+/// Only calls whose protocol is the conversation's initialize-era version take this
+/// path: a call that names its own version in `_meta` (the 2026-07-28 inline
+/// lifecycle) and everything else go through rmcp.
+struct Direct {
+    handler: McpHandler,
+    /// The conversation's peer, once `initialize` is done; until then every request
+    /// goes to rmcp.
+    peer: OnceLock<Peer<RoleServer>>,
+    /// The request tokens of calls whose answer is still due, by request id.
+    due: Mutex<HashMap<RequestId, CancellationToken>>,
+    tasks: TaskTracker,
+    /// Where answers go; taken away when the conversation ends, so that a call that
+    /// outlives it cannot keep stdout open.
+    outbound: Mutex<Option<LineSender>>,
+    /// Canceled when the conversation ends: the parent of every request token.
+    ended: CancellationToken,
+    /// Canceled when the reader is done (end of input or a failed read).
+    input_ended: CancellationToken,
+    /// The size of the last answer, as [`LineEncoder::size_hint`].
+    size_hint: AtomicUsize,
+}
+
+impl Direct {
+    fn new(handler: McpHandler, outbound: LineSender) -> Direct {
+        Direct {
+            handler,
+            peer: OnceLock::new(),
+            due: Mutex::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+            outbound: Mutex::new(Some(outbound)),
+            ended: CancellationToken::new(),
+            input_ended: CancellationToken::new(),
+            size_hint: AtomicUsize::new(0),
+        }
+    }
+
+    fn open(&self, peer: Peer<RoleServer>) {
+        let _ = self.peer.set(peer);
+    }
+
+    /// Takes a message from the reader: a call this path serves is started (and
+    /// `None` returned); anything else is handed back for rmcp. A cancellation of a
+    /// call started here cancels it (and is handed on as well: rmcp ignores ids it
+    /// does not know, and the handler sees every notification as before).
+    fn take(self: &Arc<Self>, message: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
+        match message {
+            JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
+                match self.serves(&request) {
+                    Some(peer) => {
+                        self.start(id, request, peer);
+                        None
+                    }
+                    None => Some(ClientJsonRpcMessage::request(request, id)),
+                }
+            }
+            JsonRpcMessage::Notification(JsonRpcNotification {
+                notification: ClientNotification::CancelledNotification(cancelled),
+                ..
+            }) => {
+                if let Some(id) = &cancelled.params.request_id
+                    && let Some(token) = self.due().remove(id)
+                {
+                    tracing::debug!(%id, reason = ?cancelled.params.reason, "cancelled");
+                    token.cancel();
+                }
+                Some(ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
+                    cancelled,
+                )))
+            }
+            message => Some(message),
+        }
+    }
+
+    /// The peer to serve `request` with, when it is a call this path takes.
+    fn serves(&self, request: &ClientRequest) -> Option<Peer<RoleServer>> {
+        if !matches!(request, ClientRequest::CallToolRequest(_))
+            || request.get_meta().protocol_version().is_some()
+        {
+            return None;
+        }
+        let peer = self.peer.get()?;
+        let info = peer.peer_info()?;
+        (info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str())
+            .then(|| peer.clone())
+    }
+
+    fn start(self: &Arc<Self>, id: RequestId, mut request: ClientRequest, peer: Peer<RoleServer>) {
+        let token = self.ended.child_token();
+        let mut ctx = RequestContext::new(id.clone(), peer);
+        ctx.ct = token.child_token();
+        std::mem::swap(&mut ctx.meta, request.get_meta_mut());
+        std::mem::swap(&mut ctx.extensions, request.extensions_mut());
+        // Registered before the next line is read, so that a cancellation right
+        // behind the call finds it.
+        self.due().insert(id.clone(), token);
+        let direct = self.clone();
+        self.tasks.spawn(async move {
+            let result = direct.handler.handle_request(request, ctx).await;
+            // A canceled call is not answered.
+            let Some(token) = direct.due().remove(&id) else {
+                tracing::debug!(%id, "dropping the answer of a canceled call");
+                return;
+            };
+            token.cancel();
+            let answer = match result {
+                Ok(result) => ServerJsonRpcMessage::response(result, id),
+                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+            };
+            let line = match encode_line(&answer, direct.size_hint.load(Ordering::Relaxed)) {
+                Ok(line) => {
+                    direct.size_hint.store(line.len(), Ordering::Relaxed);
+                    line
+                }
+                Err(err) => {
+                    tracing::error!(%err, "an answer could not be serialized");
+                    return;
+                }
+            };
+            let outbound = direct.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            if let Some(outbound) = outbound {
+                let _ = outbound.send(line).await;
+            }
+        });
+    }
+
+    fn due(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+        self.due.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Once the input has ended (or the conversation is stopped, or rmcp's loop has
+    /// ended), waits a bounded time for the answers of calls still running, as rmcp
+    /// does for its own.
+    async fn wind_down(&self, shutdown: &CancellationToken, served: &CancellationToken) {
+        let grace = tokio::select! {
+            () = self.input_ended.cancelled() => ANSWER_GRACE_AT_EOF,
+            () = served.cancelled() => ANSWER_GRACE_AT_EOF,
+            () = shutdown.cancelled() => ANSWER_GRACE_AT_SHUTDOWN,
+        };
+        self.tasks.close();
+        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+    }
+
+    /// Ends the conversation for this path: calls still running are canceled and
+    /// can no longer answer.
+    fn close(&self) {
+        self.ended.cancel();
+        self.outbound.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
 }
 
 /// The transport handed to rmcp: parsed messages in, serialized lines out.
@@ -204,31 +392,128 @@ struct LineEncoder {
 
 impl LineEncoder {
     fn encode(&mut self, item: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
-        let mut line = Vec::with_capacity(self.size_hint.max(256));
-        match item {
+        let line = match item {
             JsonRpcMessage::Response(JsonRpcResponse {
                 id,
                 result: ServerResult::ListToolsResult(listed),
                 ..
-            }) => {
-                let json = match &self.listing {
-                    Some((last, json)) if last == listed => json,
-                    _ => {
-                        let json = serde_json::to_vec(listed).map_err(std::io::Error::other)?;
-                        &self.listing.insert((listed.clone(), json)).1
-                    }
-                };
-                line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-                serde_json::to_writer(&mut line, id).map_err(std::io::Error::other)?;
-                line.extend_from_slice(br#","result":"#);
-                line.extend_from_slice(json);
-                line.push(b'}');
-            }
-            _ => serde_json::to_writer(&mut line, item).map_err(std::io::Error::other)?,
-        }
-        line.push(b'\n');
+            }) => self.listing_line(id, listed)?,
+            _ => encode_line(item, self.size_hint)?,
+        };
         self.size_hint = line.len();
         Ok(line)
+    }
+
+    fn listing_line(
+        &mut self,
+        id: &RequestId,
+        listed: &ListToolsResult,
+    ) -> std::io::Result<Vec<u8>> {
+        let json = match &self.listing {
+            Some((last, json)) if last == listed => json,
+            _ => {
+                let json = serde_json::to_vec(listed).map_err(std::io::Error::other)?;
+                &self.listing.insert((listed.clone(), json)).1
+            }
+        };
+        let mut line = Vec::with_capacity(json.len() + 64);
+        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        serde_json::to_writer(&mut line, id).map_err(std::io::Error::other)?;
+        line.extend_from_slice(br#","result":"#);
+        line.extend_from_slice(json);
+        line.extend_from_slice(b"}\n");
+        Ok(line)
+    }
+}
+
+/// A message as one line, serialized into a buffer of about `size_hint` bytes.
+fn encode_line(message: &ServerJsonRpcMessage, size_hint: usize) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::with_capacity(size_hint.max(256));
+    if let JsonRpcMessage::Response(JsonRpcResponse {
+        id,
+        result: ServerResult::CallToolResult(result),
+        ..
+    }) = message
+        && let Some(parts) = TextResult::of(result)
+    {
+        parts.write(id, &mut line).map_err(std::io::Error::other)?;
+    } else {
+        serde_json::to_writer(&mut line, message).map_err(std::io::Error::other)?;
+    }
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// A tool's answer as nearly every call has it: one plain text block, and the
+/// structured result (an object) holding the same text once more. Escaping that text
+/// is most of what serializing the answer costs, so it is escaped once and its JSON
+/// copied to the second place; the line is byte for byte what serde writes.
+struct TextResult<'a> {
+    result: &'a rmcp::model::CallToolResult,
+    text: &'a str,
+    structured: &'a serde_json::Map<String, Value>,
+}
+
+impl<'a> TextResult<'a> {
+    /// Texts shorter than this are not worth the special case.
+    const MIN_TEXT: usize = 256;
+
+    fn of(result: &'a rmcp::model::CallToolResult) -> Option<TextResult<'a>> {
+        let [rmcp::model::ContentBlock::Text(block)] = result.content.as_slice() else {
+            return None;
+        };
+        if block.meta.is_some() || block.annotations.is_some() || result.meta.is_some() {
+            return None;
+        }
+        let Some(Value::Object(structured)) = &result.structured_content else {
+            return None;
+        };
+        let text = block.text.as_str();
+        let repeated = structured.values().any(|value| value.as_str() == Some(text));
+        (text.len() >= Self::MIN_TEXT && repeated).then_some(TextResult {
+            result,
+            text,
+            structured,
+        })
+    }
+
+    /// Writes `{"jsonrpc":"2.0","id":..,"result":{..}}` in serde's field order.
+    fn write(&self, id: &RequestId, line: &mut Vec<u8>) -> serde_json::Result<()> {
+        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        serde_json::to_writer(&mut *line, id)?;
+        line.extend_from_slice(br#","result":{"#);
+        if let Some(result_type) = &self.result.result_type {
+            line.extend_from_slice(br#""resultType":"#);
+            serde_json::to_writer(&mut *line, result_type)?;
+            line.push(b',');
+        }
+        line.extend_from_slice(br#""content":[{"type":"text","text":"#);
+        let start = line.len();
+        serde_json::to_writer(&mut *line, self.text)?;
+        let escaped = start..line.len();
+        line.extend_from_slice(br#"}],"structuredContent":{"#);
+        for (index, (key, value)) in self.structured.iter().enumerate() {
+            if index > 0 {
+                line.push(b',');
+            }
+            serde_json::to_writer(&mut *line, key)?;
+            line.push(b':');
+            if value.as_str() == Some(self.text) {
+                line.extend_from_within(escaped.clone());
+            } else {
+                serde_json::to_writer(&mut *line, value)?;
+            }
+        }
+        line.push(b'}');
+        if let Some(is_error) = self.result.is_error {
+            line.extend_from_slice(if is_error {
+                br#","isError":true"#
+            } else {
+                br#","isError":false"#
+            });
+        }
+        line.extend_from_slice(b"}}");
+        Ok(())
     }
 }
 
@@ -238,7 +523,9 @@ async fn read_messages<R: AsyncRead + Unpin>(
     max_message_bytes: usize,
     inbound: mpsc::Sender<ClientJsonRpcMessage>,
     outbound: LineSender,
+    direct: Arc<Direct>,
 ) {
+    let _ended = direct.input_ended.clone().drop_guard();
     let mut lines = LineReader::new(reader, max_message_bytes);
     loop {
         let frame = match lines.next_line().await {
@@ -264,7 +551,9 @@ async fn read_messages<R: AsyncRead + Unpin>(
             )),
             Frame::Line(line) => match parse(&line) {
                 Parsed::Message(message) => {
-                    if inbound.send(*message).await.is_err() {
+                    if let Some(message) = direct.take(*message)
+                        && inbound.send(message).await.is_err()
+                    {
                         return;
                     }
                     None
@@ -434,6 +723,64 @@ mod tests {
         expected.push(b'\n');
         assert_eq!(encoder.encode(&ping)?, expected);
         assert_eq!(cached(&encoder), seen[4]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_text_answer_is_written_as_serde_writes_it() -> Result<(), Box<dyn std::error::Error>> {
+        use rmcp::model::{CallToolResult, ContentBlock, JsonRpcVersion2_0, ResultType};
+
+        let long = "     1\tfn main() {\n     2\t    println!(\"\u{e9}\\\\ \u{1}\");\n".repeat(12);
+        let answer = |id: RequestId, result: CallToolResult| {
+            ServerJsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: JsonRpcVersion2_0,
+                id,
+                result: ServerResult::CallToolResult(result),
+            })
+        };
+        let result = |text: &str, structured: Option<Value>, is_error: Option<bool>| {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+            result.structured_content = structured;
+            result.is_error = is_error;
+            result
+        };
+        let mut legacy = result(&long, Some(json!({"ok": true, "content": long})), Some(false));
+        legacy.result_type = None;
+        let cases = [
+            // A read: the text in the structured result too, with other fields around.
+            result(
+                &long,
+                Some(json!({"ok": true, "content": long, "tool": "read_file",
+                    "metadata": {"path": "a \"b\"", "lines": [1, 2]}, "z": long})),
+                Some(false),
+            ),
+            result(&long, Some(json!({"ok": false, "content": long, "error": "x"})), Some(true)),
+            result(&long, Some(json!({"content": long})), None),
+            legacy,
+            // Not the shape: written by serde as it is.
+            result(&long, Some(json!({"content": "other"})), Some(false)),
+            result("short", Some(json!({"content": "short"})), Some(false)),
+            result(&long, Some(json!([long])), Some(false)),
+            result(&long, None, Some(false)),
+        ];
+        let mut special = 0;
+        for (index, result) in cases.into_iter().enumerate() {
+            special += usize::from(TextResult::of(&result).is_some());
+            for id in
+                [RequestId::Number(index as i64), RequestId::String(format!("r\"{index}").into())]
+            {
+                let message = answer(id, result.clone());
+                let mut expected = serde_json::to_vec(&message)?;
+                expected.push(b'\n');
+                let line = encode_line(&message, 0)?;
+                assert_eq!(String::from_utf8(line)?, String::from_utf8(expected)?, "case {index}");
+            }
+        }
+        assert_eq!(special, 4, "the first four cases take the special case");
+        assert!(TextResult::of(&result(&long, None, None)).is_none());
+        let mut typed = result(&long, Some(json!({"content": long})), None);
+        typed.result_type = Some(ResultType::COMPLETE);
+        assert!(TextResult::of(&typed).is_some());
         Ok(())
     }
 

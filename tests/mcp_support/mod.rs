@@ -147,6 +147,43 @@ impl Tool for Touch {
     }
 }
 
+/// Sleeps `ms` milliseconds, then answers "slept" (a read-only call that is still
+/// running for a while); canceled, it ends at once.
+pub struct Pause(Definition);
+
+impl Pause {
+    pub fn tool() -> Arc<dyn Tool> {
+        Arc::new(Pause(Definition {
+            name: "pause".into(),
+            description: "sleeps, then answers".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"ms": {"type": "integer"}},
+                "required": ["ms"],
+                "additionalProperties": false
+            }),
+            safety: Safety::ReadOnly,
+            system: false,
+            timeout: None,
+        }))
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Pause {
+    fn definition(&self) -> &Definition {
+        &self.0
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> ToolResult {
+        let pause = Duration::from_millis(args["ms"].as_u64().unwrap_or(0));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => ToolResult::success("slept"),
+            () = ctx.cancel.cancelled() => ToolResult::failure(ErrorType::Canceled, "canceled"),
+        }
+    }
+}
+
 pub struct TestDaemon {
     pub dir: tempfile::TempDir,
     pub daemon: Arc<Daemon>,
@@ -159,6 +196,7 @@ impl TestDaemon {
         let registry = Registry::with_builtins();
         registry.register(Some(Streamer::tool())).expect("register stream_lines");
         registry.register(Some(Touch::tool())).expect("register touch_file");
+        registry.register(Some(Pause::tool())).expect("register pause");
         let daemon = Daemon::new(Arc::new(registry), Settings::for_roots(vec![root]), None);
         TestDaemon { dir, daemon }
     }
@@ -264,6 +302,18 @@ impl StdioClient {
             .await;
         self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
         answer
+    }
+
+    /// Ends the server's input without waiting for it to end; what it still answers
+    /// can be read as before.
+    pub async fn end_input(&mut self) {
+        self.writer.shutdown().await.expect("shutdown");
+    }
+
+    /// Waits for the server to end by itself (after [`StdioClient::end_input`]).
+    pub async fn ended(self) {
+        let outcome = tokio::time::timeout(PATIENCE, self.server).await;
+        assert!(matches!(outcome, Ok(Ok(Ok(())))), "the server ended cleanly: {outcome:?}");
     }
 
     /// Closes the client's side; the server must end by itself.
