@@ -67,76 +67,93 @@ fn serializer_kind<S>() -> Kind {
 
 /// `text` as a JSON string literal, quotes included.
 pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16 + 2);
+    escape_into(&mut out, text);
+    out
+}
+
+/// Where escaped text goes: a `String`, or the `Vec<u8>` of a line being written.
+pub trait Sink {
+    fn push_str(&mut self, text: &str);
+}
+
+impl Sink for String {
+    fn push_str(&mut self, text: &str) {
+        String::push_str(self, text);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn push_str(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// Appends `text` as a JSON string literal, quotes included: byte for byte what
+/// serde_json writes. Eight bytes are looked at a time; the bytes that need escaping
+/// in a word are found exactly from its mask, so a word with a tab or a quote costs
+/// one step per such byte, not one per byte.
+pub fn escape_into(out: &mut impl Sink, text: &str) {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(bytes.len() + bytes.len() / 16 + 2);
-    out.push('"');
+    out.push_str("\"");
     let mut clean_from = 0;
     let mut at = 0;
-    while at + 8 <= bytes.len() {
+    while let Some(chunk) = bytes.get(at..at + 8) {
         let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[at..at + 8]);
-        if !needs_escape(u64::from_le_bytes(word)) {
-            at += 8;
-            continue;
-        }
-        for index in at..at + 8 {
-            if let Some(escaped) = escape_byte(bytes[index]) {
-                // Escaped bytes are ASCII, so both cuts fall on character boundaries.
-                out.push_str(&text[clean_from..index]);
-                push_escape(&mut out, bytes[index], escaped);
-                clean_from = index + 1;
-            }
+        word.copy_from_slice(chunk);
+        let mut mask = escape_mask(u64::from_le_bytes(word));
+        while mask != 0 {
+            // The flag of byte i is bit 8i + 7 (little-endian load).
+            let index = at + (mask.trailing_zeros() / 8) as usize;
+            // Escaped bytes are ASCII, so both cuts fall on character boundaries.
+            out.push_str(&text[clean_from..index]);
+            push_escape(out, bytes[index]);
+            clean_from = index + 1;
+            mask &= mask - 1;
         }
         at += 8;
     }
     for index in at..bytes.len() {
-        if let Some(escaped) = escape_byte(bytes[index]) {
+        if needs_escape(bytes[index]) {
             out.push_str(&text[clean_from..index]);
-            push_escape(&mut out, bytes[index], escaped);
+            push_escape(out, bytes[index]);
             clean_from = index + 1;
         }
     }
     out.push_str(&text[clean_from..]);
-    out.push('"');
-    out
+    out.push_str("\"");
 }
 
-/// Whether any of the eight bytes is `"`, `\` or below 0x20. Exact for presence
-/// (the classic "has zero byte" and "has byte less than" word tricks).
-fn needs_escape(word: u64) -> bool {
-    let has_zero = |value: u64| value.wrapping_sub(ONES) & !value & HIGHS != 0;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
-    below_space
-        || has_zero(word ^ (ONES * u64::from(b'"')))
-        || has_zero(word ^ (ONES * u64::from(b'\\')))
+/// The high bit of each of the eight bytes that is `"`, `\` or below 0x20, and no
+/// other bit. Exact: every sum stays within its byte (at most 0x7F + 0x7F), so no
+/// carry or borrow reaches a neighbour, unlike the "has zero byte" trick.
+fn escape_mask(word: u64) -> u64 {
+    const LOW7: u64 = ONES * 0x7F;
+    // A byte's high bit ends up set iff its low seven bits are not zero.
+    let zero = |value: u64| !(((value & LOW7) + LOW7) | value) & HIGHS;
+    // ... iff its low seven bits are 0x20 or more.
+    let below_space = !(((word & LOW7) + ONES * 0x60) | word) & HIGHS;
+    below_space | zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')))
 }
 
-/// The short escape of a byte, `Some(0)` for one written as `\u00XX`, `None` when the
-/// byte needs none.
-fn escape_byte(byte: u8) -> Option<u8> {
-    match byte {
-        b'"' => Some(b'"'),
-        b'\\' => Some(b'\\'),
-        b'\n' => Some(b'n'),
-        b'\t' => Some(b't'),
-        b'\r' => Some(b'r'),
-        0x08 => Some(b'b'),
-        0x0C => Some(b'f'),
-        0x00..=0x1F => Some(0),
-        _ => None,
-    }
+/// Whether a byte needs escaping: `"`, `\` and the control characters.
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
-fn push_escape(out: &mut String, byte: u8, escaped: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('\\');
-    if escaped == 0 {
-        out.push_str("u00");
-        out.push(char::from(HEX[usize::from(byte >> 4)]));
-        out.push(char::from(HEX[usize::from(byte & 0xF)]));
-    } else {
-        out.push(char::from(escaped));
-    }
+/// Appends the escape of a byte that needs one.
+fn push_escape(out: &mut impl Sink, byte: u8) {
+    const CONTROL: [&str; 32] = [
+        "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
+        "\\b", "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011",
+        "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019",
+        "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+    ];
+    out.push_str(match byte {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        _ => CONTROL[usize::from(byte & 0x1F)],
+    });
 }
 
 #[cfg(test)]
@@ -150,10 +167,23 @@ mod tests {
         let all: String = (0u8..=0x7F).map(char::from).collect();
         let text = format!("{all}é🦀 {all}").repeat(5);
         assert_eq!(escape(&text), serde_json::to_string(&text).unwrap());
+        // The mask flags exactly the bytes that need escaping, wherever they are and
+        // whatever their neighbours (a borrow from a flagged byte flags nothing else).
         for byte in 0u8..=0xFF {
-            let word = u64::from_le_bytes([b'a', b'b', b'c', byte, b'd', b'e', b'f', b'g']);
-            let must = byte < 0x20 || byte == b'"' || byte == b'\\';
-            assert_eq!(needs_escape(word), must, "{byte:#x}");
+            for neighbour in [0u8, b'"', 0x1F, 0x20, 0x7F, 0x80, 0xFF] {
+                for position in 0..8 {
+                    let mut word = [neighbour; 8];
+                    word[position] = byte;
+                    let expected = word.iter().enumerate().fold(0u64, |mask, (index, &b)| {
+                        if needs_escape(b) { mask | 0x80 << (8 * index) } else { mask }
+                    });
+                    assert_eq!(
+                        escape_mask(u64::from_le_bytes(word)),
+                        expected,
+                        "{byte:#x} at {position} among {neighbour:#x}"
+                    );
+                }
+            }
         }
     }
 
