@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetExtensions, GetMeta,
-    JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, ListToolsResult,
-    ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequest, CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage,
+    ClientNotification, ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification,
+    JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{Peer, RequestContext, Service, ServiceExt};
 use rmcp::transport::Transport;
@@ -583,6 +584,9 @@ enum Parsed {
 }
 
 fn parse(line: &[u8]) -> Parsed {
+    if let Some(call) = parse_call(line) {
+        return Parsed::Message(Box::new(call));
+    }
     // A well-formed message (nearly every line) goes straight to its type; only what
     // fails is looked at as JSON to find the right error.
     if let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) {
@@ -617,6 +621,33 @@ fn parse(line: &[u8]) -> Parsed {
             Parsed::Reply(Some(error_line(&id, -32600, &format!("invalid request: {err}"))))
         }
     }
+}
+
+/// A `tools/call` request, read straight into its type. rmcp reads a message by
+/// buffering it, checking its shape and trying the request types in turn, which costs
+/// several times what reading one known type does, and nearly every line of a busy
+/// conversation is a call. Only a line with exactly the four members of a request
+/// is read here, into what rmcp's reading makes of it (the `_meta` of the params in
+/// the request's extensions); anything else, or anything this cannot read, is read
+/// the general way.
+fn parse_call(line: &[u8]) -> Option<ClientJsonRpcMessage> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct CallLine {
+        #[serde(rename = "jsonrpc")]
+        _jsonrpc: JsonRpcVersion2_0,
+        id: RequestId,
+        #[serde(rename = "method")]
+        _method: CallToolRequestMethod,
+        params: CallToolRequestParams,
+    }
+    let CallLine { id, mut params, .. } = serde_json::from_slice(line).ok()?;
+    let meta = params.meta.take();
+    let mut request = CallToolRequest::new(params);
+    if let Some(meta) = meta {
+        request.extensions.insert(meta);
+    }
+    Some(ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(request), id))
 }
 
 /// Lines for stdout, each holding its share of [`OUTBOUND_BYTES`] until written.
@@ -783,6 +814,46 @@ mod tests {
         let mut typed = result(&long, Some(json!({"content": long})), None);
         typed.result_type = Some(ResultType::COMPLETE);
         assert!(TextResult::of(&typed).is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn a_call_is_read_as_rmcp_reads_it() -> Result<(), Box<dyn std::error::Error>> {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#,
+            r#"{"params":{"arguments":{"path":"a"},"name":"x"},"method":"tools/call","id":"s-1","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"t","k":[1]}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x","arguments":{},"requestState":"s","inputResponses":{"a":{"action":"accept"}},"extra":1}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        ];
+        for line in lines {
+            let Some(fast) = parse_call(line.as_bytes()) else {
+                return Err(format!("not read: {line}").into());
+            };
+            let general: ClientJsonRpcMessage = serde_json::from_str(line)?;
+            assert_eq!(serde_json::to_value(&fast)?, serde_json::to_value(&general)?, "{line}");
+            let meta = |message: &ClientJsonRpcMessage| match message {
+                JsonRpcMessage::Request(request) => Some(request.request.get_meta().clone()),
+                _ => None,
+            };
+            assert_eq!(meta(&fast), meta(&general), "{line}");
+            assert!(meta(&fast).is_some());
+        }
+        // Anything else is left to the general reading (and its errors).
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":7}"#,
+        ] {
+            assert!(parse_call(line.as_bytes()).is_none(), "{line}");
+        }
+        let invalid = reply_of(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"result":{}}"#,
+        );
+        assert_eq!(invalid.map(|v| v["error"]["code"].clone()), Some(json!(-32600)));
         Ok(())
     }
 
