@@ -13,33 +13,32 @@
 //! call; their flags are put back when the conversation ends. Anything else (a
 //! terminal, a file) is read and written the blocking way.
 
-use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequest, CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage,
-    ClientNotification, ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, JsonRpcNotification,
-    JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, ProtocolVersion,
-    RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientRequest, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, RequestId,
+    ServerJsonRpcMessage, ServerResult,
 };
-use rmcp::service::{Peer, RequestContext, Service, ServiceExt};
+use rmcp::service::ServiceExt;
 use rmcp::transport::Transport;
 use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
 use crate::daemon::Daemon;
 use crate::rpc::{Frame, LineReader};
 use crate::tools::json_text;
+
+mod direct;
+use direct::Direct;
 
 /// Parsed messages waiting for the protocol engine; the reader stops reading (the
 /// client's writes block) when it is full.
@@ -54,11 +53,6 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// How long calls still running at end of input get to wind down after being
 /// canceled (their process trees are killed at once; this covers the reaping).
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
-/// How long answers of calls still running at end of input (or at shutdown) are
-/// waited for before the calls are canceled: rmcp's own waits for the requests it
-/// dispatched, so that both kinds of request end alike.
-const ANSWER_GRACE_AT_EOF: Duration = Duration::from_secs(5);
-const ANSWER_GRACE_AT_SHUTDOWN: Duration = Duration::from_secs(2);
 
 /// Serves one MCP conversation on the process's stdin and stdout until stdin ends
 /// or the daemon shuts down (`toolgate mcp`).
@@ -181,169 +175,6 @@ where
     drop(direct);
     let _ = writer_task.await;
     outcome
-}
-
-/// `tools/call` requests of an initialized conversation, taken from the reader
-/// straight to a task of their own and answered from there.
-///
-/// rmcp's service loop would take each request in, start its task, take its answer
-/// back and start another task to send it: two wake-ups of the loop and one more task
-/// per call, which is a good share of what a small call costs. The handler run here
-/// is the same (`Service::handle_request`, so rmcp's own checks of a call, the tasks
-/// extension's included, still apply), and what the loop does around a request is
-/// done here too: the request's cancellation token, `notifications/cancelled`
-/// canceling it and suppressing its answer, the token canceled once the answer is
-/// out, answers of calls still running at end of input written first (for as long
-/// as rmcp waits for its own), and calls still running after that canceled.
-///
-/// Only calls whose protocol is the conversation's initialize-era version take this
-/// path: a call that names its own version in `_meta` (the 2026-07-28 inline
-/// lifecycle) and everything else go through rmcp.
-struct Direct {
-    handler: McpHandler,
-    /// The conversation's peer, once `initialize` is done; until then every request
-    /// goes to rmcp.
-    peer: OnceLock<Peer<RoleServer>>,
-    /// The request tokens of calls whose answer is still due, by request id.
-    due: Mutex<HashMap<RequestId, CancellationToken>>,
-    tasks: TaskTracker,
-    /// Where answers go; taken away when the conversation ends, so that a call that
-    /// outlives it cannot keep stdout open.
-    outbound: Mutex<Option<LineSender>>,
-    /// Canceled when the conversation ends: the parent of every request token.
-    ended: CancellationToken,
-    /// Canceled when the reader is done (end of input or a failed read).
-    input_ended: CancellationToken,
-    /// The size of the last answer, as [`LineEncoder::size_hint`].
-    size_hint: AtomicUsize,
-}
-
-impl Direct {
-    fn new(handler: McpHandler, outbound: LineSender) -> Direct {
-        Direct {
-            handler,
-            peer: OnceLock::new(),
-            due: Mutex::new(HashMap::new()),
-            tasks: TaskTracker::new(),
-            outbound: Mutex::new(Some(outbound)),
-            ended: CancellationToken::new(),
-            input_ended: CancellationToken::new(),
-            size_hint: AtomicUsize::new(0),
-        }
-    }
-
-    fn open(&self, peer: Peer<RoleServer>) {
-        let _ = self.peer.set(peer);
-    }
-
-    /// Takes a message from the reader: a call this path serves is started (and
-    /// `None` returned); anything else is handed back for rmcp. A cancellation of a
-    /// call started here cancels it (and is handed on as well: rmcp ignores ids it
-    /// does not know, and the handler sees every notification as before).
-    fn take(self: &Arc<Self>, message: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
-        match message {
-            JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
-                match self.serves(&request) {
-                    Some(peer) => {
-                        self.start(id, request, peer);
-                        None
-                    }
-                    None => Some(ClientJsonRpcMessage::request(request, id)),
-                }
-            }
-            JsonRpcMessage::Notification(JsonRpcNotification {
-                notification: ClientNotification::CancelledNotification(cancelled),
-                ..
-            }) => {
-                if let Some(id) = &cancelled.params.request_id
-                    && let Some(token) = self.due().remove(id)
-                {
-                    tracing::debug!(%id, reason = ?cancelled.params.reason, "cancelled");
-                    token.cancel();
-                }
-                Some(ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
-                    cancelled,
-                )))
-            }
-            message => Some(message),
-        }
-    }
-
-    /// The peer to serve `request` with, when it is a call this path takes.
-    fn serves(&self, request: &ClientRequest) -> Option<Peer<RoleServer>> {
-        if !matches!(request, ClientRequest::CallToolRequest(_))
-            || request.get_meta().protocol_version().is_some()
-        {
-            return None;
-        }
-        let peer = self.peer.get()?;
-        let info = peer.peer_info()?;
-        (info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str())
-            .then(|| peer.clone())
-    }
-
-    fn start(self: &Arc<Self>, id: RequestId, mut request: ClientRequest, peer: Peer<RoleServer>) {
-        let token = self.ended.child_token();
-        let mut ctx = RequestContext::new(id.clone(), peer);
-        ctx.ct = token.child_token();
-        std::mem::swap(&mut ctx.meta, request.get_meta_mut());
-        std::mem::swap(&mut ctx.extensions, request.extensions_mut());
-        // Registered before the next line is read, so that a cancellation right
-        // behind the call finds it.
-        self.due().insert(id.clone(), token);
-        let direct = self.clone();
-        self.tasks.spawn(async move {
-            let result = direct.handler.handle_request(request, ctx).await;
-            // A canceled call is not answered.
-            let Some(token) = direct.due().remove(&id) else {
-                tracing::debug!(%id, "dropping the answer of a canceled call");
-                return;
-            };
-            token.cancel();
-            let answer = match result {
-                Ok(result) => ServerJsonRpcMessage::response(result, id),
-                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-            };
-            let line = match encode_line(&answer, direct.size_hint.load(Ordering::Relaxed)) {
-                Ok(line) => {
-                    direct.size_hint.store(line.len(), Ordering::Relaxed);
-                    line
-                }
-                Err(err) => {
-                    tracing::error!(%err, "an answer could not be serialized");
-                    return;
-                }
-            };
-            let outbound = direct.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            if let Some(outbound) = outbound {
-                let _ = outbound.send(line).await;
-            }
-        });
-    }
-
-    fn due(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-        self.due.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Once the input has ended (or the conversation is stopped, or rmcp's loop has
-    /// ended), waits a bounded time for the answers of calls still running, as rmcp
-    /// does for its own.
-    async fn wind_down(&self, shutdown: &CancellationToken, served: &CancellationToken) {
-        let grace = tokio::select! {
-            () = self.input_ended.cancelled() => ANSWER_GRACE_AT_EOF,
-            () = served.cancelled() => ANSWER_GRACE_AT_EOF,
-            () = shutdown.cancelled() => ANSWER_GRACE_AT_SHUTDOWN,
-        };
-        self.tasks.close();
-        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
-    }
-
-    /// Ends the conversation for this path: calls still running are canceled and
-    /// can no longer answer.
-    fn close(&self) {
-        self.ended.cancel();
-        self.outbound.lock().unwrap_or_else(PoisonError::into_inner).take();
-    }
 }
 
 /// The transport handed to rmcp: parsed messages in, serialized lines out.
@@ -528,7 +359,7 @@ async fn read_messages<R: AsyncRead + Unpin>(
     outbound: LineSender,
     direct: Arc<Direct>,
 ) {
-    let _ended = direct.input_ended.clone().drop_guard();
+    let _reading = direct.reading();
     let mut lines = LineReader::new(reader, max_message_bytes);
     loop {
         let frame = match lines.next_line().await {
@@ -819,6 +650,8 @@ mod tests {
 
     #[test]
     fn a_call_is_read_as_rmcp_reads_it() -> Result<(), Box<dyn std::error::Error>> {
+        use rmcp::model::GetMeta;
+
         let lines = [
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#,
             r#"{"params":{"arguments":{"path":"a"},"name":"x"},"method":"tools/call","id":"s-1","jsonrpc":"2.0"}"#,
