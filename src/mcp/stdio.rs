@@ -13,6 +13,7 @@
 //! call; their flags are put back when the conversation ends. Anything else (a
 //! terminal, a file) is read and written the blocking way.
 
+use std::io::IoSlice;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -511,29 +512,158 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 
-/// Drains the outbound queue into the writer, flushing whenever it runs dry (lines
-/// that queued up meanwhile go out together).
+/// Drains the outbound queue into the writer: the lines queued by the time it wakes go
+/// out together, straight from their buffers in one vectored write where the writer
+/// takes one (a pipe does), else through a buffer, and the writer is flushed whenever
+/// the queue runs dry.
 async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: LineQueue) {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
-    while let Some((line, _room)) = lines.recv().await {
-        if writer.write_all(&line).await.is_err() {
-            return;
-        }
-        while let Ok((line, _room)) = lines.try_recv() {
+    if !writer.is_write_vectored() {
+        let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
+        while let Some((line, _room)) = lines.recv().await {
             if writer.write_all(&line).await.is_err() {
                 return;
             }
+            while let Ok((line, _room)) = lines.try_recv() {
+                if writer.write_all(&line).await.is_err() {
+                    return;
+                }
+            }
+            if writer.flush().await.is_err() {
+                return;
+            }
         }
-        if writer.flush().await.is_err() {
+        let _ = writer.flush().await;
+        return;
+    }
+    let mut writer = writer;
+    let mut batch = Vec::with_capacity(WRITE_LINES);
+    while let Some(line) = lines.recv().await {
+        batch.push(line);
+        let mut bytes = batch[0].0.len();
+        while batch.len() < WRITE_LINES && bytes < WRITE_BUFFER {
+            let Ok(line) = lines.try_recv() else { break };
+            bytes += line.0.len();
+            batch.push(line);
+        }
+        if write_all_lines(&mut writer, &batch).await.is_err() {
+            return;
+        }
+        // The lines, and their room in the queue, go once they are written.
+        batch.clear();
+        if lines.is_empty() && writer.flush().await.is_err() {
             return;
         }
     }
     let _ = writer.flush().await;
 }
 
+/// Lines handed to one vectored write at most.
+const WRITE_LINES: usize = 64;
+
+/// Writes every byte of `batch`'s lines, in order.
+async fn write_all_lines<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    batch: &[(Vec<u8>, OwnedSemaphorePermit)],
+) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = batch.iter().map(|(line, _)| IoSlice::new(line)).collect();
+    let mut unwritten = &mut slices[..];
+    while !unwritten.is_empty() {
+        let written = writer.write_vectored(unwritten).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut unwritten, written);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pipe that takes at most `at_most` bytes per write, wherever they fall among
+    /// the buffers it is handed; what it took, and in how many writes, stays readable.
+    #[derive(Clone, Default)]
+    struct Trickle {
+        taken: Arc<std::sync::Mutex<(Vec<u8>, usize)>>,
+        at_most: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut taken = self.taken.lock().expect("lock");
+            let mut room = self.at_most;
+            for buf in bufs {
+                let part = &buf[..buf.len().min(room)];
+                taken.0.extend_from_slice(part);
+                room -= part.len();
+            }
+            taken.1 += 1;
+            std::task::Poll::Ready(Ok(self.at_most - room))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_lines_are_written_whole_and_in_order_through_short_writes() {
+        let lines: Vec<Vec<u8>> = (0..20)
+            .map(|n| format!("{{\"line\":{n},\"pad\":\"{}\"}}\n", "x".repeat(n)).into_bytes())
+            .collect();
+        let all = lines.concat();
+
+        let room = Arc::new(Semaphore::new(1000));
+        let batch: Vec<_> = lines
+            .iter()
+            .map(|line| (line.clone(), room.clone().try_acquire_owned().expect("room")))
+            .collect();
+        let mut pipe = Trickle { at_most: 7, ..Trickle::default() };
+        write_all_lines(&mut pipe, &batch).await.expect("written");
+        let (written, writes) = pipe.taken.lock().expect("lock").clone();
+        assert_eq!(written, all);
+        // A write spans lines: no more writes than the bytes need.
+        assert_eq!(writes, all.len().div_ceil(7));
+
+        // The writer task drains the queue that way and gives the lines' room back.
+        let (sender, queue) = line_queue();
+        let room = sender.room.clone();
+        for line in &lines {
+            sender.send(line.clone()).await.expect("queued");
+        }
+        drop(sender);
+        let pipe = Trickle { at_most: 5, ..Trickle::default() };
+        write_lines(pipe.clone(), queue).await;
+        assert_eq!(pipe.taken.lock().expect("lock").0, all);
+        assert_eq!(room.available_permits(), OUTBOUND_BYTES);
+    }
 
     fn reply_of(text: &str) -> Option<Value> {
         match parse(text.as_bytes()) {

@@ -142,9 +142,14 @@ impl Direct {
         // Registered before the next line is read, so that a cancellation right
         // behind the call finds it.
         self.due().insert(id.clone(), token);
+        // The handler's future can run any request and is large (~10 KB): it is
+        // built in place on the heap, where it stays, rather than inside the task,
+        // whose future tokio moves on spawn and writes over at each change of state.
+        let handler = self.handler.clone();
+        let call = Box::pin(async move { handler.handle_request(request, ctx).await });
         let direct = self.clone();
         self.tasks.spawn(async move {
-            let result = direct.handler.handle_request(request, ctx).await;
+            let result = call.await;
             // A canceled call is not answered.
             let Some(token) = direct.due().remove(&id) else {
                 tracing::debug!(%id, "dropping the answer of a canceled call");
