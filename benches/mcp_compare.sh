@@ -2,7 +2,8 @@
 # toolgate vs @modelcontextprotocol/server-filesystem over MCP stdio, side by side:
 # `tools/call` read_file of the same 4 KiB file, p50/p99 with 1 request in flight and
 # calls/s with 64 in flight, from one load generator (benches/mcp_stdio.rs), and the
-# ratio. Exits non-zero when any call failed.
+# ratios, with a floor server (one that only reads the file and answers) in the same
+# run. Exits non-zero when any call failed.
 #
 #   benches/mcp_compare.sh
 #

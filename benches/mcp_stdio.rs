@@ -7,7 +7,9 @@
 //!
 //! Servers: toolgate in-process over a duplex pipe (no process boundary, for
 //! reference), `toolgate mcp` as a child process (the release binary,
-//! `target/release/toolgate`, or `TOOLGATE_BIN`), and
+//! `target/release/toolgate`, or `TOOLGATE_BIN`), the floor (this executable run as
+//! the least an MCP server can be: it reads each line as JSON, reads the file and
+//! answers with its text; no schema, guard, audit or anything else), and
 //! `@modelcontextprotocol/server-filesystem` as a child process when `MCP_FS_SERVER`
 //! holds its command (e.g. `node …/dist/index.js`; the file's directory is appended
 //! as its allowed directory). Both child servers read the same file (toolgate by its
@@ -30,8 +32,10 @@
 //! (default 2000). Without `--bench` (as under `cargo test --benches`) it makes a few
 //! calls of each kind as a smoke test.
 //!
-//! Targets (from the issue): toolgate p50 ≤ 100 µs with one request in flight, and
-//! at least 10× server-filesystem's calls/s with 64 in flight.
+//! Targets: toolgate p50 ≤ 100 µs with one request in flight, and at least 10×
+//! server-filesystem's calls/s with 64 in flight; measured against the floor in the
+//! same run, at least 0.75× its calls/s with 64 in flight and a p50 with one in flight
+//! at most 1.3× its p50.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,6 +60,10 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// The issue's targets.
 const TARGET_P50: Duration = Duration::from_micros(100);
 const TARGET_RATIO: f64 = 10.0;
+const TARGET_FLOOR_RATE: f64 = 0.75;
+const TARGET_FLOOR_P50: f64 = 1.3;
+/// The argument that runs this executable as the floor server.
+const FLOOR_ARG: &str = "--floor-server";
 
 /// How many calls each measurement makes.
 struct Plan {
@@ -433,7 +441,66 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
 }
 
+/// The floor: an MCP server over stdio that does the least one can. Each line is read
+/// as JSON; `initialize`, `ping` and `tools/list` get the shortest valid answers, a
+/// `tools/call` reads the file its `path` names (relative to the working directory)
+/// and answers with its text. Answers go out when no more input is waiting.
+fn serve_floor() -> ExitCode {
+    use std::io::{BufRead, Write};
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
+    let mut output = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return ExitCode::SUCCESS,
+            Ok(_) => {}
+        }
+        let Ok(message) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
+        let Some(id) = message.get("id") else { continue };
+        let params = &message["params"];
+        let answer = |result| json!({"jsonrpc": "2.0", "id": id, "result": result});
+        let answer = match message["method"].as_str().unwrap_or_default() {
+            "initialize" => answer(json!({
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "floor", "version": "1"}
+            })),
+            "ping" => answer(json!({})),
+            "tools/list" => answer(json!({"tools": [{
+                "name": "read_file",
+                "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}
+            }]})),
+            "tools/call" => {
+                let path = params["arguments"]["path"].as_str().unwrap_or_default();
+                answer(match std::fs::read_to_string(path) {
+                    Ok(text) => json!({"content": [{"type": "text", "text": text}]}),
+                    Err(err) => json!({
+                        "content": [{"type": "text", "text": err.to_string()}],
+                        "isError": true
+                    }),
+                })
+            }
+            _ => json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32601, "message": "method not found"}
+            }),
+        };
+        if serde_json::to_writer(&mut output, &answer).is_err() || output.write_all(b"\n").is_err()
+        {
+            return ExitCode::FAILURE;
+        }
+        if input.buffer().is_empty() && output.flush().is_err() {
+            return ExitCode::FAILURE;
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args().any(|arg| arg == FLOOR_ARG) {
+        return serve_floor();
+    }
     let smoke = !std::env::args().any(|arg| arg == "--bench");
     let plan = Plan::from_env(smoke);
     let Ok(dir) = tempfile::tempdir() else { return ExitCode::FAILURE };
@@ -536,6 +603,28 @@ fn main() -> ExitCode {
         println!("skipped toolgate mcp: no {} (cargo build --release)", binary.display());
     }
 
+    // The floor: this executable, serving the least an MCP server can.
+    let mut floor = None;
+    match std::env::current_exe() {
+        Ok(exe) => {
+            let server = ChildServer {
+                label: "floor (child, stdio)",
+                command: vec![exe.display().to_string(), FLOOR_ARG.into()],
+                env: Vec::new(),
+                tool: "read_file",
+                path: FILE_NAME.to_owned(),
+            };
+            match client_rt.block_on(measure_child(&server, &root, &plan, &expect)) {
+                Ok(result) => {
+                    floor = Some(measured.len());
+                    measured.push(result);
+                }
+                Err(err) => broken.push(format!("floor: {err}")),
+            }
+        }
+        Err(err) => broken.push(format!("floor: this executable's path: {err}")),
+    }
+
     let mut theirs = None;
     match std::env::var("MCP_FS_SERVER") {
         Ok(command) => {
@@ -582,6 +671,10 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
 
+    if smoke {
+        println!("a smoke run (every server answered); no target is judged without --bench");
+        return ExitCode::SUCCESS;
+    }
     if let Some(ours) = ours.map(|i| &measured[i]) {
         println!(
             "toolgate p50 with 1 in flight: {:.1} µs (target ≤ {} µs: {})",
@@ -596,6 +689,24 @@ fn main() -> ExitCode {
             micros(ours.ping.p50),
             verdict(ours.list.p50 <= ours.ping.p50 * 2)
         );
+        if let Some(floor) = floor.map(|i| &measured[i]) {
+            let rate = ours.throughput.per_second / floor.throughput.per_second;
+            println!(
+                "calls/s with {IN_FLIGHT} in flight, toolgate / floor: {:.0} / {:.0} = \
+                 {rate:.2}x (target ≥ {TARGET_FLOOR_RATE}x: {})",
+                ours.throughput.per_second,
+                floor.throughput.per_second,
+                verdict(rate >= TARGET_FLOOR_RATE)
+            );
+            let p50 = ours.latency.p50.as_secs_f64() / floor.latency.p50.as_secs_f64().max(1e-9);
+            println!(
+                "p50 with 1 in flight, toolgate / floor: {:.1} / {:.1} µs = {p50:.2}x \
+                 (target ≤ {TARGET_FLOOR_P50}x: {})",
+                micros(ours.latency.p50),
+                micros(floor.latency.p50),
+                verdict(p50 <= TARGET_FLOOR_P50)
+            );
+        }
         if let Some(theirs) = theirs.map(|i| &measured[i]) {
             let ratio = ours.throughput.per_second / theirs.throughput.per_second;
             println!(
