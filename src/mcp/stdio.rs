@@ -51,6 +51,8 @@ const OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
 const LINE_OVERHEAD: usize = 64;
 /// Bytes gathered before a write to stdout (a pipe holds 64 KiB).
 const WRITE_BUFFER: usize = 64 * 1024;
+/// Lines handed to one vectored write at most.
+const WRITE_LINES: usize = 64;
 /// How long calls still running at end of input get to wind down after being
 /// canceled (their process trees are killed at once; this covers the reaping).
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -556,9 +558,6 @@ async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: LineQueue) {
     }
     let _ = writer.flush().await;
 }
-
-/// Lines handed to one vectored write at most.
-const WRITE_LINES: usize = 64;
 
 /// Writes every byte of `batch`'s lines, in order.
 async fn write_all_lines<W: AsyncWrite + Unpin>(
