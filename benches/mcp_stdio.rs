@@ -571,6 +571,23 @@ fn main() -> ExitCode {
     serving.abort();
     drop(server_rt);
 
+    // Measures a child server: its place among the results, or why it has none.
+    let measure = |server: &ChildServer,
+                   name: &str,
+                   measured: &mut Vec<Measured>,
+                   broken: &mut Vec<String>| {
+        match client_rt.block_on(measure_child(server, &root, &plan, &expect)) {
+            Ok(result) => {
+                measured.push(result);
+                Some(measured.len() - 1)
+            }
+            Err(err) => {
+                broken.push(format!("{name}: {err}"));
+                None
+            }
+        }
+    };
+
     // The real binary.
     let binary = std::env::var_os("TOOLGATE_BIN")
         .map(PathBuf::from)
@@ -592,13 +609,7 @@ fn main() -> ExitCode {
             tool: "read_file",
             path: FILE_NAME.to_owned(),
         };
-        match client_rt.block_on(measure_child(&server, &root, &plan, &expect)) {
-            Ok(result) => {
-                ours = Some(measured.len());
-                measured.push(result);
-            }
-            Err(err) => broken.push(format!("toolgate mcp: {err}")),
-        }
+        ours = measure(&server, "toolgate mcp", &mut measured, &mut broken);
     } else {
         println!("skipped toolgate mcp: no {} (cargo build --release)", binary.display());
     }
@@ -614,13 +625,7 @@ fn main() -> ExitCode {
                 tool: "read_file",
                 path: FILE_NAME.to_owned(),
             };
-            match client_rt.block_on(measure_child(&server, &root, &plan, &expect)) {
-                Ok(result) => {
-                    floor = Some(measured.len());
-                    measured.push(result);
-                }
-                Err(err) => broken.push(format!("floor: {err}")),
-            }
+            floor = measure(&server, "floor", &mut measured, &mut broken);
         }
         Err(err) => broken.push(format!("floor: this executable's path: {err}")),
     }
@@ -637,13 +642,7 @@ fn main() -> ExitCode {
                 tool: "read_text_file",
                 path: file.display().to_string(),
             };
-            match client_rt.block_on(measure_child(&server, &root, &plan, &expect)) {
-                Ok(result) => {
-                    theirs = Some(measured.len());
-                    measured.push(result);
-                }
-                Err(err) => broken.push(format!("server-filesystem: {err}")),
-            }
+            theirs = measure(&server, "server-filesystem", &mut measured, &mut broken);
         }
         Err(_) => println!(
             "skipped server-filesystem: set MCP_FS_SERVER=\"node …/dist/index.js\" (or run \

@@ -518,30 +518,19 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
 /// out together, straight from their buffers in one vectored write where the writer
 /// takes one (a pipe does), else through a buffer, and the writer is flushed whenever
 /// the queue runs dry.
-async fn write_lines<W: AsyncWrite + Unpin>(writer: W, mut lines: LineQueue) {
-    if !writer.is_write_vectored() {
-        let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
-        while let Some((line, _room)) = lines.recv().await {
-            if writer.write_all(&line).await.is_err() {
-                return;
-            }
-            while let Ok((line, _room)) = lines.try_recv() {
-                if writer.write_all(&line).await.is_err() {
-                    return;
-                }
-            }
-            if writer.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = writer.flush().await;
-        return;
+async fn write_lines<W: AsyncWrite + Unpin>(writer: W, lines: LineQueue) {
+    if writer.is_write_vectored() {
+        drain_lines(writer, lines).await;
+    } else {
+        drain_lines(BufWriter::with_capacity(WRITE_BUFFER, writer), lines).await;
     }
-    let mut writer = writer;
+}
+
+async fn drain_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: LineQueue) {
     let mut batch = Vec::with_capacity(WRITE_LINES);
     while let Some(line) = lines.recv().await {
+        let mut bytes = line.0.len();
         batch.push(line);
-        let mut bytes = batch[0].0.len();
         while batch.len() < WRITE_LINES && bytes < WRITE_BUFFER {
             let Ok(line) = lines.try_recv() else { break };
             bytes += line.0.len();
