@@ -114,6 +114,20 @@ pub(crate) fn fork_as_sibling(
     answer(pid, false)
 }
 
+/// Ends a process forked by [`fork_as_sibling`] at once (`_exit`), without the exit
+/// handlers it copied from its parent: the C library's and the standard library's
+/// clean-up at exit walk every loaded object and touch pages the child never used
+/// (each a page fault in a fresh fork), and flush nothing it wrote (its reports go
+/// straight to a socket, its complaints to unbuffered stderr).
+pub(crate) fn exit_forked(code: i32) -> ! {
+    // SAFETY: `_exit` takes an integer and never returns; it ends the process without
+    // running any code of this process, so no invariant of it can be observed broken.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::_exit(code)
+    }
+}
+
 /// Registers an owned descriptor with the current runtime's reactor, for readiness
 /// (a pidfd, a `SOCK_SEQPACKET` socket: kinds tokio has no type for).
 pub(crate) fn async_fd(

@@ -499,7 +499,7 @@ fn serve_requests(supervise: Supervise) -> io::Result<()> {
                 match crate::sys::fork_as_sibling(cgroup) {
                     Ok(crate::sys::Forked::Child { in_cgroup }) => {
                         drop(socket);
-                        std::process::exit(run_supervisor(supervise, request, fds, in_cgroup));
+                        crate::sys::exit_forked(run_supervisor(supervise, request, fds, in_cgroup));
                     }
                     Ok(crate::sys::Forked::Parent(pid)) => pid.as_raw_nonzero().get(),
                     Err(err) => -err.raw_os_error().unwrap_or(libc::EAGAIN),
