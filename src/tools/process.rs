@@ -1629,13 +1629,16 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
             command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
         }
     }
+    // The sandbox in force goes out with the spawn's own report: one write, one
+    // wake-up of the daemon.
+    let mut sandbox = None;
     if let Some(profile) = &args.sandbox {
         let prepared = serde_json::from_str::<Profile>(profile)
             .map_err(|err| err.to_string())
             .and_then(|profile| crate::sandbox::confine::prepare(&profile));
         match prepared {
             Ok(prepared) => {
-                send_report(&control, &Report::Sandbox(prepared.description.clone()));
+                sandbox = Some(Report::Sandbox(prepared.description.clone()));
                 crate::sandbox::confine::install(&mut command, prepared);
             }
             Err(message) => {
@@ -1651,11 +1654,11 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
                 Some(cwd) if !cwd.is_dir() => format!("{err} (in {})", cwd.display()),
                 _ => err.to_string(),
             };
-            send_report(&control, &Report::SpawnError(message));
+            send_reports(&control, sandbox.iter().chain([&Report::SpawnError(message)]));
             return Ok(());
         }
     };
-    send_report(&control, &Report::Spawned(child.id()));
+    send_reports(&control, sandbox.iter().chain([&Report::Spawned(child.id())]));
     let command_pid = pid_from_u32(child.id());
     let own_pid = nix::unistd::getpid();
 
@@ -1665,17 +1668,20 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
             let _ = stdin.write_all(&bytes);
         });
     }
-    let status = watch(&control, &signals, command_pid, own_pid);
-    if let Some(status) = status {
-        send_report(&control, &Report::Exited(status));
-    }
-    send_report(&control, &Report::Done);
+    let status = watch(&control, &signals, command_pid, own_pid).map(Report::Exited);
+    send_reports(&control, status.iter().chain([&Report::Done]));
     Ok(())
 }
 
 fn send_report(control: &UnixStream, report: &Report) {
+    send_reports(control, [report]);
+}
+
+/// Sends reports in one write, so that the daemon wakes once for all of them.
+fn send_reports<'a>(mut control: impl Write, reports: impl IntoIterator<Item = &'a Report>) {
+    let lines: String = reports.into_iter().map(Report::to_line).collect();
     // A failed write means the daemon is gone, which the reader thread notices too.
-    let _ = (&*control).write_all(report.to_line().as_bytes());
+    let _ = control.write_all(lines.as_bytes());
 }
 
 /// The supervisor's loop once the command runs: reaps children (the command and every

@@ -145,6 +145,30 @@ fn reports_round_trip_and_cannot_be_forged() {
 }
 
 #[test]
+fn reports_sent_together_leave_in_one_write() {
+    /// Keeps what each call to `write` was given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+    impl Write for &mut Writes {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.push(bytes.to_vec());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut writes = Writes::default();
+    send_reports(&mut writes, [&Report::Exited(ExitStatus::Code(0)), &Report::Done]);
+    let sandbox = Report::Sandbox("landlock v7".to_owned());
+    send_reports(&mut writes, [&sandbox, &Report::Spawned(7)]);
+    assert_eq!(
+        writes.0,
+        [b"exit code 0\ndone\n".to_vec(), b"sandbox landlock v7\nspawned 7\n".to_vec()]
+    );
+}
+
+#[test]
 fn supervise_args_parse() {
     let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
     assert_eq!(
