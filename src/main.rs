@@ -280,6 +280,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 socket,
                 inherited,
             }))?;
+            toolgate::tools::process::release_spares();
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
@@ -293,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     http,
                 },
             ))?;
+            toolgate::tools::process::release_spares();
             Ok(ExitCode::SUCCESS)
         }
         Command::List { socket, json } => {

@@ -479,7 +479,13 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    let cgroup = match CallCgroup::create(spec.limits.max_processes > 0) {
+    let process_limit = spec.limits.max_processes > 0;
+    let cgroup = match if process_limit {
+        CallCgroup::create(true)
+    } else {
+        // Without a process limit every call's cgroup is alike: one made ahead.
+        SPARE_CGROUP.take(|| CallCgroup::create(false))
+    } {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -493,7 +499,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     let mut env = spec.env.clone();
     let temp_dir = match &spec.sandbox {
-        Some(_) => Some(CallTempDir::create().map_err(ProcessError::Setup)?),
+        Some(_) => Some(SPARE_TEMP_DIR.take(CallTempDir::create).map_err(ProcessError::Setup)?),
         None => None,
     };
     let sandbox_arg = match &spec.sandbox {
@@ -795,6 +801,85 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
         ));
     }
     None
+}
+
+/// Something a call makes before it starts its command, made ahead of the call that
+/// takes it: making a directory (a temporary directory on the disk's file system, a
+/// cgroup) costs the kernel tens of microseconds that the call would otherwise wait
+/// for. One is kept; the call that takes it has the next one made in the background,
+/// by the runtime's blocking pool. A second call at the same moment makes its own. A
+/// spare is fresh, like one made by the call: it was never handed to anyone.
+struct Spare<T>(std::sync::Mutex<Option<T>>);
+
+impl<T: Send + 'static> Spare<T> {
+    const fn new() -> Spare<T> {
+        Spare(std::sync::Mutex::new(None))
+    }
+
+    /// The spare if one is ready, else what `make` makes now; either way the next
+    /// spare is made in the background (when this runs on a runtime).
+    fn take<R: Spared<T> + Send + 'static>(&'static self, make: fn() -> R) -> R {
+        let spare = self.lock().take();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || {
+                if let Some(made) = make().into_spare() {
+                    let mut slot = self.lock();
+                    if slot.is_none() {
+                        *slot = Some(made);
+                    }
+                    // Else another call's refill came first: `made` is dropped (removed).
+                }
+            });
+        }
+        match spare {
+            Some(spare) => R::from_spare(spare),
+            None => make(),
+        }
+    }
+
+    /// Drops the spare (removing it).
+    fn release(&self) {
+        drop(self.lock().take());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<T>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What a maker of spares returns, with the spare in it when it made one.
+trait Spared<T> {
+    fn into_spare(self) -> Option<T>;
+    fn from_spare(spare: T) -> Self;
+}
+
+impl<T> Spared<T> for std::io::Result<T> {
+    fn into_spare(self) -> Option<T> {
+        self.ok()
+    }
+    fn from_spare(spare: T) -> Self {
+        Ok(spare)
+    }
+}
+
+impl<T> Spared<T> for Option<std::io::Result<T>> {
+    fn into_spare(self) -> Option<T> {
+        self.and_then(Result::ok)
+    }
+    fn from_spare(spare: T) -> Self {
+        Some(Ok(spare))
+    }
+}
+
+static SPARE_TEMP_DIR: Spare<CallTempDir> = Spare::new();
+static SPARE_CGROUP: Spare<CallCgroup> = Spare::new();
+
+/// Removes the directories made ahead of calls, at the end of a process that ran
+/// commands (left behind, they are swept by the next start, as those of a daemon that
+/// was killed).
+pub fn release_spares() {
+    SPARE_TEMP_DIR.release();
+    SPARE_CGROUP.release();
 }
 
 /// A command's private temporary directory (mode 0700), removed with everything in

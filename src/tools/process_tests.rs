@@ -317,3 +317,35 @@ fn kill_tree_kills_every_descendant_but_not_the_root() {
     assert!(root.wait().unwrap().success());
     assert!(pids_running(&format!("sleep {marker}")).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_background() {
+    use std::os::unix::fs::PermissionsExt;
+    static SPARE: Spare<CallTempDir> = Spare::new();
+    async fn refilled() -> PathBuf {
+        for _ in 0..500 {
+            if let Some(spare) = SPARE.lock().as_ref() {
+                return spare.path.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no spare was made in the background");
+    }
+    // None ready: the first call makes its own, and a spare is made behind it.
+    let first = SPARE.take(CallTempDir::create).unwrap();
+    let spare = refilled().await;
+    assert_ne!(spare, first.path);
+    // The next call gets that spare, empty and private, and another is made.
+    let second = SPARE.take(CallTempDir::create).unwrap();
+    assert_eq!(second.path, spare);
+    assert!(std::fs::read_dir(&second.path).unwrap().next().is_none());
+    assert_eq!(std::fs::metadata(&second.path).unwrap().permissions().mode() & 0o777, 0o700);
+    let next = refilled().await;
+    assert_ne!(next, second.path);
+    // Released, the spare is gone; the calls' own go when they end.
+    SPARE.release();
+    assert!(!next.exists());
+    let taken = [first.path.clone(), second.path.clone()];
+    drop((first, second));
+    assert!(taken.iter().all(|path| !path.exists()));
+}
