@@ -816,11 +816,19 @@ impl<T: Send + 'static> Spare<T> {
         Spare(std::sync::Mutex::new(None))
     }
 
-    /// The spare if one is ready, else what `make` makes now; either way the next
-    /// spare is made in the background (when this runs on a runtime).
+    /// The spare if one is ready, else what `make` makes now; either way, if that
+    /// gave the call one, the next spare is made in the background (when this runs on
+    /// a runtime). Where `make` cannot make one (no cgroups here), nothing is tried
+    /// behind the call.
     fn take<R: Spared<T> + Send + 'static>(&'static self, make: fn() -> R) -> R {
         let spare = self.lock().take();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let taken = match spare {
+            Some(spare) => R::from_spare(spare),
+            None => make(),
+        };
+        if taken.is_made()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
             runtime.spawn_blocking(move || {
                 if let Some(made) = make().into_spare() {
                     let mut slot = self.lock();
@@ -831,10 +839,7 @@ impl<T: Send + 'static> Spare<T> {
                 }
             });
         }
-        match spare {
-            Some(spare) => R::from_spare(spare),
-            None => make(),
-        }
+        taken
     }
 
     /// Drops the spare (removing it).
@@ -849,11 +854,15 @@ impl<T: Send + 'static> Spare<T> {
 
 /// What a maker of spares returns, with the spare in it when it made one.
 trait Spared<T> {
+    fn is_made(&self) -> bool;
     fn into_spare(self) -> Option<T>;
     fn from_spare(spare: T) -> Self;
 }
 
 impl<T> Spared<T> for std::io::Result<T> {
+    fn is_made(&self) -> bool {
+        self.is_ok()
+    }
     fn into_spare(self) -> Option<T> {
         self.ok()
     }
@@ -863,6 +872,9 @@ impl<T> Spared<T> for std::io::Result<T> {
 }
 
 impl<T> Spared<T> for Option<std::io::Result<T>> {
+    fn is_made(&self) -> bool {
+        matches!(self, Some(Ok(_)))
+    }
     fn into_spare(self) -> Option<T> {
         self.and_then(Result::ok)
     }

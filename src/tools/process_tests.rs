@@ -348,4 +348,15 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
     let taken = [first.path.clone(), second.path.clone()];
     drop((first, second));
     assert!(taken.iter().all(|path| !path.exists()));
+
+    // Where nothing can be made, nothing is tried behind the call.
+    static NEVER: Spare<CallTempDir> = Spare::new();
+    static TRIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    fn cannot() -> std::io::Result<CallTempDir> {
+        TRIED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(std::io::Error::other("no room"))
+    }
+    assert!(NEVER.take(cannot).is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(TRIED.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
