@@ -811,7 +811,15 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
 /// spare is fresh, like one made by the call: it was never handed to anyone.
 struct Spare<T>(std::sync::Mutex<Option<T>>);
 
-impl<T: Send + 'static> Spare<T> {
+/// What a spare can be: something that can tell whether it is still as it was made.
+trait SpareItem: Sized {
+    /// Whether it is still there as made. A directory can be removed behind the
+    /// daemon's back while it waits (a clean-up of old files in `/tmp`), and another
+    /// user may then take its name.
+    fn still_as_made(&self) -> bool;
+}
+
+impl<T: SpareItem + Send + 'static> Spare<T> {
     const fn new() -> Spare<T> {
         Spare(std::sync::Mutex::new(None))
     }
@@ -821,7 +829,15 @@ impl<T: Send + 'static> Spare<T> {
     /// a runtime). Where `make` cannot make one (no cgroups here), nothing is tried
     /// behind the call.
     fn take<R: Spared<T> + Send + 'static>(&'static self, make: fn() -> R) -> R {
-        let spare = self.lock().take();
+        let spare = self.lock().take().and_then(|spare| {
+            if spare.still_as_made() {
+                Some(spare)
+            } else {
+                // Not ours to remove any more: whatever is at its name now is left alone.
+                std::mem::forget(spare);
+                None
+            }
+        });
         let taken = match spare {
             Some(spare) => R::from_spare(spare),
             None => make(),
@@ -880,6 +896,23 @@ impl<T> Spared<T> for Option<std::io::Result<T>> {
     }
     fn from_spare(spare: T) -> Self {
         Some(Ok(spare))
+    }
+}
+
+impl SpareItem for CallTempDir {
+    fn still_as_made(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.path).is_ok_and(|metadata| {
+            metadata.is_dir()
+                && metadata.uid() == rustix::process::geteuid().as_raw()
+                && metadata.mode() & 0o7777 == 0o700
+        })
+    }
+}
+
+impl SpareItem for CallCgroup {
+    fn still_as_made(&self) -> bool {
+        self.dir().is_dir()
     }
 }
 

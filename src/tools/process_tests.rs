@@ -360,3 +360,36 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(TRIED.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
+    use std::os::unix::fs::PermissionsExt;
+    static SPARE: Spare<CallTempDir> = Spare::new();
+    async fn refilled() -> PathBuf {
+        for _ in 0..500 {
+            if let Some(spare) = SPARE.lock().as_ref() {
+                return spare.path.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no spare was made in the background");
+    }
+    let first = SPARE.take(CallTempDir::create).unwrap();
+    // Removed while it waited (a clean-up of old files in /tmp): the next call gets a
+    // directory of its own that exists.
+    let removed = refilled().await;
+    std::fs::remove_dir(&removed).unwrap();
+    let second = SPARE.take(CallTempDir::create).unwrap();
+    assert_ne!(second.path, removed);
+    assert!(second.path.is_dir());
+    // Found changed (here, opened to everyone): not handed out, and not removed either,
+    // since what is at that name may no longer be the daemon's.
+    let changed = refilled().await;
+    std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let third = SPARE.take(CallTempDir::create).unwrap();
+    assert_ne!(third.path, changed);
+    assert!(changed.is_dir());
+    std::fs::remove_dir(&changed).unwrap();
+    SPARE.release();
+    drop((first, second, third));
+}
