@@ -935,7 +935,7 @@ struct CallTempDir {
 
 impl CallTempDir {
     fn create() -> std::io::Result<CallTempDir> {
-        use std::os::unix::fs::DirBuilderExt;
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
         SWEPT.call_once(remove_stale_temp_dirs);
@@ -943,7 +943,10 @@ impl CallTempDir {
         let path =
             std::env::temp_dir().join(format!("toolgate-call-{}-{number}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(CallTempDir { path })
+        let made = CallTempDir { path };
+        // Exactly 0700 whatever the umask: what a spare is checked against.
+        std::fs::set_permissions(&made.path, std::fs::Permissions::from_mode(0o700))?;
+        Ok(made)
     }
 }
 
