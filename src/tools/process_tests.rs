@@ -318,29 +318,31 @@ fn kill_tree_kills_every_descendant_but_not_the_root() {
     assert!(pids_running(&format!("sleep {marker}")).is_empty());
 }
 
+/// The path of the spare once the background has made one.
+async fn spare_made(spare: &'static Spare<CallTempDir>) -> PathBuf {
+    for _ in 0..500 {
+        if let Some(made) = spare.lock().as_ref() {
+            return made.path.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no spare was made in the background");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_background() {
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
-    async fn refilled() -> PathBuf {
-        for _ in 0..500 {
-            if let Some(spare) = SPARE.lock().as_ref() {
-                return spare.path.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no spare was made in the background");
-    }
     // None ready: the first call makes its own, and a spare is made behind it.
     let first = SPARE.take(CallTempDir::create).unwrap();
-    let spare = refilled().await;
+    let spare = spare_made(&SPARE).await;
     assert_ne!(spare, first.path);
     // The next call gets that spare, empty and private, and another is made.
     let second = SPARE.take(CallTempDir::create).unwrap();
     assert_eq!(second.path, spare);
     assert!(std::fs::read_dir(&second.path).unwrap().next().is_none());
     assert_eq!(std::fs::metadata(&second.path).unwrap().permissions().mode() & 0o777, 0o700);
-    let next = refilled().await;
+    let next = spare_made(&SPARE).await;
     assert_ne!(next, second.path);
     // Released, the spare is gone; the calls' own go when they end.
     SPARE.release();
@@ -365,31 +367,24 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
 async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
-    async fn refilled() -> PathBuf {
-        for _ in 0..500 {
-            if let Some(spare) = SPARE.lock().as_ref() {
-                return spare.path.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no spare was made in the background");
-    }
     let first = SPARE.take(CallTempDir::create).unwrap();
     // Removed while it waited (a clean-up of old files in /tmp): the next call gets a
     // directory of its own that exists.
-    let removed = refilled().await;
+    let removed = spare_made(&SPARE).await;
     std::fs::remove_dir(&removed).unwrap();
     let second = SPARE.take(CallTempDir::create).unwrap();
     assert_ne!(second.path, removed);
     assert!(second.path.is_dir());
     // Found changed (here, opened to everyone): not handed out, and not removed either,
     // since what is at that name may no longer be the daemon's.
-    let changed = refilled().await;
+    let changed = spare_made(&SPARE).await;
     std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o755)).unwrap();
     let third = SPARE.take(CallTempDir::create).unwrap();
     assert_ne!(third.path, changed);
     assert!(changed.is_dir());
     std::fs::remove_dir(&changed).unwrap();
+    let last = spare_made(&SPARE).await;
     SPARE.release();
+    assert!(!last.exists());
     drop((first, second, third));
 }
