@@ -73,7 +73,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::terminal::LiveInput;
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
-use crate::sandbox::{CallCgroup, Containment, Limits, Profile};
+use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -479,13 +479,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    let process_limit = spec.limits.max_processes > 0;
-    let cgroup = match if process_limit {
-        CallCgroup::create(true)
-    } else {
-        // Without a process limit every call's cgroup is alike: one made ahead.
-        SPARE_CGROUP.take(|| CallCgroup::create(false))
-    } {
+    let cgroup = match call_cgroup(spec.limits.max_processes > 0) {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -499,7 +493,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     let mut env = spec.env.clone();
     let temp_dir = match &spec.sandbox {
-        Some(_) => Some(SPARE_TEMP_DIR.take(CallTempDir::create).map_err(ProcessError::Setup)?),
+        Some(_) => {
+            Some(SPARE_TEMP_DIR.take_or_make(CallTempDir::create).map_err(ProcessError::Setup)?)
+        }
         None => None,
     };
     let sandbox_arg = match &spec.sandbox {
@@ -806,13 +802,14 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
 /// Something a call makes before it starts its command, made ahead of the call that
 /// takes it: making a directory (a temporary directory on the disk's file system, a
 /// cgroup) costs the kernel tens of microseconds that the call would otherwise wait
-/// for. One is kept; the call that takes it has the next one made in the background,
-/// by the runtime's blocking pool. A second call at the same moment makes its own. A
-/// spare is fresh, like one made by the call: it was never handed to anyone.
+/// for. One is kept; the call that takes it, or that made its own, has the next one
+/// made in the background, by the runtime's blocking pool. A second call at the same
+/// moment makes its own. A spare is fresh, like one made by the call: it was never
+/// handed to anyone.
 struct Spare<T>(std::sync::Mutex<Option<T>>);
 
 /// What a spare can be: something that can tell whether it is still as it was made.
-trait SpareItem: Sized {
+trait SpareItem {
     /// Whether it is still there as made. A directory can be removed behind the
     /// daemon's back while it waits (a clean-up of old files in `/tmp`), and another
     /// user may then take its name.
@@ -824,38 +821,32 @@ impl<T: SpareItem + Send + 'static> Spare<T> {
         Spare(std::sync::Mutex::new(None))
     }
 
-    /// The spare if one is ready, else what `make` makes now; either way, if that
-    /// gave the call one, the next spare is made in the background (when this runs on
-    /// a runtime). Where `make` cannot make one (no cgroups here), nothing is tried
-    /// behind the call.
-    fn take<R: Spared<T> + Send + 'static>(&'static self, make: fn() -> R) -> R {
+    /// The spare if one is ready and still as made, else what `make` makes now; if
+    /// that gave the call one, the next spare is made in the background (when this
+    /// runs on a runtime). A spare found changed is not ours to remove any more:
+    /// whatever is at its name now is left alone.
+    fn take_or_make(&'static self, make: fn() -> std::io::Result<T>) -> std::io::Result<T> {
         let spare = self.lock().take().and_then(|spare| {
             if spare.still_as_made() {
                 Some(spare)
             } else {
-                // Not ours to remove any more: whatever is at its name now is left alone.
                 std::mem::forget(spare);
                 None
             }
         });
         let taken = match spare {
-            Some(spare) => R::from_spare(spare),
-            None => make(),
+            Some(spare) => spare,
+            None => make()?,
         };
-        if taken.is_made()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn_blocking(move || {
-                if let Some(made) = make().into_spare() {
-                    let mut slot = self.lock();
-                    if slot.is_none() {
-                        *slot = Some(made);
-                    }
-                    // Else another call's refill came first: `made` is dropped (removed).
+                if let Ok(made) = make() {
+                    // One made while another is ready is dropped (removed).
+                    self.lock().get_or_insert(made);
                 }
             });
         }
-        taken
+        Ok(taken)
     }
 
     /// Drops the spare (removing it).
@@ -865,37 +856,6 @@ impl<T: SpareItem + Send + 'static> Spare<T> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<T>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// What a maker of spares returns, with the spare in it when it made one.
-trait Spared<T> {
-    fn is_made(&self) -> bool;
-    fn into_spare(self) -> Option<T>;
-    fn from_spare(spare: T) -> Self;
-}
-
-impl<T> Spared<T> for std::io::Result<T> {
-    fn is_made(&self) -> bool {
-        self.is_ok()
-    }
-    fn into_spare(self) -> Option<T> {
-        self.ok()
-    }
-    fn from_spare(spare: T) -> Self {
-        Ok(spare)
-    }
-}
-
-impl<T> Spared<T> for Option<std::io::Result<T>> {
-    fn is_made(&self) -> bool {
-        matches!(self, Some(Ok(_)))
-    }
-    fn into_spare(self) -> Option<T> {
-        self.and_then(Result::ok)
-    }
-    fn from_spare(spare: T) -> Self {
-        Some(Ok(spare))
     }
 }
 
@@ -918,6 +878,18 @@ impl SpareItem for CallCgroup {
 
 static SPARE_TEMP_DIR: Spare<CallTempDir> = Spare::new();
 static SPARE_CGROUP: Spare<CallCgroup> = Spare::new();
+
+/// A call's cgroup (see [`CallCgroup::create`]). Without a process limit every call's
+/// cgroup is alike: the spare, or one made now. Where none can be made (no cgroups
+/// here), nothing is tried behind the call.
+fn call_cgroup(process_limit: bool) -> Option<std::io::Result<CallCgroup>> {
+    if process_limit || CallCgroups::get().is_err() {
+        return CallCgroup::create(process_limit);
+    }
+    Some(SPARE_CGROUP.take_or_make(|| {
+        CallCgroup::create(false).unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
+    }))
+}
 
 /// Removes the directories made ahead of calls, at the end of a process that ran
 /// commands (left behind, they are swept by the next start, as those of a daemon that

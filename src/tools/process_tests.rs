@@ -334,11 +334,11 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
     // None ready: the first call makes its own, and a spare is made behind it.
-    let first = SPARE.take(CallTempDir::create).unwrap();
+    let first = SPARE.take_or_make(CallTempDir::create).unwrap();
     let spare = spare_made(&SPARE).await;
     assert_ne!(spare, first.path);
     // The next call gets that spare, empty and private, and another is made.
-    let second = SPARE.take(CallTempDir::create).unwrap();
+    let second = SPARE.take_or_make(CallTempDir::create).unwrap();
     assert_eq!(second.path, spare);
     assert!(std::fs::read_dir(&second.path).unwrap().next().is_none());
     assert_eq!(std::fs::metadata(&second.path).unwrap().permissions().mode() & 0o777, 0o700);
@@ -358,7 +358,7 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
         TRIED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Err(std::io::Error::other("no room"))
     }
-    assert!(NEVER.take(cannot).is_err());
+    assert!(NEVER.take_or_make(cannot).is_err());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(TRIED.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
@@ -367,19 +367,19 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
 async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
-    let first = SPARE.take(CallTempDir::create).unwrap();
+    let first = SPARE.take_or_make(CallTempDir::create).unwrap();
     // Removed while it waited (a clean-up of old files in /tmp): the next call gets a
     // directory of its own that exists.
     let removed = spare_made(&SPARE).await;
     std::fs::remove_dir(&removed).unwrap();
-    let second = SPARE.take(CallTempDir::create).unwrap();
+    let second = SPARE.take_or_make(CallTempDir::create).unwrap();
     assert_ne!(second.path, removed);
     assert!(second.path.is_dir());
     // Found changed (here, opened to everyone): not handed out, and not removed either,
     // since what is at that name may no longer be the daemon's.
     let changed = spare_made(&SPARE).await;
     std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let third = SPARE.take(CallTempDir::create).unwrap();
+    let third = SPARE.take_or_make(CallTempDir::create).unwrap();
     assert_ne!(third.path, changed);
     assert!(changed.is_dir());
     std::fs::remove_dir(&changed).unwrap();
