@@ -131,7 +131,8 @@ pub struct AuditRecord {
 }
 
 fn serialize_ts<S: Serializer>(ts: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&rfc3339_utc(*ts))
+    // Written straight into the line, without a string of its own.
+    s.collect_str(&Rfc3339(*ts))
 }
 
 fn serialize_duration_ms<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -142,17 +143,27 @@ fn serialize_duration_ms<S: Serializer>(duration: &Duration, s: S) -> Result<S::
 /// Formats a time as RFC 3339 in UTC with milliseconds (`2026-01-31T09:05:00.250Z`).
 /// Times before 1970 are clamped to the epoch.
 pub fn rfc3339_utc(ts: SystemTime) -> String {
-    let since_epoch = ts.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since_epoch.as_secs();
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let secs_of_day = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs_of_day / 3600,
-        secs_of_day % 3600 / 60,
-        secs_of_day % 60,
-        since_epoch.subsec_millis()
-    )
+    Rfc3339(ts).to_string()
+}
+
+/// A time shown as [`rfc3339_utc`] writes it.
+struct Rfc3339(SystemTime);
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = since_epoch.as_secs();
+        let (year, month, day) = civil_from_days(secs / 86_400);
+        let secs_of_day = secs % 86_400;
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            secs_of_day / 3600,
+            secs_of_day % 3600 / 60,
+            secs_of_day % 60,
+            since_epoch.subsec_millis()
+        )
+    }
 }
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
@@ -428,7 +439,7 @@ impl Writer {
             while let Some(message) = next.take() {
                 match message {
                     Message::Record(record, size) => {
-                        if let Some(line) = self.encode(*record) {
+                        if let Some(line) = self.encode(*record, size) {
                             lines.push(line);
                         }
                         self.queued.fetch_sub(size, Ordering::Relaxed);
@@ -467,15 +478,18 @@ impl Writer {
     }
 
     /// The record as JSON without its closing brace (the chain link goes there).
-    fn encode(&mut self, mut record: AuditRecord) -> Option<Vec<u8>> {
+    /// `size` is what the record was estimated to take when queued: the line starts
+    /// with that much room (and the link's), rather than growing as it is written.
+    fn encode(&mut self, mut record: AuditRecord, size: usize) -> Option<Vec<u8>> {
         record.arguments =
             Arc::new(redact::prepare(&record.arguments, self.settings.max_arguments_bytes));
-        match serde_json::to_vec(&record) {
-            Ok(mut line) if line.last() == Some(&b'}') => {
+        let mut line = Vec::with_capacity(size.min(self.settings.max_arguments_bytes + 1024) + 96);
+        match serde_json::to_writer(&mut line, &record) {
+            Ok(()) if line.last() == Some(&b'}') => {
                 line.pop();
                 Some(line)
             }
-            Ok(_) => None,
+            Ok(()) => None,
             Err(err) => {
                 self.fail(format!("cannot encode the record of call {}: {err}", record.call_id));
                 None

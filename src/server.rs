@@ -268,20 +268,20 @@ impl DynamicTools {
 struct AuditObserver(AuditLog);
 
 impl CallObserver for AuditObserver {
-    fn call_finished(&self, record: &CallRecord) {
+    fn call_finished(&self, record: CallRecord) {
         self.0.record(AuditRecord {
             ts: std::time::SystemTime::now(),
-            session_id: record.session_id.clone(),
-            client: record.client.clone(),
-            call_id: record.call_id.clone(),
-            tool: record.tool.clone(),
-            arguments: record.arguments.clone(),
+            session_id: record.session_id,
+            client: record.client,
+            call_id: record.call_id,
+            tool: record.tool,
+            arguments: record.arguments,
             rule: record.decision.rule_text(),
-            decision: record.decision.clone(),
+            decision: record.decision,
             ok: record.result_ok,
             error_type: record.error_type,
             duration: record.elapsed,
-            sandbox: record.sandbox.clone(),
+            sandbox: record.sandbox,
         });
     }
 }

@@ -25,8 +25,8 @@ const LATEST_LEGACY: &str = "2025-11-25";
 struct Records(Mutex<Vec<CallRecord>>);
 
 impl CallObserver for Records {
-    fn call_finished(&self, record: &CallRecord) {
-        self.0.lock().unwrap().push(record.clone());
+    fn call_finished(&self, record: CallRecord) {
+        self.0.lock().unwrap().push(record);
     }
 }
 

@@ -30,8 +30,8 @@ const MISSING_CAPABILITY: i64 = -32021;
 struct Records(Mutex<Vec<CallRecord>>);
 
 impl CallObserver for Records {
-    fn call_finished(&self, record: &CallRecord) {
-        self.0.lock().unwrap().push(record.clone());
+    fn call_finished(&self, record: CallRecord) {
+        self.0.lock().unwrap().push(record);
     }
 }
 

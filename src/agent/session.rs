@@ -72,7 +72,9 @@ pub struct CallRecord {
 }
 
 pub trait CallObserver: Send + Sync {
-    fn call_finished(&self, record: &CallRecord);
+    /// Takes the record: an observer that keeps it (the audit log) moves its parts
+    /// rather than copying them.
+    fn call_finished(&self, record: CallRecord);
 }
 
 /// The parts of a session that change at runtime, under one short lock.
@@ -459,15 +461,17 @@ impl Session {
 
     /// Runs one call through the whole pipeline and returns its result.
     pub async fn execute_one(&self, call: &Call, cancel: &CancellationToken) -> ToolResult {
-        Arc::unwrap_or_clone(self.execute_shared(call, cancel).await)
+        Arc::unwrap_or_clone(self.execute_shared(call.clone(), cancel).await)
     }
 
     /// [`Session::execute_one`], with the result shared with the `tool_result` event
     /// rather than copied for it (for callers that only serialize it). A question is
     /// put through the session's approval broker and waited for.
-    pub async fn execute_shared(&self, call: &Call, cancel: &CancellationToken) -> Arc<ToolResult> {
+    /// The call is taken: hooks may rewrite it, and its arguments are not copied.
+    pub async fn execute_shared(&self, call: Call, cancel: &CancellationToken) -> Arc<ToolResult> {
         let started = Instant::now();
-        let admitted = self.admit(&call.id, cancel).await;
+        let call_id = call.id.clone();
+        let admitted = self.admit(&call_id, cancel).await;
         let cancel = &admitted.cancel;
         let run = async {
             let (call, finished) = match self.policy(call, started, cancel).await {
@@ -499,7 +503,7 @@ impl Session {
         let admitted = self.admit(&call.id, cancel).await;
         let cancel = &admitted.cancel;
         let run = async {
-            match self.policy(call, started, cancel).await {
+            match self.policy(call.clone(), started, cancel).await {
                 Stage::Done(call, finished) => {
                     Preflight::Refuse(self.complete(&call, started, finished, cancel).await)
                 }
@@ -616,7 +620,7 @@ impl Session {
             decision,
         });
         if let Some((observer, decision)) = recorded {
-            observer.call_finished(&CallRecord {
+            observer.call_finished(CallRecord {
                 session_id: self.id.clone(),
                 client: self.client.clone(),
                 call_id: call.id.clone(),
@@ -638,10 +642,9 @@ impl Session {
 
     /// `tool_call_start`, PreToolUse hooks, allowlist, mode and rules: what happens to
     /// the call short of asking a person.
-    async fn policy(&self, call: &Call, started: Instant, cancel: &CancellationToken) -> Stage {
+    async fn policy(&self, mut call: Call, started: Instant, cancel: &CancellationToken) -> Stage {
         let hooks = self.lock().hooks.clone();
         let env = self.env();
-        let mut call = call.clone();
         let mut arguments = Arc::new(parse_or_raw(&call.arguments));
         self.events.emit(Event::ToolCallStart {
             session_id: self.id.clone(),

@@ -180,7 +180,7 @@ impl Client {
     pub async fn call(
         &self,
         session_id: Option<&str>,
-        call: &Call,
+        call: Call,
         cancel: &CancellationToken,
     ) -> Result<Arc<ToolResult>, SessionError> {
         let entry = self.session(session_id)?;

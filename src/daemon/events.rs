@@ -120,6 +120,10 @@ impl EventHub {
 
 impl EventSink for EventHub {
     fn emit(&self, event: Event) {
+        // The oldest events a full buffer lets go are dropped once the lock is released:
+        // one may hold the last reference to a call's output, and freeing that must not
+        // keep the session's other calls waiting for the hub.
+        let mut evicted = Evicted::default();
         let mut inner = self.lock();
         inner.subscribers.retain(|sub| !sub.outbound.is_closed());
         if inner.subscribers.is_empty() {
@@ -128,13 +132,15 @@ impl EventSink for EventHub {
                 && (inner.buffer.len() >= self.capacity
                     || inner.buffered_bytes + size > EVENT_BUFFER_BYTES)
             {
-                if let Some((_, dropped_size)) = inner.buffer.pop_front() {
+                if let Some((old, dropped_size)) = inner.buffer.pop_front() {
                     inner.buffered_bytes -= dropped_size;
+                    evicted.keep(old);
                 }
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
             inner.buffered_bytes += size;
             inner.buffer.push_back((event, size));
+            drop(inner);
             return;
         }
         for sub in &inner.subscribers {
@@ -143,6 +149,23 @@ impl EventSink for EventHub {
             if !sub.outbound.deliver(&sub.subscription, &event) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+}
+
+/// Events taken out of a full buffer, held until the hub's lock is released. Most
+/// emits evict one event at most, which needs no allocation.
+#[derive(Default)]
+struct Evicted {
+    first: Option<Event>,
+    rest: Vec<Event>,
+}
+
+impl Evicted {
+    fn keep(&mut self, event: Event) {
+        match self.first {
+            None => self.first = Some(event),
+            Some(_) => self.rest.push(event),
         }
     }
 }

@@ -413,7 +413,7 @@ impl LiveHandler {
         self.respond(&call_id, &ctx, task_after, move |cancel| {
             Box::pin(async move {
                 let _asker = asker;
-                session.execute_shared(&call, &cancel).await
+                session.execute_shared(call, &cancel).await
             })
         })
         .await

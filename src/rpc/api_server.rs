@@ -173,7 +173,7 @@ impl NativeApiServer for DaemonApi {
         let call = call_of(call_id, params.name, &params.arguments);
         let result = scope
             .client
-            .call(params.session_id.as_deref(), &call, &context.cancel)
+            .call(params.session_id.as_deref(), call, &context.cancel)
             .await
             .map_err(session_error)?;
         Ok(Arc::unwrap_or_clone(result))

@@ -299,7 +299,7 @@ impl Connection {
                 let call_id = params.call_id.unwrap_or_else(|| id_text(id));
                 let call = Call::new(call_id, params.name, arguments_text(params.arguments)?);
                 let result = client
-                    .call(params.session_id.as_deref(), &call, cancel)
+                    .call(params.session_id.as_deref(), call, cancel)
                     .await
                     .map_err(session_error)?;
                 // Room for the content, its escapes, and the fields around it.

@@ -182,6 +182,12 @@ impl Outgoing {
             // The common case (one answer at a time) moves the line, without a copy.
             self.bytes = line.into_bytes();
         } else {
+            // Answers pile up (pipelined calls, events): room for a whole batch at
+            // once, rather than doubling (and copying what is there) several times.
+            let needed = line.len() + 1;
+            if self.bytes.capacity() - self.bytes.len() < needed {
+                self.bytes.reserve(WRITE_BATCH.saturating_sub(self.bytes.len()).max(needed));
+            }
             self.bytes.extend_from_slice(line.as_bytes());
         }
         self.bytes.push(b'\n');
