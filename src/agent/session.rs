@@ -1,6 +1,7 @@
 //! A session: the Env, mode, rules, grants, hooks, in-flight calls and approvals of one
 //! client conversation, and the pipeline that runs its calls.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -473,7 +474,7 @@ impl Session {
         let call_id = call.id.clone();
         let admitted = self.admit(&call_id, cancel).await;
         let cancel = &admitted.cancel;
-        let run = async {
+        let run = std::pin::pin!(async {
             let (call, finished) = match self.policy(call, started, cancel).await {
                 Stage::Done(call, finished) => (call, finished),
                 Stage::Run(prepared, decision) => {
@@ -489,7 +490,7 @@ impl Session {
                 }
             };
             self.complete(&call, started, finished, cancel).await
-        };
+        });
         self.guarded(cancel, run).await
     }
 
@@ -502,7 +503,7 @@ impl Session {
         let started = Instant::now();
         let admitted = self.admit(&call.id, cancel).await;
         let cancel = &admitted.cancel;
-        let run = async {
+        let run = std::pin::pin!(async {
             match self.policy(call.clone(), started, cancel).await {
                 Stage::Done(call, finished) => {
                     Preflight::Refuse(self.complete(&call, started, finished, cancel).await)
@@ -518,7 +519,7 @@ impl Session {
                     }
                 },
             }
-        };
+        });
         self.guarded(cancel, run).await
     }
 
@@ -527,10 +528,10 @@ impl Session {
         let Ready { prepared, decision } = ready;
         let admitted = self.admit(&prepared.call.id, cancel).await;
         let cancel = &admitted.cancel;
-        let run = async {
+        let run = std::pin::pin!(async {
             let finished = self.run_prepared(&prepared, decision, cancel).await;
             self.complete(&prepared.call, prepared.started, finished, cancel).await
-        };
+        });
         self.guarded(cancel, run).await
     }
 
@@ -549,13 +550,13 @@ impl Session {
         let prepared = question.prepared;
         let admitted = self.admit(&prepared.call.id, cancel).await;
         let cancel = &admitted.cancel;
-        let run = async {
+        let run = std::pin::pin!(async {
             let finished = match self.answered(&prepared, answer) {
                 Ok(decision) => self.run_prepared(&prepared, decision, cancel).await,
                 Err(refused) => refused,
             };
             self.complete(&prepared.call, prepared.started, finished, cancel).await
-        };
+        });
         self.guarded(cancel, run).await
     }
 
@@ -580,10 +581,17 @@ impl Session {
 
     /// Runs part of a call's pipeline; the call also dies with its session, whatever
     /// token the caller passed.
-    async fn guarded<T>(&self, cancel: &CancellationToken, run: impl Future<Output = T>) -> T {
-        tokio::pin!(run);
+    ///
+    /// `run` comes pinned where the caller made it: a future taken by value would be
+    /// held twice in this one's state (an `async fn` keeps its arguments), and the
+    /// pipeline's future is the largest part of a call's.
+    async fn guarded<T>(
+        &self,
+        cancel: &CancellationToken,
+        mut run: Pin<&mut impl Future<Output = T>>,
+    ) -> T {
         tokio::select! {
-            out = &mut run => out,
+            out = run.as_mut() => out,
             () = self.cancel.cancelled() => {
                 cancel.cancel();
                 run.await
@@ -601,7 +609,12 @@ impl Session {
     ) -> Arc<ToolResult> {
         let hooks = self.lock().hooks.clone();
         let Finished { result, decision, arguments } = finished;
-        let result = self.post_hooks(call, &hooks, result, &arguments, cancel).await;
+        // Boxed, like the PreToolUse hooks: only calls that have hooks pay for them.
+        let result = if hooks.has_post(&call.name) {
+            Box::pin(self.post_hooks(call, &hooks, result, &arguments, cancel)).await
+        } else {
+            result.stamp(&call.name, &call.id)
+        };
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         let result = Arc::new(result);
@@ -663,7 +676,9 @@ impl Session {
                 Value::clone(&arguments),
             )
             .with_permission_mode(self.mode().to_string());
-            let outcome = hooks.run_pre(&input, &env.env_policy.build(), cancel).await;
+            // Boxed: hooks are rare, and their future would otherwise make every call's
+            // larger (and costlier to move) for the few that have them.
+            let outcome = Box::pin(hooks.run_pre(&input, &env.env_policy.build(), cancel)).await;
             for error in &outcome.errors {
                 tracing::warn!(session = %self.id, call_id = %call.id, %error, "PreToolUse hook failed");
             }
