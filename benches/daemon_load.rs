@@ -5,6 +5,14 @@
 //! pipelined on one connection), plus the daemon's startup time and memory (idle, and
 //! with 1,000 idle Unix-socket connections).
 //!
+//! The Unix NDJSON numbers come with two floors measured in the same run, each a
+//! process that does the least a tool daemon can (it reads the request as JSON, reads
+//! the file and answers a result of the same shape; no schema, guard, event or
+//! audit): one with a thread per connection, blocking (as the side-by-side scripts'
+//! `uds-echo`), and one with a task per connection on a Tokio multi-thread runtime
+//! (what the same work costs on the runtime toolgate is built on). The binary's rows
+//! are then given as ratios of both.
+//!
 //! The daemon runs in a process of its own, so that its memory can be read from
 //! `/proc/PID/status` and client and server do not share a runtime: this benchmark
 //! re-executes itself as a daemon (the library's `rpc::unix` and `rpc::tcp` listeners
@@ -23,7 +31,7 @@
 //! `noop` to time the transport and dispatch alone with a `tools/cancel` of no call). Without `--bench` (as under `cargo test
 //! --benches`) it runs a few calls of each kind as a smoke test.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,6 +51,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 const CHILD_ENV: &str = "TOOLGATE_LOAD_DAEMON";
 const ROOT_ENV: &str = "TOOLGATE_LOAD_ROOT";
 const SOCKET_ENV: &str = "TOOLGATE_LOAD_SOCKET";
+/// Set (to a [`Floor`]'s name) in the environment of a re-executed floor process.
+const FLOOR_ENV: &str = "TOOLGATE_LOAD_FLOOR";
 /// The bearer token of the benchmark's TCP listener (local to this run).
 const TOKEN: &str = "load-benchmark-token-0123456789";
 /// In every successful `read_file` answer.
@@ -187,6 +197,13 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os(CHILD_ENV).is_some() {
         return daemon_child();
     }
+    if let Ok(name) = std::env::var(FLOOR_ENV) {
+        let floor = Floor::ALL
+            .into_iter()
+            .find(|floor| floor.name() == name)
+            .ok_or_else(|| anyhow!("unknown floor {name:?}"))?;
+        return floor_child(floor);
+    }
     let smoke = !std::env::args().any(|arg| arg == "--bench");
     let plan = Plan::from_env(smoke)?;
     raise_file_limit();
@@ -253,11 +270,49 @@ fn main() -> anyhow::Result<()> {
     );
     stop_child(&mut child);
 
+    // The floors, over Unix NDJSON.
+    let mut floors = Vec::new();
+    if plan.transports.contains(&Transport::UnixNdjson) {
+        println!();
+        println!("floors (the least a tool daemon can do, over Unix NDJSON)");
+        print_header();
+        for floor in Floor::ALL {
+            let socket = scratch.path().join(format!("floor-{}.sock", floor.name()));
+            let (mut child, target) = spawn_floor(floor, &root, &socket)?;
+            let measured = client.block_on(async {
+                let mut unix = measure(Transport::UnixNdjson, &target, &plan).await?;
+                let mut pipelined = measure_pipelined(&target, &plan).await?;
+                unix.name = format!("floor {}", floor.name());
+                pipelined.name = format!("floor {} 1×{}", floor.name(), plan.in_flight);
+                anyhow::Ok((unix, pipelined))
+            });
+            stop_child(&mut child);
+            let (unix, pipelined) = measured?;
+            unix.print();
+            pipelined.print();
+            floors.push((floor, unix, pipelined));
+        }
+    }
+
     // The real binary, when its `serve` command is wired.
     println!();
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_toolgate"));
     match client.block_on(measure_binary(&binary, &root, scratch.path(), &plan))? {
-        Some(real) => real.print(),
+        Some(real) => {
+            real.print();
+            for (floor, unix, pipelined) in &floors {
+                println!(
+                    "  against the {} floor: p50 {:.2}× its time, {}×1 {:.2}× its calls/s, \
+                     1×{} {:.2}× its calls/s",
+                    floor.name(),
+                    real.unix.p50.as_secs_f64() / unix.p50.as_secs_f64().max(1e-9),
+                    plan.in_flight,
+                    real.unix.calls_per_second / unix.calls_per_second.max(1e-9),
+                    plan.in_flight,
+                    real.pipelined.calls_per_second / pipelined.calls_per_second.max(1e-9),
+                );
+            }
+        }
         None => println!(
             "toolgate binary: `{} serve` created no socket; startup and memory of the real \
              binary skipped",
@@ -265,7 +320,8 @@ fn main() -> anyhow::Result<()> {
         ),
     }
 
-    let failed: u64 = results.iter().map(|row| row.errors).sum();
+    let floor_rows = floors.iter().flat_map(|(_, unix, pipelined)| [unix, pipelined]);
+    let failed: u64 = results.iter().chain(floor_rows).map(|row| row.errors).sum();
     if failed > 0 {
         bail!("{failed} calls failed; the numbers above do not measure successful calls");
     }
@@ -808,6 +864,155 @@ fn spawn_library_daemon(
         rss_kib: registry_kib.parse()?,
     };
     Ok((child, Target { socket: socket.to_path_buf(), tcp, pid }, registry))
+}
+
+/// A server that does the least a tool daemon can over Unix NDJSON: the reference
+/// the binary's numbers are read against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Floor {
+    /// A blocking thread per connection.
+    Threads,
+    /// A task per connection on a Tokio multi-thread runtime (one worker per core).
+    Tasks,
+}
+
+impl Floor {
+    const ALL: [Floor; 2] = [Floor::Threads, Floor::Tasks];
+
+    fn name(self) -> &'static str {
+        match self {
+            Floor::Threads => "threads",
+            Floor::Tasks => "tasks",
+        }
+    }
+}
+
+/// Re-executes this benchmark as a floor and waits for its socket.
+fn spawn_floor(floor: Floor, root: &Path, socket: &Path) -> anyhow::Result<(Child, Target)> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(FLOOR_ENV, floor.name())
+        .env(SOCKET_ENV, socket)
+        .current_dir(root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let started = Instant::now();
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        if child.try_wait()?.is_some() || started.elapsed() > STEP_TIMEOUT {
+            stop_child(&mut child);
+            bail!("the {} floor did not start", floor.name());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pid = child.id();
+    Ok((child, Target { socket: socket.to_path_buf(), tcp: None, pid }))
+}
+
+/// The floor side: serves the socket until stdin closes. Its work per line is the
+/// same in both kinds: the request parsed into a JSON value, the file named by
+/// `params.arguments.path` read whole, the answer written with the fields in the
+/// order toolgate writes them (the load generator checks that order).
+fn floor_child(floor: Floor) -> anyhow::Result<()> {
+    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV).ok_or_else(|| anyhow!("no socket"))?);
+    let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+    // The process ends when the benchmark closes stdin, however the benchmark ends.
+    std::thread::spawn(|| {
+        let mut scratch = [0u8; 64];
+        while matches!(std::io::stdin().read(&mut scratch), Ok(n) if n > 0) {}
+        std::process::exit(0);
+    });
+    match floor {
+        Floor::Threads => {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                std::thread::spawn(move || {
+                    let Ok(read_half) = stream.try_clone() else { return };
+                    let mut reader = std::io::BufReader::with_capacity(64 * 1024, read_half);
+                    let mut writer = std::io::BufWriter::with_capacity(64 * 1024, stream);
+                    let mut line = Vec::with_capacity(4096);
+                    loop {
+                        line.clear();
+                        match reader.read_until(b'\n', &mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                        if let Some(answer) = floor_answer(&line)
+                            && writer.write_all(answer.as_bytes()).is_err()
+                        {
+                            return;
+                        }
+                        if reader.buffer().is_empty() && writer.flush().is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            Ok(())
+        }
+        Floor::Tasks => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(async {
+                listener.set_nonblocking(true)?;
+                let listener = tokio::net::UnixListener::from_std(listener)?;
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else { continue };
+                    tokio::spawn(async move {
+                        let (read_half, write_half) = stream.into_split();
+                        let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+                        let mut writer = tokio::io::BufWriter::with_capacity(64 * 1024, write_half);
+                        let mut line = Vec::with_capacity(4096);
+                        loop {
+                            line.clear();
+                            match reader.read_until(b'\n', &mut line).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(_) => {}
+                            }
+                            if let Some(answer) = floor_answer(&line)
+                                && writer.write_all(answer.as_bytes()).await.is_err()
+                            {
+                                return;
+                            }
+                            if reader.buffer().is_empty() && writer.flush().await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            })
+        }
+    }
+}
+
+/// A floor's answer to one request line (with its newline); `None` for a line that
+/// is not a request.
+fn floor_answer(line: &[u8]) -> Option<String> {
+    let request: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let id = request.get("id")?;
+    let result = match request["method"].as_str().unwrap_or("") {
+        "tools/call" => {
+            let path = request["params"]["arguments"]["path"].as_str().unwrap_or("");
+            match std::fs::read_to_string(path) {
+                Ok(text) => format!(
+                    r#"{{"content":{},"metadata":{{"call_id":{id}}},"ok":true,"tool":"read_file"}}"#,
+                    serde_json::Value::String(text)
+                ),
+                Err(err) => format!(
+                    r#"{{"content":"","error":{},"ok":false,"tool":"read_file"}}"#,
+                    serde_json::Value::String(err.to_string())
+                ),
+            }
+        }
+        "tools/cancel" => r#"{"canceled":0}"#.to_owned(),
+        _ => {
+            return Some(
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"method not found"}}}}"#
+                ) + "\n",
+            );
+        }
+    };
+    Some(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#) + "\n")
 }
 
 /// What building the registry of built-in tools cost the daemon at startup (schema
