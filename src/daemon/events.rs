@@ -44,11 +44,16 @@ struct Inner {
 }
 
 /// The approximate bytes of buffered events one session may hold while nobody
-/// subscribes: room for the lifecycle events of a few dozen typical calls made before a
-/// client subscribes, while a client that never does costs at most this much. The
-/// newest event is always kept, however large (its size is bounded by the tools'
-/// output limits).
-pub const EVENT_BUFFER_BYTES: usize = 256 * 1024;
+/// subscribes: room for the lifecycle events of a few dozen small calls (or the last
+/// few file reads) made before a client subscribes, which is what the subscribe race
+/// needs, while a client that never does costs at most this much. The newest event is
+/// always kept, however large (its size is bounded by the tools' output limits).
+///
+/// Kept small on purpose: every session nobody listens to holds this much once it is
+/// busy, and each call then frees the oldest events, long out of the caches. At
+/// 256 KiB, 64 such sessions under load held 16 MiB of old output, and a call cost
+/// the daemon about a tenth more CPU than at 32 KiB.
+pub const EVENT_BUFFER_BYTES: usize = 32 * 1024;
 
 /// What an event costs beyond its variable parts: the tag, ids and numbers.
 const EVENT_OVERHEAD: usize = 128;
