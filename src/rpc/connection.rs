@@ -165,7 +165,28 @@ impl Connection {
             Ok(Incoming::Request { id, method, params }) => {
                 // At the limit, the connection waits here (and stops reading).
                 let permit = self.limiter.clone().acquire_owned().await.ok()?;
-                let hand_off = hand_off && method == method::TOOLS_CALL;
+                if hand_off && method == method::TOOLS_CALL {
+                    // The request's future lives in the task itself, with no box of its
+                    // own: one allocation, made here and freed on whichever core ran
+                    // the call. Its first poll is counted until it has run (see
+                    // `Connection::settle_hand_offs`).
+                    let mut first_poll = Some(self.first_polls.token());
+                    let this = self.clone();
+                    self.daemon.tasks().spawn(async move {
+                        let mut request = std::pin::pin!(this.run_request(id, &method, params));
+                        let answer = std::future::poll_fn(|context| {
+                            let polled = request.as_mut().poll(context);
+                            first_poll.take();
+                            polled
+                        })
+                        .await;
+                        drop(permit);
+                        if let Some(answer) = answer {
+                            this.send(answer).await;
+                        }
+                    });
+                    return None;
+                }
                 let this = self.clone();
                 let mut request = Box::pin(async move {
                     let answer = this.run_request(id, &method, params).await;
@@ -175,24 +196,6 @@ impl Connection {
                 // The first poll needs no waker of its own: a request that is not done
                 // is handed to a task, whose first poll registers that task's waker
                 // with whatever the request waits on.
-                if hand_off {
-                    // Its first poll runs on the task, and is counted until it has
-                    // run (see `Connection::settle_hand_offs`).
-                    let mut first_poll = Some(self.first_polls.token());
-                    let this = self.clone();
-                    self.daemon.tasks().spawn(async move {
-                        let answer = std::future::poll_fn(|context| {
-                            let polled = request.as_mut().poll(context);
-                            first_poll.take();
-                            polled
-                        })
-                        .await;
-                        if let Some(answer) = answer {
-                            this.send(answer).await;
-                        }
-                    });
-                    return None;
-                }
                 let mut context = Context::from_waker(Waker::noop());
                 match request.as_mut().poll(&mut context) {
                     Poll::Ready(answer) => answer,
