@@ -269,7 +269,11 @@ impl ToolResult {
         if self.tool.is_empty() {
             self.tool = tool.to_owned();
         }
-        self.metadata.insert("call_id".to_owned(), Value::String(call_id.to_owned()));
+        // A result the registry stamped is stamped again by the session (which also
+        // finishes calls the registry never saw): the same id is left as it is.
+        if self.call_id() != Some(call_id) {
+            self.metadata.insert("call_id".to_owned(), Value::String(call_id.to_owned()));
+        }
         self
     }
 }
