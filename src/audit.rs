@@ -107,9 +107,9 @@ pub struct AuditRecord {
     /// When the call finished; written as RFC 3339 UTC with milliseconds.
     #[serde(serialize_with = "serialize_ts")]
     pub ts: SystemTime,
-    pub session_id: String,
+    pub session_id: Arc<str>,
     /// Who called: the peer's uid or the token's name.
-    pub client: String,
+    pub client: Arc<str>,
     pub call_id: String,
     pub tool: String,
     /// The call's arguments (redacted when written; shared with the call's events).
@@ -679,8 +679,8 @@ mod tests {
     fn record(call_id: &str, arguments: Value) -> AuditRecord {
         AuditRecord {
             ts: UNIX_EPOCH + Duration::from_millis(1_700_000_000_250),
-            session_id: "s1".to_owned(),
-            client: "uid:1000".to_owned(),
+            session_id: "s1".into(),
+            client: "uid:1000".into(),
             call_id: call_id.to_owned(),
             tool: "run_command".to_owned(),
             arguments: Arc::new(arguments),

@@ -20,7 +20,7 @@ use crate::tools::{OutputStream, Todo, ToolResult};
 pub enum Event {
     /// A call entered the pipeline (before hooks and permission).
     ToolCallStart {
-        session_id: String,
+        session_id: Arc<str>,
         call_id: String,
         name: String,
         // Shared with the call's other records (one parse per call).
@@ -29,7 +29,7 @@ pub enum Event {
     /// A chunk of live output; `seq` increases by one per chunk of a call (or of a
     /// background process), from 0.
     ToolOutput {
-        session_id: String,
+        session_id: Arc<str>,
         call_id: String,
         seq: u64,
         stream: OutputStream,
@@ -45,7 +45,7 @@ pub enum Event {
     },
     /// The call needs a human decision; answer with `permission/respond`.
     PermissionRequest {
-        session_id: String,
+        session_id: Arc<str>,
         request_id: String,
         call_id: String,
         tool: String,
@@ -59,7 +59,7 @@ pub enum Event {
         session_grant: Option<String>,
     },
     PermissionResolved {
-        session_id: String,
+        session_id: Arc<str>,
         request_id: String,
         call_id: String,
         decision: ApprovalDecision,
@@ -70,7 +70,7 @@ pub enum Event {
     },
     /// The final result of a call, as returned to the caller.
     ToolResult {
-        session_id: String,
+        session_id: Arc<str>,
         call_id: String,
         /// Milliseconds since `tool_call_start`, hooks and approval waiting included.
         elapsed_ms: f64,
@@ -79,25 +79,25 @@ pub enum Event {
     },
     /// The last event of a call, with who decided it.
     ToolCallDone {
-        session_id: String,
+        session_id: Arc<str>,
         call_id: String,
         elapsed_ms: f64,
         decision: CallDecision,
     },
     TodosUpdated {
-        session_id: String,
+        session_id: Arc<str>,
         todos: Vec<Todo>,
     },
     /// The session's permission mode changed (e.g. after `exit_plan_mode`).
     ModeChanged {
-        session_id: String,
+        session_id: Arc<str>,
         mode: crate::permission::Mode,
     },
     /// The set of tools changed; clients should list them again.
     ToolsListChanged {},
     /// A background process ended; it and everything it started are gone.
     ProcessExited {
-        session_id: String,
+        session_id: Arc<str>,
         process_id: String,
         /// The call that started it.
         call_id: String,

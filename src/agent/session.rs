@@ -57,8 +57,8 @@ pub struct SessionOptions {
 /// One finished call, for the audit log.
 #[derive(Clone, Debug)]
 pub struct CallRecord {
-    pub session_id: String,
-    pub client: String,
+    pub session_id: Arc<str>,
+    pub client: Arc<str>,
     pub call_id: String,
     pub tool: String,
     /// The arguments as they ran (shared with the call's events).
@@ -88,8 +88,8 @@ struct Mutable {
 }
 
 pub struct Session {
-    id: String,
-    client: String,
+    id: Arc<str>,
+    client: Arc<str>,
     registry: Arc<Registry>,
     /// Replaced whole when the session is narrowed; a call keeps the one it read.
     env: std::sync::RwLock<Arc<Env>>,
@@ -197,8 +197,8 @@ impl Session {
             let mut engine = options.engine;
             engine.set_mode(options.mode);
             Session {
-                id: options.id,
-                client: options.client,
+                id: options.id.into(),
+                client: options.client.into(),
                 registry,
                 env: std::sync::RwLock::new(Arc::new(env)),
                 approval_timeout: options.approval_timeout,
@@ -234,7 +234,7 @@ impl Session {
     /// Replaces the Env (a narrowing the daemon checked); calls already running keep
     /// the one they started with.
     pub fn replace_env(&self, mut env: Env) {
-        env.session_id = self.id.clone();
+        env.session_id = self.id.to_string();
         *self.env.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(env);
     }
 
@@ -780,7 +780,7 @@ impl Session {
         };
         let session_grant = shown_grant(prepared).map(|grant| grant.description().to_owned());
         PermissionRequest {
-            session_id: self.id.clone(),
+            session_id: self.id.to_string(),
             request_id: format!(
                 "p-{}-{}",
                 self.id,
@@ -1097,7 +1097,7 @@ impl Session {
 
 /// Turns a session's process output and ends into its events.
 struct ProcessEvents {
-    session_id: String,
+    session_id: Arc<str>,
     events: Arc<dyn EventSink>,
 }
 
@@ -1162,7 +1162,7 @@ impl SessionControl for Session {
             () = cancel.cancelled() => return Err("canceled while waiting for approval".to_owned()),
         };
         let request = PermissionRequest {
-            session_id: self.id.clone(),
+            session_id: self.id.to_string(),
             request_id: format!(
                 "p-{}-{}",
                 self.id,

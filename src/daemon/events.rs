@@ -269,7 +269,7 @@ mod tests {
 
     fn result_event(call_id: &str, content_bytes: usize) -> Event {
         Event::ToolResult {
-            session_id: "s1".to_owned(),
+            session_id: "s1".into(),
             call_id: call_id.to_owned(),
             elapsed_ms: 0.1,
             result: std::sync::Arc::new(ToolResult::success("x".repeat(content_bytes))),
@@ -278,7 +278,7 @@ mod tests {
 
     fn done_event(call_id: &str) -> Event {
         Event::ToolCallDone {
-            session_id: "s1".to_owned(),
+            session_id: "s1".into(),
             call_id: call_id.to_owned(),
             elapsed_ms: 0.1,
             decision: crate::permission::CallDecision::new(
