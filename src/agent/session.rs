@@ -489,7 +489,7 @@ impl Session {
                     (prepared.call, finished)
                 }
             };
-            self.complete(&call, started, finished, cancel).await
+            self.complete(&call, started, finished).await
         });
         self.guarded(cancel, run).await
     }
@@ -506,13 +506,13 @@ impl Session {
         let run = std::pin::pin!(async {
             match self.policy(call.clone(), started, cancel).await {
                 Stage::Done(call, finished) => {
-                    Preflight::Refuse(self.complete(&call, started, finished, cancel).await)
+                    Preflight::Refuse(self.complete(&call, started, finished).await)
                 }
                 Stage::Run(prepared, decision) => Preflight::Run(Ready { prepared, decision }),
                 Stage::Ask(prepared) => match self.dont_ask(&prepared) {
-                    Some(refused) => Preflight::Refuse(
-                        self.complete(&prepared.call, started, refused, cancel).await,
-                    ),
+                    Some(refused) => {
+                        Preflight::Refuse(self.complete(&prepared.call, started, refused).await)
+                    }
                     None => {
                         let request = self.question(&prepared);
                         Preflight::Ask(Question { prepared, request })
@@ -530,7 +530,7 @@ impl Session {
         let cancel = &admitted.cancel;
         let run = std::pin::pin!(async {
             let finished = self.run_prepared(&prepared, decision, cancel).await;
-            self.complete(&prepared.call, prepared.started, finished, cancel).await
+            self.complete(&prepared.call, prepared.started, finished).await
         });
         self.guarded(cancel, run).await
     }
@@ -555,7 +555,7 @@ impl Session {
                 Ok(decision) => self.run_prepared(&prepared, decision, cancel).await,
                 Err(refused) => refused,
             };
-            self.complete(&prepared.call, prepared.started, finished, cancel).await
+            self.complete(&prepared.call, prepared.started, finished).await
         });
         self.guarded(cancel, run).await
     }
@@ -600,20 +600,15 @@ impl Session {
     }
 
     /// Emits the closing events of a call and records it (once per call).
-    async fn complete(
-        &self,
-        call: &Call,
-        started: Instant,
-        finished: Finished,
-        cancel: &CancellationToken,
-    ) -> Arc<ToolResult> {
+    async fn complete(&self, call: &Call, started: Instant, finished: Finished) -> Arc<ToolResult> {
         let hooks = self.lock().hooks.clone();
         let Finished { result, decision, arguments } = finished;
+        let result = result.stamp(&call.name, &call.id);
         // Boxed, like the PreToolUse hooks: only calls that have hooks pay for them.
         let result = if hooks.has_post(&call.name) {
-            Box::pin(self.post_hooks(call, &hooks, result, &arguments, cancel)).await
+            Box::pin(self.post_hooks(call, &hooks, result, &arguments)).await
         } else {
-            result.stamp(&call.name, &call.id)
+            result
         };
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
@@ -816,36 +811,27 @@ impl Session {
         Finished { result, decision, arguments: prepared.arguments.clone() }
     }
 
-    /// Runs the PostToolUse hooks (they see every outcome, blocks and denials
+    /// Runs the call's PostToolUse hooks (they see every outcome, blocks and denials
     /// included) on the stamped result and attaches their feedback.
     async fn post_hooks(
         &self,
         call: &Call,
         hooks: &Hooks,
-        res: ToolResult,
+        mut res: ToolResult,
         arguments: &Value,
-        cancel: &CancellationToken,
     ) -> ToolResult {
-        let mut res = res.stamp(&call.name, &call.id);
-        if hooks.has_post(&call.name) {
-            let env = self.env();
-            let input = ToolCallInput::new(
-                &env,
-                call.id.clone(),
-                call.name.clone(),
-                Value::clone(arguments),
-            )
-            .with_permission_mode(self.mode().to_string());
-            // Post hooks run for a canceled call too (they observe every outcome), so
-            // they are bounded by their own timeouts and by the session, not the call.
-            let _ = cancel;
-            let outcome = hooks.run_post(&input, &res, &env.env_policy.build(), &self.cancel).await;
-            for error in &outcome.errors {
-                tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
-            }
-            if let Some(feedback) = outcome.feedback {
-                res.metadata.insert("hook_feedback".to_owned(), Value::String(feedback));
-            }
+        let env = self.env();
+        let input =
+            ToolCallInput::new(&env, call.id.clone(), call.name.clone(), Value::clone(arguments))
+                .with_permission_mode(self.mode().to_string());
+        // Post hooks run for a canceled call too (they observe every outcome), so they
+        // are bounded by their own timeouts and by the session, not the call.
+        let outcome = hooks.run_post(&input, &res, &env.env_policy.build(), &self.cancel).await;
+        for error in &outcome.errors {
+            tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
+        }
+        if let Some(feedback) = outcome.feedback {
+            res.metadata.insert("hook_feedback".to_owned(), Value::String(feedback));
         }
         res
     }
