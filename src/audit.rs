@@ -28,6 +28,7 @@
 mod chain;
 mod redact;
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::{
@@ -101,43 +102,73 @@ impl AuditSettings {
     }
 }
 
-/// One call, as the audit log records it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One call, as the audit log records it (written by [`Encoded`]).
+#[derive(Clone, Debug, PartialEq)]
 pub struct AuditRecord {
     /// When the call finished; written as RFC 3339 UTC with milliseconds.
-    #[serde(serialize_with = "serialize_ts")]
     pub ts: SystemTime,
     pub session_id: Arc<str>,
     /// Who called: the peer's uid or the token's name.
     pub client: Arc<str>,
-    pub call_id: String,
-    pub tool: String,
+    pub call_id: Arc<str>,
+    pub tool: Arc<str>,
     /// The call's arguments (redacted when written; shared with the call's events).
     pub arguments: Arc<Value>,
     /// Who decided, and how (the same object as in `tool_call_done` events).
     pub decision: crate::permission::CallDecision,
     /// The rule that decided as `<list>: <rule as written>`, or the deciding layer.
-    pub rule: Option<String>,
+    pub rule: Option<Cow<'static, str>>,
     pub ok: bool,
     pub error_type: Option<ErrorType>,
     /// Wall time of the whole call, hooks and approval included; written as
     /// `duration_ms` (fractional milliseconds).
-    #[serde(rename = "duration_ms", serialize_with = "serialize_duration_ms")]
     pub duration: Duration,
     /// The kernel sandbox a command of the call ran in (`sandbox_profile` of its
     /// result, else its `sandbox`); absent for calls that run no command.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Value>,
 }
 
-fn serialize_ts<S: Serializer>(ts: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    // Written straight into the line, without a string of its own.
-    s.collect_str(&Rfc3339(*ts))
+/// A record as its line says it, arguments as the log keeps them: redacted while
+/// they are written ([`redact::Prepared`]), never copied for it.
+struct Encoded<'a> {
+    record: &'a AuditRecord,
+    arguments: redact::Prepared<'a>,
 }
 
-fn serialize_duration_ms<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    // Microsecond resolution is plenty and keeps the numbers short.
-    s.serialize_f64((duration.as_secs_f64() * 1_000_000.0).round() / 1000.0)
+impl Serialize for Encoded<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let record = self.record;
+        let mut line = s.serialize_struct("AuditRecord", 12)?;
+        // The time goes straight into the line, without a string of its own.
+        line.serialize_field("ts", &Displayed(Rfc3339(record.ts)))?;
+        line.serialize_field("session_id", &*record.session_id)?;
+        line.serialize_field("client", &*record.client)?;
+        line.serialize_field("call_id", &*record.call_id)?;
+        line.serialize_field("tool", &*record.tool)?;
+        line.serialize_field("arguments", &self.arguments)?;
+        line.serialize_field("decision", &record.decision)?;
+        line.serialize_field("rule", &record.rule)?;
+        line.serialize_field("ok", &record.ok)?;
+        line.serialize_field("error_type", &record.error_type)?;
+        // Microsecond resolution is plenty and keeps the numbers short.
+        let duration_ms = (record.duration.as_secs_f64() * 1_000_000.0).round() / 1000.0;
+        line.serialize_field("duration_ms", &duration_ms)?;
+        match &record.sandbox {
+            Some(sandbox) => line.serialize_field("sandbox", sandbox)?,
+            None => line.skip_field("sandbox")?,
+        }
+        line.end()
+    }
+}
+
+/// Serializes as the string its `Display` writes.
+struct Displayed<T>(T);
+
+impl<T: std::fmt::Display> Serialize for Displayed<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
 }
 
 /// Formats a time as RFC 3339 in UTC with milliseconds (`2026-01-31T09:05:00.250Z`).
@@ -480,11 +511,10 @@ impl Writer {
     /// The record as JSON without its closing brace (the chain link goes there).
     /// `size` is what the record was estimated to take when queued: the line starts
     /// with that much room (and the link's), rather than growing as it is written.
-    fn encode(&mut self, mut record: AuditRecord, size: usize) -> Option<Vec<u8>> {
-        record.arguments =
-            Arc::new(redact::prepare(&record.arguments, self.settings.max_arguments_bytes));
+    fn encode(&mut self, record: AuditRecord, size: usize) -> Option<Vec<u8>> {
+        let arguments = redact::prepare(&record.arguments, self.settings.max_arguments_bytes);
         let mut line = Vec::with_capacity(size.min(self.settings.max_arguments_bytes + 1024) + 96);
-        match serde_json::to_writer(&mut line, &record) {
+        match serde_json::to_writer(&mut line, &Encoded { record: &record, arguments }) {
             Ok(()) if line.last() == Some(&b'}') => {
                 line.pop();
                 Some(line)
@@ -681,8 +711,8 @@ mod tests {
             ts: UNIX_EPOCH + Duration::from_millis(1_700_000_000_250),
             session_id: "s1".into(),
             client: "uid:1000".into(),
-            call_id: call_id.to_owned(),
-            tool: "run_command".to_owned(),
+            call_id: call_id.into(),
+            tool: "run_command".into(),
             arguments: Arc::new(arguments),
             decision: crate::permission::CallDecision {
                 outcome: crate::permission::Outcome::Allow,
@@ -692,7 +722,7 @@ mod tests {
                 rule: None,
                 list: None,
             },
-            rule: Some("allow: run_command(git status:*)".to_owned()),
+            rule: Some("allow: run_command(git status:*)".into()),
             ok: false,
             error_type: Some(ErrorType::CommandFailed),
             duration: Duration::from_micros(12_345),
@@ -1042,7 +1072,7 @@ mod tests {
         let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
         let content = "A".repeat(8 * 1024 * 1024);
         let mut rec = record("big", json!({"path": "big.bin", "content": content}));
-        rec.tool = "write_file".to_owned();
+        rec.tool = "write_file".into();
         log.record(rec);
         // Arguments that are not even JSON, far above the limit.
         log.record(record("junk", Value::String("{".repeat(15 * 1024 * 1024))));

@@ -74,7 +74,7 @@ impl Setup {
     /// The one record of a tool's calls.
     fn only_record(&self, tool: &str) -> CallRecord {
         let records: Vec<CallRecord> =
-            self.records.0.lock().unwrap().iter().filter(|r| r.tool == tool).cloned().collect();
+            self.records.0.lock().unwrap().iter().filter(|r| &*r.tool == tool).cloned().collect();
         assert_eq!(records.len(), 1, "one audit record per call: {records:?}");
         records[0].clone()
     }

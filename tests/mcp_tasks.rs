@@ -61,7 +61,7 @@ impl Setup {
     }
 
     fn records(&self, tool: &str) -> Vec<CallRecord> {
-        self.records.0.lock().unwrap().iter().filter(|r| r.tool == tool).cloned().collect()
+        self.records.0.lock().unwrap().iter().filter(|r| &*r.tool == tool).cloned().collect()
     }
 }
 

@@ -355,7 +355,7 @@ async fn the_tool_reports_its_own_timeout_with_the_partial_output() {
     let marker = unique_marker();
     let command = format!("echo before; echo complaint >&2; sleep 1000.{marker}");
     let ctx = ToolContext {
-        call_id: "t".to_owned(),
+        call_id: "t".into(),
         env: fx.env.clone(),
         cancel: CancellationToken::new(),
         timeout: Duration::from_millis(3000),

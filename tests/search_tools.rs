@@ -745,7 +745,7 @@ fn cancel_after(cancel: &CancellationToken, after: Duration) -> tokio::task::Joi
 
 fn direct_context(tree: &Tree, cancel: CancellationToken) -> toolgate::tools::ToolContext {
     toolgate::tools::ToolContext {
-        call_id: "direct".to_owned(),
+        call_id: "direct".into(),
         env: tree.env(),
         cancel,
         timeout: Duration::from_secs(60),

@@ -5,6 +5,8 @@
 //! the question and the answer. The native daemon answers through
 //! `permission/respond`, the MCP face through elicitation, the CLI on the terminal.
 
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -17,7 +19,7 @@ pub struct PermissionRequest {
     pub session_id: String,
     /// Unique per daemon; the answer names it.
     pub request_id: String,
-    pub call_id: String,
+    pub call_id: Arc<str>,
     pub tool: String,
     pub arguments: Value,
     /// Which layer and rule made this call ask.

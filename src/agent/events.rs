@@ -21,8 +21,8 @@ pub enum Event {
     /// A call entered the pipeline (before hooks and permission).
     ToolCallStart {
         session_id: Arc<str>,
-        call_id: String,
-        name: String,
+        call_id: Arc<str>,
+        name: Arc<str>,
         // Shared with the call's other records (one parse per call).
         arguments: Arc<Value>,
     },
@@ -30,7 +30,7 @@ pub enum Event {
     /// background process), from 0.
     ToolOutput {
         session_id: Arc<str>,
-        call_id: String,
+        call_id: Arc<str>,
         seq: u64,
         stream: OutputStream,
         text: String,
@@ -47,7 +47,7 @@ pub enum Event {
     PermissionRequest {
         session_id: Arc<str>,
         request_id: String,
-        call_id: String,
+        call_id: Arc<str>,
         tool: String,
         arguments: Value,
         explanation: Explanation,
@@ -61,7 +61,7 @@ pub enum Event {
     PermissionResolved {
         session_id: Arc<str>,
         request_id: String,
-        call_id: String,
+        call_id: Arc<str>,
         decision: ApprovalDecision,
         scope: ApprovalScope,
         /// Why, when the answer did not come from a person (timeout, cancel, nobody).
@@ -71,7 +71,7 @@ pub enum Event {
     /// The final result of a call, as returned to the caller.
     ToolResult {
         session_id: Arc<str>,
-        call_id: String,
+        call_id: Arc<str>,
         /// Milliseconds since `tool_call_start`, hooks and approval waiting included.
         elapsed_ms: f64,
         // Shared with the caller's answer: buffering the event copies no content.
@@ -80,7 +80,7 @@ pub enum Event {
     /// The last event of a call, with who decided it.
     ToolCallDone {
         session_id: Arc<str>,
-        call_id: String,
+        call_id: Arc<str>,
         elapsed_ms: f64,
         decision: CallDecision,
     },
@@ -100,7 +100,7 @@ pub enum Event {
         session_id: Arc<str>,
         process_id: String,
         /// The call that started it.
-        call_id: String,
+        call_id: Arc<str>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]

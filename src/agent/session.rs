@@ -59,8 +59,8 @@ pub struct SessionOptions {
 pub struct CallRecord {
     pub session_id: Arc<str>,
     pub client: Arc<str>,
-    pub call_id: String,
-    pub tool: String,
+    pub call_id: Arc<str>,
+    pub tool: Arc<str>,
     /// The arguments as they ran (shared with the call's events).
     pub arguments: Arc<Value>,
     /// Who decided, and how.
@@ -105,7 +105,7 @@ pub struct Session {
     ask_gate: tokio::sync::Mutex<()>,
     /// In-flight calls by call id (several when a client reuses an id), each with a
     /// session-unique number so that its entry can be removed exactly.
-    in_flight: DashMap<String, Vec<(u64, CancellationToken)>>,
+    in_flight: DashMap<Arc<str>, Vec<(u64, CancellationToken)>>,
     next_call: AtomicU64,
     next_request: AtomicU64,
     /// The session's background processes, once configured ([`Session::keep_processes`]).
@@ -563,7 +563,11 @@ impl Session {
     /// Waits for room among the session's running calls and registers the call for
     /// `tools/cancel`. A call canceled while it waits goes on without a permit: the
     /// pipeline sees its canceled token at once and closes it like any call.
-    async fn admit<'a>(&'a self, call_id: &'a str, cancel: &CancellationToken) -> Admitted<'a> {
+    async fn admit<'a>(
+        &'a self,
+        call_id: &'a Arc<str>,
+        cancel: &CancellationToken,
+    ) -> Admitted<'a> {
         let call_cancel = cancel.child_token();
         let permit = tokio::select! {
             permit = self.limiter.acquire() => permit.ok(),
@@ -571,7 +575,7 @@ impl Session {
             () = self.cancel.cancelled() => None,
         };
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.entry(call_id.to_owned()).or_default().push((number, call_cancel.clone()));
+        self.in_flight.entry(call_id.clone()).or_default().push((number, call_cancel.clone()));
         Admitted {
             cancel: call_cancel,
             _permit: permit,
@@ -664,13 +668,8 @@ impl Session {
         // PreToolUse hooks.
         let mut hook_verdict = HookVerdict::Continue;
         if hooks.has_pre(&call.name) {
-            let input = ToolCallInput::new(
-                &env,
-                call.id.clone(),
-                call.name.clone(),
-                Value::clone(&arguments),
-            )
-            .with_permission_mode(self.mode().to_string());
+            let input = ToolCallInput::new(&env, &*call.id, &*call.name, Value::clone(&arguments))
+                .with_permission_mode(self.mode().to_string());
             // Boxed: hooks are rare, and their future would otherwise make every call's
             // larger (and costlier to move) for the few that have them.
             let outcome = Box::pin(hooks.run_pre(&input, &env.env_policy.build(), cancel)).await;
@@ -782,7 +781,7 @@ impl Session {
                 self.next_request.fetch_add(1, Ordering::Relaxed)
             ),
             call_id: prepared.call.id.clone(),
-            tool: prepared.call.name.clone(),
+            tool: prepared.call.name.to_string(),
             arguments: Value::clone(&prepared.arguments),
             explanation,
             suggestions,
@@ -821,9 +820,8 @@ impl Session {
         arguments: &Value,
     ) -> ToolResult {
         let env = self.env();
-        let input =
-            ToolCallInput::new(&env, call.id.clone(), call.name.clone(), Value::clone(arguments))
-                .with_permission_mode(self.mode().to_string());
+        let input = ToolCallInput::new(&env, &*call.id, &*call.name, Value::clone(arguments))
+            .with_permission_mode(self.mode().to_string());
         // Post hooks run for a canceled call too (they observe every outcome), so they
         // are bounded by their own timeouts and by the session, not the call.
         let outcome = hooks.run_post(&input, &res, &env.env_policy.build(), &self.cancel).await;
@@ -1056,10 +1054,10 @@ impl Session {
     }
 
     /// Numbers live output chunks and turns them into `tool_output` events.
-    fn output_sink(&self, call_id: &str) -> OutputSink {
+    fn output_sink(&self, call_id: &Arc<str>) -> OutputSink {
         let events = self.events.clone();
         let session_id = self.id.clone();
-        let call_id = call_id.to_owned();
+        let call_id = call_id.clone();
         let seq = AtomicU64::new(0);
         OutputSink::new(move |stream, text| {
             events.emit(Event::ToolOutput {
@@ -1154,7 +1152,7 @@ impl SessionControl for Session {
                 self.id,
                 self.next_request.fetch_add(1, Ordering::Relaxed)
             ),
-            call_id: call_id.to_owned(),
+            call_id: call_id.into(),
             tool: "exit_plan_mode".to_owned(),
             arguments: serde_json::json!({ "plan": plan }),
             explanation: Explanation {

@@ -614,7 +614,7 @@ fn decision_of(h: &Harness, call_id: &str) -> crate::permission::CallDecision {
         .all()
         .into_iter()
         .filter_map(|event| match event {
-            Event::ToolCallDone { call_id: id, decision, .. } if id == call_id => Some(decision),
+            Event::ToolCallDone { call_id: id, decision, .. } if *id == *call_id => Some(decision),
             _ => None,
         })
         .collect();

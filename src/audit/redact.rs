@@ -42,8 +42,10 @@ pub const CONTENT_KEYS: [&str; 7] =
 /// Whether a key or variable name looks like it holds a secret. Deliberately broad
 /// (`monkey` matches `key`): hiding a harmless value costs little.
 pub fn looks_secret(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    SECRET_NAME_PARTS.iter().any(|part| lower.contains(part))
+    let name = name.as_bytes();
+    SECRET_NAME_PARTS.iter().any(|part| {
+        name.windows(part.len()).any(|window| window.eq_ignore_ascii_case(part.as_bytes()))
+    })
 }
 
 fn is_content_key(name: &str) -> bool {
@@ -244,46 +246,107 @@ pub fn redact(value: &mut Value) {
 /// The arguments as the audit log records them: secrets redacted (by key and in free
 /// text), contents and long text as size and hash, and the whole as size and hash
 /// when it is still larger than `max_bytes` once encoded.
-pub(super) fn prepare(arguments: &Value, max_bytes: usize) -> Value {
-    let prepared = prepare_value(arguments, max_bytes);
-    let mut counter = Counter(0);
-    let fits = serde_json::to_writer(&mut counter, &prepared).is_ok() && counter.0 <= max_bytes;
-    if fits {
-        return prepared;
+pub(super) fn prepare(arguments: &Value, max_bytes: usize) -> Prepared<'_> {
+    let redacted = Prepared::Redacted { value: arguments, max_bytes };
+    // Small arguments fit whatever their redaction writes; only larger ones are
+    // measured by encoding them once.
+    if encoded_bound(arguments) > max_bytes {
+        let mut counter = Counter(0);
+        let fits = serde_json::to_writer(&mut counter, &redacted).is_ok() && counter.0 <= max_bytes;
+        if !fits {
+            // The size and hash of the whole describe what the call really carried;
+            // hashing streams the encoding, nothing is copied.
+            let mut whole = HashingWriter { hasher: Sha256::new(), len: 0 };
+            if serde_json::to_writer(&mut whole, arguments).is_ok() {
+                return Prepared::Summary(summary(whole.len, &whole.hasher.finalize()));
+            }
+        }
     }
-    // The size and hash of the whole describe what the call really carried; hashing
-    // streams the encoding, nothing is copied.
-    let mut whole = HashingWriter { hasher: Sha256::new(), len: 0 };
-    match serde_json::to_writer(&mut whole, arguments) {
-        Ok(()) => Value::String(summary(whole.len, &whole.hasher.finalize())),
-        Err(_) => prepared,
+    redacted
+}
+
+/// What the audit log writes for a call's arguments ([`prepare`]).
+pub(super) enum Prepared<'a> {
+    /// The arguments, redacted as they are written: only what a redaction replaces
+    /// is made anew.
+    Redacted { value: &'a Value, max_bytes: usize },
+    /// Too large once encoded: the size and hash of the whole.
+    Summary(String),
+}
+
+impl serde::Serialize for Prepared<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Prepared::Redacted { value, max_bytes } => {
+                Redacting { value, max_bytes: *max_bytes }.serialize(s)
+            }
+            Prepared::Summary(summary) => s.serialize_str(summary),
+        }
     }
 }
 
-fn prepare_value(value: &Value, max_bytes: usize) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, inner)| {
-                    let inner = if looks_secret(key) {
-                        Value::String(REDACTED.to_owned())
+/// A value serialized with every redaction applied on the way.
+struct Redacting<'a> {
+    value: &'a Value,
+    max_bytes: usize,
+}
+
+impl serde::Serialize for Redacting<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap as _, SerializeSeq as _};
+        let max_bytes = self.max_bytes;
+        match self.value {
+            Value::Object(map) => {
+                let mut out = s.serialize_map(Some(map.len()))?;
+                for (key, inner) in map {
+                    if looks_secret(key) {
+                        out.serialize_entry(key, REDACTED)?;
                     } else if let (true, Value::String(text)) = (is_content_key(key), inner) {
-                        Value::String(summarize_text(text))
+                        out.serialize_entry(key, &summarize_text(text))?;
                     } else {
-                        prepare_value(inner, max_bytes)
-                    };
-                    (key.clone(), inner)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => {
-            Value::Array(items.iter().map(|item| prepare_value(item, max_bytes)).collect())
+                        out.serialize_entry(key, &Redacting { value: inner, max_bytes })?;
+                    }
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    out.serialize_element(&Redacting { value: item, max_bytes })?;
+                }
+                out.end()
+            }
+            Value::String(text) if text.len() > max_bytes => s.serialize_str(&summarize_text(text)),
+            Value::String(text) => match redact_text(text) {
+                Some(redacted) => s.serialize_str(&redacted),
+                None => s.serialize_str(text),
+            },
+            other => other.serialize(s),
         }
-        Value::String(text) if text.len() > max_bytes => Value::String(summarize_text(text)),
-        Value::String(text) => Value::String(redact_text(text).unwrap_or_else(|| text.clone())),
-        other => other.clone(),
     }
 }
+
+/// The most bytes `value` can take once redacted and encoded: a string escapes to at
+/// most six bytes per byte, and whatever replaces one (the redaction mark, a size and
+/// hash) takes under [`REPLACED_BOUND`].
+fn encoded_bound(value: &Value) -> usize {
+    fn text(text: &str) -> usize {
+        (text.len() * 6 + 2).max(REPLACED_BOUND)
+    }
+    match value {
+        Value::Object(map) => {
+            2 + map.iter().map(|(key, inner)| text(key) + 2 + encoded_bound(inner)).sum::<usize>()
+        }
+        Value::Array(items) => 2 + items.iter().map(|item| encoded_bound(item) + 1).sum::<usize>(),
+        Value::String(value) => text(value),
+        // `null`, booleans and numbers (at most 24 bytes).
+        _ => 24,
+    }
+}
+
+/// More than any replacement writes, quotes included: `"[redacted]"`, or a size and
+/// hash (`"[<up to 20 digits> bytes, sha256:<64 hex digits>]"`).
+const REPLACED_BOUND: usize = 128;
 
 /// A cheap upper estimate of the memory a value holds (its text and keys), used to
 /// bound what waits in the writer's queue without encoding anything.
@@ -305,6 +368,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// What the log writes for `arguments`, as a value.
+    fn written(arguments: &Value, max_bytes: usize) -> Value {
+        serde_json::to_value(prepare(arguments, max_bytes)).unwrap()
+    }
 
     #[test]
     fn every_pattern_compiles() {
@@ -411,14 +479,14 @@ mod tests {
             "items": [{"client_secret": "[redacted]", "name": "n"}, "plain"],
             "credentials_file": "[redacted]",
         });
-        assert_eq!(prepare(&args, 1 << 20), expected);
+        assert_eq!(written(&args, 1 << 20), expected);
         redact(&mut args);
         assert_eq!(args, expected);
     }
 
     #[test]
     fn contents_become_size_and_hash() {
-        let prepared = prepare(
+        let prepared = written(
             &json!({"path": "a.txt", "content": "password=hunter2\n", "old_string": "", "new_string": "x"}),
             1 << 20,
         );
@@ -438,7 +506,7 @@ mod tests {
         let raw =
             Value::String("{\"path\": \"x\", \"token\": \"abc123\", \"api_key\":'k'".to_owned());
         assert_eq!(
-            prepare(&raw, 1 << 20),
+            written(&raw, 1 << 20),
             json!("{\"path\": \"x\", \"token\": [redacted], \"api_key\":[redacted]")
         );
     }
@@ -446,7 +514,7 @@ mod tests {
     #[test]
     fn oversized_text_and_arguments_become_size_and_hash() {
         let long = "x".repeat(300);
-        let prepared = prepare(&json!({"path": long.clone(), "n": 1}), 200);
+        let prepared = written(&json!({"path": long.clone(), "n": 1}), 200);
         let hash = hex(&Sha256::digest(long.as_bytes()));
         assert_eq!(prepared, json!({"path": format!("[300 bytes, sha256:{hash}]"), "n": 1}));
 
@@ -455,6 +523,6 @@ mod tests {
         let args = json!({"items": many});
         let encoded = serde_json::to_vec(&args).unwrap();
         let expected = summary(encoded.len(), &Sha256::digest(&encoded));
-        assert_eq!(prepare(&args, 200), json!(expected));
+        assert_eq!(written(&args, 200), json!(expected));
     }
 }

@@ -270,7 +270,7 @@ mod tests {
     fn result_event(call_id: &str, content_bytes: usize) -> Event {
         Event::ToolResult {
             session_id: "s1".into(),
-            call_id: call_id.to_owned(),
+            call_id: call_id.into(),
             elapsed_ms: 0.1,
             result: std::sync::Arc::new(ToolResult::success("x".repeat(content_bytes))),
         }
@@ -279,7 +279,7 @@ mod tests {
     fn done_event(call_id: &str) -> Event {
         Event::ToolCallDone {
             session_id: "s1".into(),
-            call_id: call_id.to_owned(),
+            call_id: call_id.into(),
             elapsed_ms: 0.1,
             decision: crate::permission::CallDecision::new(
                 crate::permission::Outcome::Allow,

@@ -62,7 +62,7 @@ impl ApprovalBroker for McpBroker {
         &self,
         request: &PermissionRequest,
     ) -> Result<BoxFuture<'static, ApprovalAnswer>, Unavailable> {
-        let Some(asker) = self.askers.get(&request.call_id).map(|entry| entry.value().clone())
+        let Some(asker) = self.askers.get(&*request.call_id).map(|entry| entry.value().clone())
         else {
             return Err(Unavailable::NoApprover);
         };

@@ -24,8 +24,9 @@ use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorCode,
     GetTaskParams, GetTaskResult, InputRequiredResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool, UpdateTaskParams,
+    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskFuture};
@@ -87,7 +88,7 @@ struct McpEvents {
 impl EventSink for McpEvents {
     fn emit(&self, event: Event) {
         if let Event::ToolOutput { call_id, text, .. } = event
-            && let Some(sender) = self.progress.get(&call_id)
+            && let Some(sender) = self.progress.get(&*call_id)
         {
             // Never block the tool: a full queue loses a chunk of advisory progress.
             let _ = sender.try_send(text);
@@ -386,7 +387,7 @@ impl LiveHandler {
         }
         let session = self.session(&ctx).await?;
         let arguments = Value::Object(params.arguments.take().unwrap_or_default());
-        let call = Call::from_value(call_id_text(&ctx), params.name.to_string(), &arguments);
+        let call = Call::from_value(call_id_text(&ctx), &*params.name, &arguments);
 
         let modern_asks =
             is_modern(&ctx) && (params.request_state.is_some() || client_elicits(&ctx));
@@ -528,7 +529,7 @@ impl LiveHandler {
                     None,
                 ));
             };
-            if pending.tool != call.name || pending.arguments != arguments {
+            if *pending.tool != *call.name || pending.arguments != arguments {
                 return Err(McpError::invalid_params(
                     "the requestState belongs to a different call",
                     None,
@@ -589,7 +590,7 @@ impl LiveHandler {
         self.face.remember_pending(
             handle.clone(),
             super::PendingInput {
-                tool: question.call().name.clone(),
+                tool: question.call().name.to_string(),
                 arguments,
                 question,
                 created: Instant::now(),
@@ -845,10 +846,10 @@ impl ServerHandler for LiveHandler {
 }
 
 /// The call id of a request: its JSON-RPC id as text (`7`, or `abc` for a string id).
-pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> String {
-    match ctx.id.clone().into_json_value() {
-        Value::String(text) => text,
-        other => other.to_string(),
+pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> Arc<str> {
+    match &ctx.id {
+        NumberOrString::String(text) => text.clone(),
+        NumberOrString::Number(number) => Arc::from(number.to_string()),
     }
 }
 

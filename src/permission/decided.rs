@@ -1,6 +1,8 @@
 //! How a call was finally decided: one typed value for the events, the audit log and
 //! the protocol, instead of words such as `ask→timeout`.
 
+use std::borrow::Cow;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -89,11 +91,11 @@ impl CallDecision {
 
     /// The rule that decided, as the audit log writes it: `<list>: <rule as written>`,
     /// or the layer's name when no rule did (`mode`, `session_grant`, `hook`).
-    pub fn rule_text(&self) -> Option<String> {
+    pub fn rule_text(&self) -> Option<Cow<'static, str>> {
         match (&self.rule, self.list, self.layer) {
-            (Some(rule), Some(list), _) => Some(format!("{}: {rule}", list.as_str())),
-            (Some(rule), None, _) => Some(rule.clone()),
-            (None, _, Some(layer)) => Some(layer_name(layer).to_owned()),
+            (Some(rule), Some(list), _) => Some(Cow::Owned(format!("{}: {rule}", list.as_str()))),
+            (Some(rule), None, _) => Some(Cow::Owned(rule.clone())),
+            (None, _, Some(layer)) => Some(Cow::Borrowed(layer_name(layer))),
             (None, _, None) => None,
         }
     }

@@ -3,6 +3,7 @@
 //! HTTP bodies). Every transport feeds frames in and drains `outbound`; the methods
 //! behave the same everywhere.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -299,7 +300,10 @@ impl Connection {
         match name {
             method::TOOLS_CALL => {
                 let params: CallParams<'_> = params.parse()?;
-                let call_id = params.call_id.unwrap_or_else(|| id_text(id));
+                let call_id = match params.call_id {
+                    Some(call_id) => Arc::from(call_id),
+                    None => id_text(id),
+                };
                 let call = Call::new(call_id, params.name, arguments_text(params.arguments)?);
                 let result = client
                     .call(params.session_id.as_deref(), call, cancel)
@@ -550,13 +554,14 @@ fn render_event(subscription: &str, event: &Event) -> String {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CallParams<'a> {
-    name: String,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
     #[serde(default)]
     session_id: Option<String>,
-    #[serde(default)]
-    call_id: Option<String>,
+    #[serde(borrow, default)]
+    call_id: Option<Cow<'a, str>>,
 }
 
 /// One call of [`BatchParams`] ([`BatchCall`] with raw arguments).
@@ -644,9 +649,9 @@ fn reply<T: serde::Serialize>(id: &Value, result: &T) -> Result<Reply, RpcError>
     Ok(Reply::Line(jsonrpc::response(id, result)))
 }
 
-fn id_text(id: &Value) -> String {
+fn id_text(id: &Value) -> Arc<str> {
     match id {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
+        Value::String(text) => Arc::from(text.as_str()),
+        other => Arc::from(other.to_string()),
     }
 }

@@ -78,15 +78,17 @@ pub struct Definition {
 /// untrusted and is only parsed (and schema-checked) at the registry boundary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
-    pub id: String,
-    pub name: String,
+    /// Shared, not copied, by the call's events, records and output.
+    pub id: Arc<str>,
+    /// Shared like `id`.
+    pub name: Arc<str>,
     pub arguments: String,
 }
 
 impl Call {
     pub fn new(
-        id: impl Into<String>,
-        name: impl Into<String>,
+        id: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
         arguments: impl Into<String>,
     ) -> Call {
         Call { id: id.into(), name: name.into(), arguments: arguments.into() }
@@ -94,7 +96,11 @@ impl Call {
 
     /// Builds a call from already-parsed JSON arguments (transports that received a
     /// JSON object rather than a string).
-    pub fn from_value(id: impl Into<String>, name: impl Into<String>, arguments: &Value) -> Call {
+    pub fn from_value(
+        id: impl Into<Arc<str>>,
+        name: impl Into<Arc<str>>,
+        arguments: &Value,
+    ) -> Call {
         let arguments = match arguments {
             Value::Null => "{}".to_owned(),
             other => other.to_string(),
@@ -529,7 +535,7 @@ impl std::fmt::Debug for OutputSink {
 /// Everything a tool gets for one execution besides its (already validated) arguments.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
-    pub call_id: String,
+    pub call_id: Arc<str>,
     /// The session's Env with defaults filled in.
     pub env: Arc<Env>,
     /// Canceled when the call is canceled *or* its deadline passes. A tool that does

@@ -467,7 +467,7 @@ impl Registry {
         output: OutputSink,
     ) -> ToolResult {
         // 1. Unknown name.
-        let Some(entry) = self.read().get(&call.name).cloned() else {
+        let Some(entry) = self.read().get(&*call.name).cloned() else {
             return ToolResult::failure(
                 ErrorType::UnknownTool,
                 format!("unknown tool: {:?}", call.name),

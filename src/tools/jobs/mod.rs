@@ -115,7 +115,7 @@ pub struct Job {
     pub id: String,
     pub command: String,
     /// The call that started it.
-    pub call_id: String,
+    pub call_id: Arc<str>,
     pub started_at: SystemTime,
     started: Instant,
     live: Option<Arc<LiveInput>>,
@@ -447,7 +447,7 @@ impl Processes {
         let job = Arc::new(Job {
             id,
             command: command.to_owned(),
-            call_id: call_id.to_owned(),
+            call_id: call_id.into(),
             started_at: SystemTime::now(),
             started: Instant::now(),
             live: live.clone(),
