@@ -13,6 +13,9 @@ use std::path::{Component, Path, PathBuf};
 ///
 /// `..` at the file-system root stays at the root, as the kernel does.
 pub(crate) fn resolve(cwd: &Path, path: &Path) -> PathBuf {
+    if let Some(plain) = crate::tools::fs::lexical::join_plain(cwd, path) {
+        return plain;
+    }
     let mut out = if path.is_absolute() { PathBuf::from("/") } else { normalize(cwd) };
     push_normalized(&mut out, path);
     out

@@ -21,6 +21,7 @@
 mod access;
 pub mod budget;
 pub mod cwd;
+pub(crate) mod lexical;
 mod lock;
 pub mod text;
 
@@ -332,6 +333,9 @@ pub fn check_access(
 /// The absolute path a call names, resolved lexically (what the permission layer
 /// decided on).
 fn named_path(env: &Env, path: &Path) -> PathBuf {
+    if let Some(plain) = lexical::join_plain(&env.cwd, path) {
+        return plain;
+    }
     let logical = if path.is_absolute() { path.to_path_buf() } else { env.cwd.join(path) };
     Path::new("/").join(normalize_lexically(&logical))
 }
@@ -797,6 +801,11 @@ fn resolve_at(
     flags: OFlags,
     strategy: Strategy,
 ) -> Result<Resolved, FsError> {
+    if strategy == Strategy::Auto
+        && let Some(resolved) = resolve_plain(env, path, shown, flags)?
+    {
+        return Ok(resolved);
+    }
     let located = locate(env, path, shown)?;
     let (fd, route) = match open_direct(&located, flags, strategy) {
         Some(opened) => opened.map(|fd| (fd, Route::Direct)),
@@ -813,6 +822,41 @@ fn resolve_at(
     }
     let path = real_path(fd.as_fd(), located.root, &located.rel, route, shown)?;
     Ok(Resolved { fd, path, root: located.root.to_path_buf(), kind: info.kind, is_dir, info })
+}
+
+/// [`resolve_at`] for the common case: a plain path ([`lexical`]) strictly below a
+/// root, opened the direct way. Its absolute path is then its real path, and the
+/// lookup costs one allocation. `None` when the path is not plain, lies below no root
+/// (the general way gives the refusal), or crossed a symbolic link.
+fn resolve_plain(
+    env: &Env,
+    path: &Path,
+    shown: &str,
+    flags: OFlags,
+) -> Result<Option<Resolved>, FsError> {
+    let Some(absolute) = lexical::join_plain(&env.cwd, path) else {
+        return Ok(None);
+    };
+    // The outermost root, as `locate` picks it: of plain roots that are prefixes of
+    // one path, the shortest. (A root that is not plain, `/`, goes the general way.)
+    if !env.roots.iter().all(|root| lexical::is_plain(root.as_os_str().as_bytes())) {
+        return Ok(None);
+    }
+    let root = env
+        .roots
+        .iter()
+        .filter(|root| lexical::strictly_below(&absolute, root))
+        .min_by_key(|root| root.as_os_str().len());
+    let Some(root) = root else {
+        return Ok(None);
+    };
+    let fd = match open_direct_at(&absolute, flags) {
+        None => return Ok(None),
+        Some(opened) => opened.map_err(|errno| FsError::from_errno(shown, errno))?,
+    };
+    let info = file_info(&fd).map_err(|err| FsError::from_io(shown, err))?;
+    let is_dir = info.kind == FileKind::Directory;
+    Ok(Some(Resolved { fd, path: absolute, root: root.clone(), kind: info.kind, is_dir, info }))
 }
 
 fn resolve_parent_at(
@@ -888,10 +932,18 @@ fn open_direct(
     {
         return None;
     }
-    let absolute = located.root.join(&located.rel);
+    open_direct_at(&located.root.join(&located.rel), flags)
+}
+
+/// [`open_direct`] of a path below its (canonical) root with no `..`, by its absolute
+/// name. `None` when a symbolic link was crossed or `openat2` cannot be used.
+fn open_direct_at(absolute: &Path, flags: OFlags) -> Option<rustix::io::Result<OwnedFd>> {
+    if OPENAT2_MISSING.load(Ordering::Relaxed) {
+        return None;
+    }
     let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     let cwd = rustix::fs::CWD;
-    match rustix::fs::openat2(cwd, &absolute, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+    match rustix::fs::openat2(cwd, absolute, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
         Ok(fd) => Some(Ok(fd)),
         Err(Errno::LOOP | Errno::AGAIN | Errno::XDEV | Errno::NOSYS) => None,
         Err(errno) => Some(Err(errno)),
