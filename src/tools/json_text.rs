@@ -37,9 +37,31 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
     // valid string literal by construction (the tests compare it with serde_json's
     // output, byte for byte).
     let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
-    raw.serialize_field(RAW_VALUE_TOKEN, &escape(text))?;
+    // Escaped into this thread's scratch string, reused from call to call (a read's
+    // answer is the same few kilobytes every time), then copied into the line.
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut scratch) => {
+            scratch.clear();
+            escape_into(&mut *scratch, text);
+            let written = raw.serialize_field(RAW_VALUE_TOKEN, scratch.as_str());
+            if scratch.capacity() > SCRATCH_KEEP_BYTES {
+                *scratch = String::new();
+            }
+            written
+        }
+        // Not reached (nothing in between serializes another text); a fresh string
+        // does the same.
+        Err(_) => raw.serialize_field(RAW_VALUE_TOKEN, &escape(text)),
+    })?;
     raw.end()
 }
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The most a thread's scratch string keeps between texts; a larger one is freed.
+const SCRATCH_KEEP_BYTES: usize = 64 * 1024;
 
 /// The name under which serde_json's serializers recognize raw JSON text (what
 /// `RawValue` serializes as).

@@ -181,7 +181,7 @@ impl AccessInner {
         named: Option<&Path>,
         roots: &[PathBuf],
     ) -> Result<(), Refusal> {
-        if self.own.iter().any(|own| real.starts_with(own)) {
+        if self.own.iter().any(|own| super::lexical::starts_with(real, own)) {
             return Err(Refusal::OwnFile);
         }
         let Some(rules) = &self.rules else {

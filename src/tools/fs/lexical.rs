@@ -49,6 +49,17 @@ pub(crate) fn strictly_below(path: &Path, dir: &Path) -> bool {
     path.len() > dir.len() + 1 && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
+/// `path.starts_with(dir)` as `Path` says it, compared by bytes when both are plain
+/// (the component walk only for the others).
+pub(crate) fn starts_with(path: &Path, dir: &Path) -> bool {
+    let (bytes, prefix) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if is_plain(bytes) && is_plain(prefix) {
+        return bytes.starts_with(prefix)
+            && (bytes.len() == prefix.len() || bytes[prefix.len()] == b'/');
+    }
+    path.starts_with(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Component;
@@ -97,6 +108,23 @@ mod tests {
         assert_eq!(join_plain(Path::new("/"), Path::new("a")), None);
         assert_eq!(join_plain(Path::new("/w/./p"), Path::new("a")), None);
         assert_eq!(join_plain(Path::new("w/p"), Path::new("a")), None);
+    }
+
+    #[test]
+    fn starts_with_agrees_with_path() {
+        let paths = [
+            "/w/p", "/w/p/a", "/w/pa", "/w", "/", "/w/p/", "/w//p/a", "/w/./p/a", "w/p", "w",
+            "w/p/a", "/x/p", "",
+        ];
+        for path in paths {
+            for dir in paths {
+                assert_eq!(
+                    starts_with(Path::new(path), Path::new(dir)),
+                    Path::new(path).starts_with(dir),
+                    "{path:?} {dir:?}"
+                );
+            }
+        }
     }
 
     #[test]
