@@ -449,7 +449,9 @@ pub fn read_capped(
     max_bytes: u64,
     shown: &str,
 ) -> Result<Vec<u8>, FsError> {
-    read_up_to(file, info, max_bytes.saturating_add(1), max_bytes, shown)
+    let mut bytes = Vec::new();
+    read_up_to(file, info, max_bytes.saturating_add(1), max_bytes, shown, &mut bytes)?;
+    Ok(bytes)
 }
 
 /// Reads a file as it was at its `fstat`: a regular file of known size is read up to
@@ -463,8 +465,21 @@ pub fn read_snapshot(
     max_bytes: u64,
     shown: &str,
 ) -> Result<Vec<u8>, FsError> {
+    let mut bytes = Vec::new();
+    read_snapshot_into(file, info, max_bytes, shown, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_snapshot`] into `bytes` (cleared first), for a caller that reuses a buffer.
+pub fn read_snapshot_into(
+    file: impl Read,
+    info: &FileInfo,
+    max_bytes: u64,
+    shown: &str,
+    bytes: &mut Vec<u8>,
+) -> Result<(), FsError> {
     let limit = if info.len > 0 { info.len } else { max_bytes.saturating_add(1) };
-    read_up_to(file, info, limit, max_bytes, shown)
+    read_up_to(file, info, limit, max_bytes, shown, bytes)
 }
 
 fn read_up_to(
@@ -473,7 +488,8 @@ fn read_up_to(
     limit: u64,
     max_bytes: u64,
     shown: &str,
-) -> Result<Vec<u8>, FsError> {
+    bytes: &mut Vec<u8>,
+) -> Result<(), FsError> {
     let too_large = || {
         FsError::TooLarge(format!(
             "{} is larger than the read limit of {max_bytes} bytes; search it with \
@@ -484,12 +500,13 @@ fn read_up_to(
     if info.len > max_bytes {
         return Err(too_large());
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(info.len).unwrap_or(0));
-    (&mut file).take(limit).read_to_end(&mut bytes).map_err(|err| FsError::from_io(shown, err))?;
+    bytes.clear();
+    bytes.reserve(usize::try_from(info.len).unwrap_or(0));
+    (&mut file).take(limit).read_to_end(bytes).map_err(|err| FsError::from_io(shown, err))?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max_bytes {
         return Err(too_large());
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// The current stamp of an open file, for comparing with what a session recorded. A

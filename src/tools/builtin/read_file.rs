@@ -125,23 +125,54 @@ fn open(env: &Env, args: &Args) -> Result<Opened, FsError> {
     Ok(Opened { resolved, info })
 }
 
+/// Reads the file and renders it. The bytes go into this thread's scratch buffer,
+/// reused from call to call: what is shown is rendered from them, never kept.
 fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError> {
+    READ_SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut bytes) => {
+            let result = finish_with(env, args, opened, &mut bytes);
+            bytes.clear();
+            if bytes.capacity() > READ_SCRATCH_KEEP_BYTES {
+                *bytes = Vec::new();
+            }
+            result
+        }
+        // Not reached (nothing in a read reads another file); a fresh buffer does the
+        // same.
+        Err(_) => finish_with(env, args, opened, &mut Vec::new()),
+    })
+}
+
+thread_local! {
+    static READ_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most a thread's read buffer keeps between reads: what an inline read takes.
+const READ_SCRATCH_KEEP_BYTES: usize = INLINE_READ_BYTES as usize + 4096;
+
+fn finish_with(
+    env: &Env,
+    args: &Args,
+    opened: Opened,
+    bytes: &mut Vec<u8>,
+) -> Result<ToolResult, FsError> {
     let Opened { resolved, info } = opened;
     let shown_path = resolved.path.display().to_string();
     let file = std::fs::File::from(resolved.fd);
-    let bytes = fs::read_snapshot(file, &info, env.max_read_bytes, &args.path)?;
+    fs::read_snapshot_into(file, &info, env.max_read_bytes, &args.path, bytes)?;
+    let bytes = &bytes[..];
     // Recorded for every outcome below, binary included: the session has seen what
     // the file is, which is what a later overwrite needs to know.
-    env.files.record(resolved.path, FileStamp::of(&info, &bytes));
+    env.files.record(resolved.path, FileStamp::of(&info, bytes));
     if args.path.ends_with(".ipynb")
-        && let Some((text, attachments, cells)) = super::notebook_edit::render(&bytes)
+        && let Some((text, attachments, cells)) = super::notebook_edit::render(bytes)
     {
         return Ok(notebook_result(text, attachments, cells, shown_path, info.len));
     }
-    if let Some(image) = sniff_image(&bytes) {
-        return Ok(image_result(&args.path, &shown_path, &bytes, &image));
+    if let Some(image) = sniff_image(bytes) {
+        return Ok(image_result(&args.path, &shown_path, bytes, &image));
     }
-    let decoded = match text::decode(&bytes) {
+    let decoded = match text::decode(bytes) {
         Ok(decoded) => decoded,
         Err(not_text) => {
             return Ok(ToolResult::failure(
