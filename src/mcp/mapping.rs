@@ -5,6 +5,8 @@
 //! tests: MCP hosts cache tool lists and models see them verbatim, so the shape must
 //! not drift by accident.
 
+use std::borrow::Cow;
+
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Map, Value, json};
 
@@ -71,14 +73,15 @@ fn title_for(name: &str) -> String {
 /// The text a model reads for a result: the tool's rendering, or for a failure
 /// without one, the error code and message (a client that only shows `content` must
 /// still learn why the call failed).
-pub fn result_text(result: &ToolResult) -> String {
+/// Borrowed from the result when it is the tool's rendering.
+pub fn result_text(result: &ToolResult) -> Cow<'_, str> {
     if !result.content.is_empty() || result.ok {
-        return result.content.clone();
+        return Cow::Borrowed(&result.content);
     }
     let code = result.error_type.map(|code| code.as_str()).unwrap_or("error");
     match &result.error {
-        Some(message) => format!("{code}: {message}"),
-        None => code.to_owned(),
+        Some(message) => Cow::Owned(format!("{code}: {message}")),
+        None => Cow::Borrowed(code),
     }
 }
 
@@ -175,7 +178,8 @@ pub fn call_result(result: &ToolResult) -> Result<CallToolResult, serde_json::Er
     if !result.attachments.is_empty() {
         return serde_json::from_value(call_result_json(result));
     }
-    let mut wire = CallToolResult::success(vec![ContentBlock::text(result_text(result))]);
+    let mut wire =
+        CallToolResult::success(vec![ContentBlock::text(result_text(result).into_owned())]);
     wire.structured_content = Some(serde_json::to_value(result).unwrap_or(Value::Null));
     wire.is_error = Some(!result.ok);
     Ok(wire)
