@@ -432,12 +432,12 @@ impl LiveHandler {
         task_after: Duration,
         start: impl FnOnce(CancellationToken) -> Execution,
     ) -> Result<CallToolResponse, McpError> {
-        let owner = super::client_identity(ctx);
         let delivery = Delivery::of(&self.face, ctx);
-        if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&owner) {
+        if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&delivery.owner) {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
             return delivery.complete(&result);
         }
+        let owner = delivery.owner.clone();
         // The call's live output goes to progress notifications when the request asked
         // for them, and is watched here otherwise, so that a task starts with the
         // last line already printed as its status message.

@@ -679,6 +679,17 @@ impl FileTracker {
         self.seen.insert(path, stamp);
     }
 
+    /// [`FileTracker::record`] by reference: a path seen before is updated in place
+    /// (a file read again), a new one is copied in.
+    pub fn record_at(&self, path: &Path, stamp: FileStamp) {
+        match self.seen.get_mut(path) {
+            Some(mut seen) => *seen = stamp,
+            None => {
+                self.seen.insert(path.to_path_buf(), stamp);
+            }
+        }
+    }
+
     pub fn get(&self, path: &Path) -> Option<FileStamp> {
         self.seen.get(path).map(|entry| entry.value().clone())
     }

@@ -157,13 +157,18 @@ fn finish_with(
     bytes: &mut Vec<u8>,
 ) -> Result<ToolResult, FsError> {
     let Opened { resolved, info } = opened;
-    let shown_path = resolved.path.display().to_string();
     let file = std::fs::File::from(resolved.fd);
     fs::read_snapshot_into(file, &info, env.max_read_bytes, &args.path, bytes)?;
     let bytes = &bytes[..];
     // Recorded for every outcome below, binary included: the session has seen what
     // the file is, which is what a later overwrite needs to know.
-    env.files.record(resolved.path, FileStamp::of(&info, bytes));
+    env.files.record_at(&resolved.path, FileStamp::of(&info, bytes));
+    // The path's own text when it is UTF-8 (nearly always), not a copy of it.
+    let shown_path = resolved
+        .path
+        .into_os_string()
+        .into_string()
+        .unwrap_or_else(|raw| std::path::Path::new(&raw).display().to_string());
     if args.path.ends_with(".ipynb")
         && let Some((text, attachments, cells)) = super::notebook_edit::render(bytes)
     {
