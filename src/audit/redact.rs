@@ -247,7 +247,7 @@ pub fn redact(value: &mut Value) {
 /// text), contents and long text as size and hash, and the whole as size and hash
 /// when it is still larger than `max_bytes` once encoded.
 pub(super) fn prepare(arguments: &Value, max_bytes: usize) -> Prepared<'_> {
-    let redacted = Prepared::Redacted { value: arguments, max_bytes };
+    let redacted = Prepared::Redacted(Redacting { value: arguments, max_bytes });
     // Small arguments fit whatever their redaction writes; only larger ones are
     // measured by encoding them once.
     if encoded_bound(arguments) > max_bytes {
@@ -269,7 +269,7 @@ pub(super) fn prepare(arguments: &Value, max_bytes: usize) -> Prepared<'_> {
 pub(super) enum Prepared<'a> {
     /// The arguments, redacted as they are written: only what a redaction replaces
     /// is made anew.
-    Redacted { value: &'a Value, max_bytes: usize },
+    Redacted(Redacting<'a>),
     /// Too large once encoded: the size and hash of the whole.
     Summary(String),
 }
@@ -277,16 +277,14 @@ pub(super) enum Prepared<'a> {
 impl serde::Serialize for Prepared<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Prepared::Redacted { value, max_bytes } => {
-                Redacting { value, max_bytes: *max_bytes }.serialize(s)
-            }
+            Prepared::Redacted(redacting) => redacting.serialize(s),
             Prepared::Summary(summary) => s.serialize_str(summary),
         }
     }
 }
 
 /// A value serialized with every redaction applied on the way.
-struct Redacting<'a> {
+pub(super) struct Redacting<'a> {
     value: &'a Value,
     max_bytes: usize,
 }

@@ -39,19 +39,9 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
     let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
     // Escaped into this thread's scratch string, reused from call to call (a read's
     // answer is the same few kilobytes every time), then copied into the line.
-    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut scratch) => {
-            scratch.clear();
-            escape_into(&mut *scratch, text);
-            let written = raw.serialize_field(RAW_VALUE_TOKEN, scratch.as_str());
-            if scratch.capacity() > SCRATCH_KEEP_BYTES {
-                *scratch = String::new();
-            }
-            written
-        }
-        // Not reached (nothing in between serializes another text); a fresh string
-        // does the same.
-        Err(_) => raw.serialize_field(RAW_VALUE_TOKEN, &escape(text)),
+    super::scratch::with(&SCRATCH, SCRATCH_KEEP_BYTES, |scratch: &mut String| {
+        escape_into(scratch, text);
+        raw.serialize_field(RAW_VALUE_TOKEN, scratch.as_str())
     })?;
     raw.end()
 }

@@ -19,6 +19,7 @@ pub mod json_text;
 pub mod process;
 pub mod registry;
 pub mod schema;
+pub(crate) mod scratch;
 pub(crate) mod spawner;
 pub mod terminal;
 pub(crate) mod walk;

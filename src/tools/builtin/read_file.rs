@@ -128,18 +128,8 @@ fn open(env: &Env, args: &Args) -> Result<Opened, FsError> {
 /// Reads the file and renders it. The bytes go into this thread's scratch buffer,
 /// reused from call to call: what is shown is rendered from them, never kept.
 fn finish(env: &Env, args: &Args, opened: Opened) -> Result<ToolResult, FsError> {
-    READ_SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut bytes) => {
-            let result = finish_with(env, args, opened, &mut bytes);
-            bytes.clear();
-            if bytes.capacity() > READ_SCRATCH_KEEP_BYTES {
-                *bytes = Vec::new();
-            }
-            result
-        }
-        // Not reached (nothing in a read reads another file); a fresh buffer does the
-        // same.
-        Err(_) => finish_with(env, args, opened, &mut Vec::new()),
+    crate::tools::scratch::with(&READ_SCRATCH, READ_SCRATCH_KEEP_BYTES, |bytes| {
+        finish_with(env, args, opened, bytes)
     })
 }
 

@@ -62,23 +62,11 @@ pub(crate) fn starts_with(path: &Path, dir: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Component;
-
     use super::*;
 
-    /// The general way: what the callers do when a path is not plain.
+    /// The general way: what the lookups do with a path that is not plain.
     fn normalized(base: &Path, path: &Path) -> PathBuf {
-        let mut out = PathBuf::from("/");
-        for component in base.join(path).components() {
-            match component {
-                Component::ParentDir => {
-                    out.pop();
-                }
-                Component::Normal(name) => out.push(name),
-                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-            }
-        }
-        out
+        Path::new("/").join(super::super::normalize_lexically(&base.join(path)))
     }
 
     #[test]
