@@ -173,6 +173,27 @@ struct HowToRun {
 pub(crate) type Execution =
     std::pin::Pin<Box<dyn std::future::Future<Output = Arc<ToolResult>> + Send>>;
 
+/// A call's answer as the handler gives it, before it takes rmcp's types: nearly
+/// every call ends with its result sent as it is, which the stdio face writes
+/// straight from the result (`stdio::direct`); a long result sent as a link, a task
+/// and a question are rmcp's responses.
+pub(crate) enum Answer {
+    /// The tool's result, sent as [`mapping::call_result`] makes it.
+    Plain(Arc<ToolResult>),
+    Response(CallToolResponse),
+}
+
+impl Answer {
+    pub(crate) fn into_response(self) -> Result<CallToolResponse, McpError> {
+        match self {
+            Answer::Plain(result) => {
+                mapping::call_result(&result).map(CallToolResponse::Complete).map_err(internal)
+            }
+            Answer::Response(response) => Ok(response),
+        }
+    }
+}
+
 /// What became of a call within the task threshold.
 enum Waited {
     Done(Arc<ToolResult>),
@@ -380,7 +401,7 @@ impl LiveHandler {
         mut params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
         task_after: Option<Duration>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<Answer, McpError> {
         let task_after = task_after.unwrap_or(self.face.options.task_after);
         if !self.face.daemon.registry().contains(&params.name) {
             return Err(unknown_tool(&params.name));
@@ -431,11 +452,11 @@ impl LiveHandler {
         ctx: &RequestContext<RoleServer>,
         task_after: Duration,
         start: impl FnOnce(CancellationToken) -> Execution,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<Answer, McpError> {
         let delivery = Delivery::of(&self.face, ctx);
         if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&delivery.owner) {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
-            return delivery.complete(&result);
+            return delivery.complete(result);
         }
         let owner = delivery.owner.clone();
         // The call's live output goes to progress notifications when the request asked
@@ -465,10 +486,10 @@ impl LiveHandler {
             }
         };
         match waited {
-            Waited::Done(result) => delivery.complete(&result),
+            Waited::Done(result) => delivery.complete(result),
             Waited::Canceled => {
                 cancel.cancel();
-                delivery.complete(&*execution.await)
+                delivery.complete(execution.await)
             }
             Waited::Long => {
                 // The conversation (and so its session) lives as long as the task; the
@@ -502,7 +523,7 @@ impl LiveHandler {
                     };
                     Box::pin(run) as TaskFuture
                 });
-                Ok(CallToolResponse::Task(created))
+                Ok(Answer::Response(CallToolResponse::Task(created)))
             }
         }
     }
@@ -520,7 +541,7 @@ impl LiveHandler {
         params: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
         how: HowToRun,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<Answer, McpError> {
         let HowToRun { asker, task_after } = how;
         if let Some(state) = &params.request_state {
             let Some((_, pending)) = self.face.pending.remove(state) else {
@@ -562,7 +583,7 @@ impl LiveHandler {
                 .await;
         }
         match session.preflight(&call, &ctx.ct).await {
-            Preflight::Refuse(result) => Delivery::of(&self.face, ctx).complete(&result),
+            Preflight::Refuse(result) => Delivery::of(&self.face, ctx).complete(result),
             Preflight::Run(ready) => {
                 let session = session.clone();
                 self.respond(&call.id, ctx, task_after, move |cancel| {
@@ -573,9 +594,9 @@ impl LiveHandler {
                 })
                 .await
             }
-            Preflight::Ask(question) => {
-                Ok(CallToolResponse::InputRequired(self.input_required(question, arguments)?))
-            }
+            Preflight::Ask(question) => Ok(Answer::Response(CallToolResponse::InputRequired(
+                self.input_required(question, arguments)?,
+            ))),
         }
     }
 
@@ -690,8 +711,13 @@ impl Delivery {
         mapping::call_result_with(result, linked.as_ref()).map_err(internal)
     }
 
-    fn complete(&self, result: &ToolResult) -> Result<CallToolResponse, McpError> {
-        Ok(CallToolResponse::Complete(self.call_result(result)?))
+    /// The answer of a call that ended within its request: its result as it is,
+    /// unless the text goes as a link.
+    fn complete(&self, result: Arc<ToolResult>) -> Result<Answer, McpError> {
+        if self.links && self.face.results.is_long(&mapping::result_text(&result)) {
+            return Ok(Answer::Response(CallToolResponse::Complete(self.call_result(&result)?)));
+        }
+        Ok(Answer::Plain(result))
     }
 }
 
@@ -764,7 +790,7 @@ impl ServerHandler for LiveHandler {
         params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call_tool_after(params, ctx, None).await
+        self.call_tool_after(params, ctx, None).await?.into_response()
     }
 
     async fn get_task(
@@ -889,6 +915,18 @@ impl McpHandler {
     pub(crate) async fn drain(&self, grace: Duration) {
         self.live().drain(grace).await;
     }
+
+    /// `tools/call`, answered before the answer takes rmcp's types.
+    pub(crate) async fn call_tool_answer(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Answer, McpError> {
+        match self {
+            McpHandler::Live(live) => live.call_tool_after(params, ctx, None).await,
+            McpHandler::Conformance(conformance) => conformance.call_tool(params, ctx).await,
+        }
+    }
 }
 
 impl ServerHandler for McpHandler {
@@ -916,10 +954,7 @@ impl ServerHandler for McpHandler {
         params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        match self {
-            McpHandler::Live(live) => live.call_tool(params, ctx).await,
-            McpHandler::Conformance(conformance) => conformance.call_tool(params, ctx).await,
-        }
+        self.call_tool_answer(params, ctx).await?.into_response()
     }
 
     async fn get_task(

@@ -32,11 +32,12 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::mapping;
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
 use crate::daemon::Daemon;
 use crate::rpc::{Frame, LineReader};
-use crate::tools::json_text;
+use crate::tools::{ToolResult, json_text};
 
 mod direct;
 use direct::Direct;
@@ -352,6 +353,65 @@ impl<'a> TextResult<'a> {
         line.extend_from_slice(b"}}");
         Ok(())
     }
+}
+
+/// A plain call's answer written straight from the tool's result: the line
+/// [`encode_line`] writes for [`mapping::call_result`]'s `CallToolResult` as a peer
+/// before 2026-07-28 gets it (no `resultType`), without building that result, the
+/// JSON tree of its `structuredContent` (toolgate's Result object, its members in
+/// the order of serde_json's maps) or another copy of the text. `None` for a result
+/// with attachments, which goes through the mapping.
+fn plain_answer_line(
+    id: &RequestId,
+    result: &ToolResult,
+    size_hint: usize,
+) -> Option<serde_json::Result<Vec<u8>>> {
+    if !result.attachments.is_empty() {
+        return None;
+    }
+    let mut line = Vec::with_capacity(size_hint.max(256));
+    let written = write_plain_answer(id, result, &mut line);
+    line.push(b'\n');
+    Some(written.map(|()| line))
+}
+
+fn write_plain_answer(
+    id: &RequestId,
+    result: &ToolResult,
+    line: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    serde_json::to_writer(&mut *line, id)?;
+    line.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
+    let text = mapping::result_text(result);
+    let start = line.len();
+    json_text::escape_into(line, &text);
+    let escaped = start..line.len();
+    line.extend_from_slice(br#"}],"structuredContent":{"content":"#);
+    if std::ptr::eq(&*text, result.content.as_str()) {
+        line.extend_from_within(escaped);
+    } else {
+        json_text::escape_into(line, &result.content);
+    }
+    if let Some(error) = &result.error {
+        line.extend_from_slice(br#","error":"#);
+        serde_json::to_writer(&mut *line, error)?;
+    }
+    if let Some(error_type) = &result.error_type {
+        line.extend_from_slice(br#","error_type":"#);
+        serde_json::to_writer(&mut *line, error_type)?;
+    }
+    line.extend_from_slice(br#","metadata":"#);
+    serde_json::to_writer(&mut *line, &result.metadata)?;
+    line.extend_from_slice(if result.ok { br#","ok":true"# } else { br#","ok":false"# });
+    line.extend_from_slice(br#","tool":"#);
+    serde_json::to_writer(&mut *line, &result.tool)?;
+    line.extend_from_slice(if result.ok {
+        br#"},"isError":false}}"#
+    } else {
+        br#"},"isError":true}}"#
+    });
+    Ok(())
 }
 
 /// Reads frames, hands well-formed messages to the engine and answers bad ones.
@@ -763,6 +823,61 @@ mod tests {
         let mut typed = result(&long, Some(json!({"content": long})), None);
         typed.result_type = Some(ResultType::COMPLETE);
         assert!(TextResult::of(&typed).is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn a_plain_answer_is_the_line_rmcp_types_make() -> Result<(), Box<dyn std::error::Error>> {
+        use rmcp::model::CallToolResponse;
+
+        use crate::tools::{Attachment, ErrorType};
+
+        let long = "     1\tfn main() {\n     2\t    println!(\"\u{e9}\\\\ \u{1}\");\n".repeat(12);
+        let named = |mut result: ToolResult, tool: &str| {
+            result.tool = tool.to_owned();
+            result.with_meta("call_id", "c\"1")
+        };
+        let mut failed_with_text = ToolResult::failure(ErrorType::Timeout, "slow");
+        failed_with_text.content = "partial\noutput".to_owned();
+        let mut code_only = ToolResult::failure(ErrorType::Canceled, "x");
+        code_only.error = None;
+        let mut bare_failure = ToolResult::success("");
+        bare_failure.ok = false;
+        let cases = [
+            named(ToolResult::success(long.clone()), "read_file")
+                .with_meta("path", "a \"b\"")
+                .with_meta("lines", json!([1, 2]))
+                .with_meta("ratio", json!(0.25))
+                .with_meta("nested", json!({"z": null, "a": [true, "\u{7f}"]})),
+            named(ToolResult::success("short"), "x"),
+            named(ToolResult::success(""), "x"),
+            named(ToolResult::success("tab\there\u{1f}\u{2028}"), ""),
+            named(ToolResult::failure(ErrorType::PermissionDenied, "no \"way\""), "write_file"),
+            named(failed_with_text, "run_command"),
+            named(code_only, "x"),
+            bare_failure,
+        ];
+        for (index, result) in cases.iter().enumerate() {
+            for id in
+                [RequestId::Number(index as i64), RequestId::String(format!("r\"{index}").into())]
+            {
+                let mut typed =
+                    ServerResult::from(CallToolResponse::Complete(mapping::call_result(result)?));
+                typed.strip_result_type_for_legacy_peer();
+                typed.strip_non_object_output_for_legacy_peer();
+                let expected = encode_line(&ServerJsonRpcMessage::response(typed, id.clone()), 0)?;
+                let Some(line) = plain_answer_line(&id, result, 0) else {
+                    return Err(format!("case {index} not written plainly").into());
+                };
+                assert_eq!(String::from_utf8(line?)?, String::from_utf8(expected)?, "case {index}");
+            }
+        }
+        // Attachments go through the mapping.
+        let attached = ToolResult::success("see").with_attachment(Attachment::Image {
+            mime_type: "image/png".to_owned(),
+            data: "AA==".to_owned(),
+        });
+        assert!(plain_answer_line(&RequestId::Number(1), &attached, 0).is_none());
         Ok(())
     }
 

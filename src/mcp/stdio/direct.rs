@@ -6,18 +6,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetExtensions, GetMeta,
-    JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, ProtocolVersion, RequestId,
-    ServerJsonRpcMessage,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage,
+    JsonRpcNotification, JsonRpcRequest, ProtocolVersion, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage, ServerResult,
 };
-use rmcp::service::{Peer, RequestContext, Service};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{ErrorData as McpError, RoleServer};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use super::{LineSender, encode_line};
-use crate::mcp::server::McpHandler;
+use super::{LineSender, encode_line, plain_answer_line};
+use crate::mcp::server::{Answer, McpHandler};
 
 /// How long answers of calls still running at end of input (or at shutdown) are
 /// waited for before the calls are canceled: rmcp's own waits for the requests it
@@ -31,12 +32,14 @@ const ANSWER_GRACE_AT_SHUTDOWN: Duration = Duration::from_secs(2);
 /// rmcp's service loop would take each request in, start its task, take its answer
 /// back and start another task to send it: two wake-ups of the loop and one more task
 /// per call, which is a good share of what a small call costs. The handler run here
-/// is the same (`Service::handle_request`, so rmcp's own checks of a call, the tasks
-/// extension's included, still apply), and what the loop does around a request is
-/// done here too: the request's cancellation token, `notifications/cancelled`
-/// canceling it and suppressing its answer, the token canceled once the answer is
-/// out, answers of calls still running at end of input written first (for as long
-/// as rmcp waits for its own), and calls still running after that canceled.
+/// is the same, with what rmcp's `Service::handle_request` checks of such a call
+/// (see [`legacy_call`]), and what the loop does around a request is done here too:
+/// the request's cancellation token, `notifications/cancelled` canceling it and
+/// suppressing its answer, the token canceled once the answer is out, answers of
+/// calls still running at end of input written first (for as long as rmcp waits for
+/// its own), and calls still running after that canceled. A plain result is written
+/// straight from the tool's result ([`plain_answer_line`]), the same line rmcp's
+/// types would make of it.
 ///
 /// Only calls whose protocol is the conversation's initialize-era version take this
 /// path: a call that names its own version in `_meta` (the 2026-07-28 inline
@@ -94,12 +97,12 @@ impl Direct {
     ) -> Option<ClientJsonRpcMessage> {
         match message {
             JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
-                match self.serves(&request) {
-                    Some(peer) => {
-                        self.start(id, request, peer);
+                match self.serves(request) {
+                    Ok((call, peer)) => {
+                        self.start(id, call, peer);
                         None
                     }
-                    None => Some(ClientJsonRpcMessage::request(request, id)),
+                    Err(request) => Some(ClientJsonRpcMessage::request(request, id)),
                 }
             }
             JsonRpcMessage::Notification(JsonRpcNotification {
@@ -120,25 +123,41 @@ impl Direct {
         }
     }
 
-    /// The peer to serve `request` with, when it is a call this path takes.
-    fn serves(&self, request: &ClientRequest) -> Option<Peer<RoleServer>> {
-        if !matches!(request, ClientRequest::CallToolRequest(_))
-            || request.get_meta().protocol_version().is_some()
-        {
-            return None;
+    /// The call and the peer to serve it with, when `request` is a call this path
+    /// takes; the request back otherwise.
+    fn serves(
+        &self,
+        request: ClientRequest,
+    ) -> Result<(CallToolRequest, Peer<RoleServer>), ClientRequest> {
+        let peer = match &request {
+            ClientRequest::CallToolRequest(_)
+                if request.get_meta().protocol_version().is_none() =>
+            {
+                self.legacy_peer()
+            }
+            _ => None,
+        };
+        match (request, peer) {
+            (ClientRequest::CallToolRequest(call), Some(peer)) => Ok((call, peer)),
+            (request, _) => Err(request),
         }
+    }
+
+    /// The peer, once it has initialized with a version before 2026-07-28.
+    fn legacy_peer(&self) -> Option<Peer<RoleServer>> {
         let peer = self.peer.get()?;
         let info = peer.peer_info()?;
         (info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str())
             .then(|| peer.clone())
     }
 
-    fn start(self: &Arc<Self>, id: RequestId, mut request: ClientRequest, peer: Peer<RoleServer>) {
+    fn start(self: &Arc<Self>, id: RequestId, mut call: CallToolRequest, peer: Peer<RoleServer>) {
         let token = self.ended.child_token();
         let mut ctx = RequestContext::new(id.clone(), peer);
         ctx.ct = token.child_token();
-        std::mem::swap(&mut ctx.meta, request.get_meta_mut());
-        std::mem::swap(&mut ctx.extensions, request.extensions_mut());
+        // As rmcp's loop does: the `_meta` first, then what else came with the request.
+        std::mem::swap(&mut ctx.meta, call.extensions.get_or_insert_default::<RequestMetaObject>());
+        std::mem::swap(&mut ctx.extensions, &mut call.extensions);
         // Registered before the next line is read, so that a cancellation right
         // behind the call finds it.
         self.due().insert(id.clone(), token);
@@ -146,7 +165,7 @@ impl Direct {
         // built in place on the heap, where it stays, rather than inside the task,
         // whose future tokio moves on spawn and writes over at each change of state.
         let handler = self.handler.clone();
-        let call = Box::pin(async move { handler.handle_request(request, ctx).await });
+        let call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
         let direct = self.clone();
         self.tasks.spawn(async move {
             let result = call.await;
@@ -156,11 +175,7 @@ impl Direct {
                 return;
             };
             token.cancel();
-            let answer = match result {
-                Ok(result) => ServerJsonRpcMessage::response(result, id),
-                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-            };
-            let line = match encode_line(&answer, direct.size_hint.load(Ordering::Relaxed)) {
+            let line = match answer_line(id, result, direct.size_hint.load(Ordering::Relaxed)) {
                 Ok(line) => {
                     direct.size_hint.store(line.len(), Ordering::Relaxed);
                     line
@@ -200,4 +215,50 @@ impl Direct {
         self.ended.cancel();
         self.outbound.lock().unwrap_or_else(PoisonError::into_inner).take();
     }
+}
+
+/// `tools/call` as rmcp's `Service::handle_request` runs it for a conversation that
+/// initialized with a version before 2026-07-28 and a call that names no version of
+/// its own (the only calls this path takes): no per-request metadata is required, and
+/// a task may only answer a client that declared the tasks extension.
+async fn legacy_call(
+    handler: &McpHandler,
+    params: CallToolRequestParams,
+    ctx: RequestContext<RoleServer>,
+) -> Result<Answer, McpError> {
+    let client_declared_tasks = ctx.client_capabilities().is_some_and(|caps| caps.supports_tasks());
+    let answer = handler.call_tool_answer(params, ctx).await?;
+    if matches!(answer, Answer::Response(CallToolResponse::Task(_))) && !client_declared_tasks {
+        return Err(McpError::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ));
+    }
+    Ok(answer)
+}
+
+/// The line answering a call: a plain result written straight from it, anything else
+/// in rmcp's types, shaped for a peer before 2026-07-28 as rmcp shapes it.
+fn answer_line(
+    id: RequestId,
+    answer: Result<Answer, McpError>,
+    size_hint: usize,
+) -> std::io::Result<Vec<u8>> {
+    let response = match answer {
+        Ok(Answer::Plain(result)) => match plain_answer_line(&id, &result, size_hint) {
+            Some(line) => return line.map_err(std::io::Error::other),
+            None => Answer::Plain(result).into_response(),
+        },
+        Ok(Answer::Response(response)) => Ok(response),
+        Err(error) => Err(error),
+    };
+    let message = match response {
+        Ok(response) => {
+            let mut result = ServerResult::from(response);
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            ServerJsonRpcMessage::response(result, id)
+        }
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    };
+    encode_line(&message, size_hint)
 }
