@@ -43,6 +43,7 @@ pub const ALLOW_SESSION: &str = "allow_session";
 pub const DENY: &str = "deny";
 
 /// How the client behind one call can be asked.
+#[derive(Clone)]
 pub(crate) enum Asker {
     /// Send `elicitation/create` to this peer and wait for the answer.
     Elicit(Peer<RoleServer>),
@@ -54,7 +55,7 @@ pub(crate) enum Asker {
 /// ask by the call id of the question.
 #[derive(Default)]
 pub(crate) struct McpBroker {
-    pub(crate) askers: DashMap<String, Arc<Asker>>,
+    pub(crate) askers: DashMap<Arc<str>, Asker>,
 }
 
 impl ApprovalBroker for McpBroker {
@@ -66,7 +67,7 @@ impl ApprovalBroker for McpBroker {
         else {
             return Err(Unavailable::NoApprover);
         };
-        match &*asker {
+        match &asker {
             Asker::Elicit(peer) => {
                 let peer = peer.clone();
                 let params = elicitation_params(request);
@@ -233,7 +234,7 @@ mod tests {
         // No asker registered: nobody can approve.
         assert_eq!(broker.begin(&request()).err(), Some(Unavailable::NoApprover));
 
-        broker.askers.insert("7".into(), Arc::new(Asker::Unsupported));
+        broker.askers.insert("7".into(), Asker::Unsupported);
         assert_eq!(
             broker.begin(&request()).err(),
             Some(Unavailable::Other(NO_ELICITATION.to_owned()))

@@ -30,6 +30,7 @@ mod server;
 mod stdio;
 mod tasks;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,11 +47,13 @@ use crate::daemon::Daemon;
 /// The client identity of an MCP request: `token:<name>` when it came over HTTP with
 /// a bearer token (the HTTP face puts the token's identity in the request's parts),
 /// else `mcp` (stdio).
-pub(crate) fn client_identity(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> String {
+pub(crate) fn client_identity(
+    ctx: &rmcp::service::RequestContext<rmcp::RoleServer>,
+) -> Cow<'static, str> {
     ctx.extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<crate::auth::Identity>())
-        .map_or_else(|| "mcp".to_owned(), crate::auth::Identity::to_string)
+        .map_or(Cow::Borrowed("mcp"), |identity| Cow::Owned(identity.to_string()))
 }
 
 /// The largest message accepted on stdio or in an HTTP body. Tool arguments are

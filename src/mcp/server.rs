@@ -12,6 +12,7 @@
 
 #![allow(deprecated)] // Logging and roots are deprecated in 2026-07-28 but served to older clients.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,13 +146,13 @@ fn last_line(text: &str) -> Option<String> {
 /// (which may outlast its request when the call becomes a task).
 struct AskerRegistration {
     broker: Arc<McpBroker>,
-    key: String,
+    key: Arc<str>,
 }
 
 impl AskerRegistration {
-    fn new(broker: &Arc<McpBroker>, key: &str, asker: Asker) -> AskerRegistration {
-        broker.askers.insert(key.to_owned(), Arc::new(asker));
-        AskerRegistration { broker: broker.clone(), key: key.to_owned() }
+    fn new(broker: &Arc<McpBroker>, key: &Arc<str>, asker: Asker) -> AskerRegistration {
+        broker.askers.insert(key.clone(), asker);
+        AskerRegistration { broker: broker.clone(), key: key.clone() }
     }
 }
 
@@ -684,7 +685,7 @@ fn client_takes_links(ctx: &RequestContext<RoleServer>) -> bool {
 #[derive(Clone)]
 struct Delivery {
     face: Arc<Face>,
-    owner: String,
+    owner: Cow<'static, str>,
     links: bool,
 }
 
@@ -875,7 +876,7 @@ impl ServerHandler for LiveHandler {
 pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> Arc<str> {
     match &ctx.id {
         NumberOrString::String(text) => text.clone(),
-        NumberOrString::Number(number) => Arc::from(number.to_string()),
+        NumberOrString::Number(number) => Arc::from(itoa::Buffer::new().format(*number)),
     }
 }
 

@@ -13,6 +13,7 @@
 //! call; their flags are put back when the conversation ends. Anything else (a
 //! terminal, a file) is read and written the blocking way.
 
+use std::borrow::Cow;
 use std::io::IoSlice;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use std::time::Duration;
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequest, CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage,
-    ClientRequest, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, ListToolsResult, RequestId,
+    ClientRequest, ConstString, JsonRpcMessage, JsonRpcResponse, ListToolsResult, RequestId,
     ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::ServiceExt;
@@ -525,17 +526,21 @@ fn parse(line: &[u8]) -> Parsed {
 /// the request's extensions); anything else, or anything this cannot read, is read
 /// the general way.
 fn parse_call(line: &[u8]) -> Option<ClientJsonRpcMessage> {
+    // The version and method are compared where they lie in the line, not copied out.
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct CallLine {
-        #[serde(rename = "jsonrpc")]
-        _jsonrpc: JsonRpcVersion2_0,
+    struct CallLine<'a> {
+        #[serde(borrow)]
+        jsonrpc: Cow<'a, str>,
         id: RequestId,
-        #[serde(rename = "method")]
-        _method: CallToolRequestMethod,
+        #[serde(borrow)]
+        method: Cow<'a, str>,
         params: CallToolRequestParams,
     }
-    let CallLine { id, mut params, .. } = serde_json::from_slice(line).ok()?;
+    let CallLine { jsonrpc, id, method, mut params } = serde_json::from_slice(line).ok()?;
+    if jsonrpc != "2.0" || method != <CallToolRequestMethod as ConstString>::VALUE {
+        return None;
+    }
     let meta = params.meta.take();
     let mut request = CallToolRequest::new(params);
     if let Some(meta) = meta {

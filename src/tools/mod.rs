@@ -104,7 +104,8 @@ impl Call {
     ) -> Call {
         let arguments = match arguments {
             Value::Null => "{}".to_owned(),
-            other => other.to_string(),
+            // Into one buffer of serde_json's first size, not one regrown by `Display`.
+            other => serde_json::to_string(other).unwrap_or_else(|_| other.to_string()),
         };
         Call { id: id.into(), name: name.into(), arguments }
     }

@@ -154,9 +154,14 @@ impl Direct {
     fn start(self: &Arc<Self>, id: RequestId, mut call: CallToolRequest, peer: Peer<RoleServer>) {
         let token = self.ended.child_token();
         let mut ctx = RequestContext::new(id.clone(), peer);
-        ctx.ct = token.child_token();
-        // As rmcp's loop does: the `_meta` first, then what else came with the request.
-        std::mem::swap(&mut ctx.meta, call.extensions.get_or_insert_default::<RequestMetaObject>());
+        // Canceled with the request's token: by `notifications/cancelled`, once the
+        // answer is out, or when the conversation ends.
+        ctx.ct = token.clone();
+        // As rmcp's loop does: the `_meta` first, then what else came with the request
+        // (taken out, not swapped for an empty one: nothing reads it there).
+        if let Some(meta) = call.extensions.remove::<RequestMetaObject>() {
+            ctx.meta = meta;
+        }
         std::mem::swap(&mut ctx.extensions, &mut call.extensions);
         // Registered before the next line is read, so that a cancellation right
         // behind the call finds it.
