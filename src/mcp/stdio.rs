@@ -37,7 +37,7 @@ use super::mapping;
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
 use crate::daemon::Daemon;
-use crate::rpc::{Frame, LineReader};
+use crate::rpc::{Line, LineReader};
 use crate::tools::{ToolResult, json_text};
 
 mod direct;
@@ -426,48 +426,66 @@ async fn read_messages<R: AsyncRead + Unpin>(
     let _reading = direct.reading();
     let mut lines = LineReader::new(reader, max_message_bytes);
     loop {
-        let frame = match lines.next_line().await {
-            Ok(frame) => frame,
-            Err(err) => {
-                tracing::debug!(%err, "stdin read failed");
-                return;
-            }
-        };
-        let reply = match frame {
-            Frame::Eof => return,
-            // The reader only bounds what it buffers; a whole line that arrived in one
-            // read can still be over the limit.
-            Frame::Line(line) if line.len() > max_message_bytes => Some(error_line(
-                &Value::Null,
-                -32600,
-                &format!("message larger than {max_message_bytes} bytes refused"),
-            )),
-            Frame::TooLong => Some(error_line(
-                &Value::Null,
-                -32600,
-                &format!("message larger than {max_message_bytes} bytes refused"),
-            )),
-            Frame::Line(line) => match parse(&line) {
-                Parsed::Message(message) => {
-                    if let Some(message) = direct.take(*message)
-                        && inbound.send(message).await.is_err()
-                    {
-                        return;
-                    }
-                    None
+        // Each line is read where it lies in the reader's buffer, not copied out.
+        let (handled, last) = match lines.buffered() {
+            Some(line) => (handle_line(line, max_message_bytes, &direct), false),
+            None => match lines.fill().await {
+                Ok(true) => continue,
+                Ok(false) => match lines.rest() {
+                    // End of input: a last line without its newline still counts.
+                    Some(line) => (handle_line(line, max_message_bytes, &direct), true),
+                    None => return,
+                },
+                Err(err) => {
+                    tracing::debug!(%err, "stdin read failed");
+                    return;
                 }
-                Parsed::Blank => None,
-                Parsed::Reply(reply) => reply,
             },
         };
-        if let Some(reply) = reply {
-            let mut line = reply.into_bytes();
-            line.push(b'\n');
-            if outbound.send(line).await.is_err() {
-                return;
+        let sent = match handled {
+            Ok(Some(message)) => inbound.send(message).await.is_ok(),
+            Ok(None) => true,
+            Err(reply) => {
+                let mut line = reply.into_bytes();
+                line.push(b'\n');
+                outbound.send(line).await.is_ok()
             }
+        };
+        if !sent || last {
+            return;
         }
     }
+}
+
+/// Takes one line of input: a message for rmcp's engine, or `None` when the line was
+/// a call started on the direct path or needs nothing; `Err` with the error to answer
+/// when it is not a message.
+fn handle_line(
+    line: Line<'_>,
+    max_message_bytes: usize,
+    direct: &Arc<Direct>,
+) -> Result<Option<ClientJsonRpcMessage>, String> {
+    let text = match line {
+        // The reader only bounds what it buffers; a whole line that arrived in one
+        // read can still be over the limit.
+        Line::Text(text) if text.len() <= max_message_bytes => text,
+        Line::Text(_) | Line::TooLong => {
+            return Err(error_line(
+                &Value::Null,
+                -32600,
+                &format!("message larger than {max_message_bytes} bytes refused"),
+            ));
+        }
+    };
+    let message = match parse_call(text) {
+        Some(call) => call,
+        None => match parse(text) {
+            Parsed::Message(message) => *message,
+            Parsed::Blank | Parsed::Reply(None) => return Ok(None),
+            Parsed::Reply(Some(reply)) => return Err(reply),
+        },
+    };
+    Ok(direct.take(message))
 }
 
 enum Parsed {
@@ -478,10 +496,8 @@ enum Parsed {
     Reply(Option<String>),
 }
 
+/// A line that is not a plain `tools/call` (see [`parse_call`]).
 fn parse(line: &[u8]) -> Parsed {
-    if let Some(call) = parse_call(line) {
-        return Parsed::Message(Box::new(call));
-    }
     // A well-formed message (nearly every line) goes straight to its type; only what
     // fails is looked at as JSON to find the right error.
     if let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) {
@@ -613,19 +629,25 @@ async fn drain_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: LineQueue)
     let _ = writer.flush().await;
 }
 
-/// Writes every byte of `batch`'s lines, in order.
+/// Writes every byte of `batch`'s lines, in order, up to [`WRITE_LINES`] of them per
+/// vectored write (their slices on the stack).
 async fn write_all_lines<W: AsyncWrite + Unpin>(
     writer: &mut W,
     batch: &[(Vec<u8>, OwnedSemaphorePermit)],
 ) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = batch.iter().map(|(line, _)| IoSlice::new(line)).collect();
-    let mut unwritten = &mut slices[..];
-    while !unwritten.is_empty() {
-        let written = writer.write_vectored(unwritten).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+    let mut slices = [IoSlice::new(&[]); WRITE_LINES];
+    for chunk in batch.chunks(WRITE_LINES) {
+        for ((line, _), slice) in chunk.iter().zip(slices.iter_mut()) {
+            *slice = IoSlice::new(line);
         }
-        IoSlice::advance_slices(&mut unwritten, written);
+        let mut unwritten = &mut slices[..chunk.len()];
+        while !unwritten.is_empty() {
+            let written = writer.write_vectored(unwritten).await?;
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut unwritten, written);
+        }
     }
     Ok(())
 }

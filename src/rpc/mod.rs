@@ -230,7 +230,9 @@ impl Outgoing {
 /// enough not to hold a large copy.
 const WRITE_BATCH: usize = 64 * 1024;
 
-/// One result of reading a line.
+/// One result of reading a line, owned (the tests read through [`LineReader::next_line`];
+/// the faces take [`Line`]s where they lie in the buffer).
+#[cfg(test)]
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
     Line(Vec<u8>),
@@ -274,6 +276,7 @@ pub(crate) enum Line<'a> {
     TooLong,
 }
 
+#[cfg(test)]
 impl Line<'_> {
     fn to_frame(&self) -> Frame {
         match self {
@@ -296,6 +299,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 
     /// The next line, reading as needed.
+    #[cfg(test)]
     pub(crate) async fn next_line(&mut self) -> std::io::Result<Frame> {
         loop {
             if let Some(line) = self.buffered() {
