@@ -158,19 +158,23 @@ impl EventSink for EventHub {
     }
 }
 
-/// Events taken out of a full buffer, held until the hub's lock is released. Most
-/// emits evict one event at most, which needs no allocation.
+/// Events taken out of a full buffer, held until the hub's lock is released. An
+/// emit evicts a few events at most (a call's result makes room for itself by letting
+/// go of the oldest call's start and result), which needs no allocation.
 #[derive(Default)]
 struct Evicted {
-    first: Option<Event>,
+    first: [Option<Event>; EVICTED_INLINE],
     rest: Vec<Event>,
 }
 
+/// Evicted events held without an allocation.
+const EVICTED_INLINE: usize = 4;
+
 impl Evicted {
     fn keep(&mut self, event: Event) {
-        match self.first {
-            None => self.first = Some(event),
-            Some(_) => self.rest.push(event),
+        match self.first.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(event),
+            None => self.rest.push(event),
         }
     }
 }

@@ -47,7 +47,7 @@ pub struct Connection {
     outbound: Outbound,
     /// Running requests by JSON-RPC id, for `$/cancelRequest`; the number tells a
     /// request from a later one that reused its id.
-    requests: DashMap<String, (u64, CancellationToken)>,
+    requests: DashMap<Arc<str>, (u64, CancellationToken)>,
     next_request: AtomicU64,
     limiter: Arc<Semaphore>,
     /// Canceled when the connection goes away: every request of it stops.
@@ -652,6 +652,7 @@ fn reply<T: serde::Serialize>(id: &Value, result: &T) -> Result<Reply, RpcError>
 fn id_text(id: &Value) -> Arc<str> {
     match id {
         Value::String(text) => Arc::from(text.as_str()),
+        Value::Number(number) => jsonrpc::number_text(number),
         other => Arc::from(other.to_string()),
     }
 }

@@ -1,6 +1,8 @@
 //! JSON-RPC 2.0 framing: parsing one incoming message, and building responses,
 //! errors and notifications. No I/O and no methods here.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -219,9 +221,24 @@ pub fn params<T: serde::de::DeserializeOwned>(params: Params) -> Result<T, RpcEr
     params.parse()
 }
 
-/// A key for a request id usable in maps (`1` and `"1"` are different ids).
-pub fn id_key(id: &Value) -> String {
-    id.to_string()
+/// A key for a request id usable in maps (`1` and `"1"` are different ids): its JSON
+/// text, shared by the map's entry and whoever removes it.
+pub fn id_key(id: &Value) -> Arc<str> {
+    match id {
+        Value::Number(number) => number_text(number),
+        other => Arc::from(other.to_string()),
+    }
+}
+
+/// A JSON number as its text, an integer without an intermediate string.
+pub fn number_text(number: &serde_json::Number) -> Arc<str> {
+    if let Some(integer) = number.as_i64() {
+        Arc::from(itoa::Buffer::new().format(integer))
+    } else if let Some(integer) = number.as_u64() {
+        Arc::from(itoa::Buffer::new().format(integer))
+    } else {
+        Arc::from(number.to_string())
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +246,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_id_key_is_the_id_as_json_text() {
+        for id in [json!(7), json!(-3), json!(u64::MAX), json!(1.5), json!("7"), json!(null)] {
+            assert_eq!(&*id_key(&id), id.to_string(), "{id}");
+        }
+        assert_ne!(id_key(&json!(1)), id_key(&json!("1")));
+    }
 
     #[test]
     fn parses_requests_notifications_and_rejects_garbage() {
