@@ -5,6 +5,10 @@
 //! unpacked inside some other repository); else a published crate's
 //! `.cargo_vcs_info.json` says; else the commit is `unknown`. Building never depends
 //! on git being installed.
+//!
+//! On Linux with glibc, the binary's relative relocations are packed (DT_RELR): the
+//! loader reads about 16 KB of them at every start instead of 950 KB (the daemon, its
+//! supervisor spawner, a sandboxed upstream server, every command-line client).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +23,11 @@ fn main() {
         .or_else(from_cargo_vcs_info)
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=TOOLGATE_COMMIT={commit}");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu")
+    {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
 }
 
 fn git(args: &[&str]) -> Option<String> {
