@@ -66,6 +66,10 @@ const MAX_BATCH: usize = 256;
 /// few hundred records, inside [`CHANNEL_CAPACITY`].
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// What a record's link to the one before adds to its line: `,"prev":"`, the hash in
+/// hexadecimal, `"}`.
+const LINK_BYTES: usize = 9 + 64 + 2;
+
 /// `[audit]`: rotation and the size of what is recorded of a call's arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -546,10 +550,12 @@ impl Writer {
         prev: &mut [u8; 32],
         len: &mut u64,
     ) -> io::Result<()> {
-        let mut pending: Vec<u8> = Vec::new();
+        // Each line, its link (`,"prev":"` 64 digits `"}`) and its newline, at once.
+        let batch_len = lines.iter().map(|line| line.len() + LINK_BYTES + 1).sum();
+        let mut pending: Vec<u8> = Vec::with_capacity(batch_len);
         for line in lines.iter_mut() {
             line.extend_from_slice(b",\"prev\":\"");
-            line.extend_from_slice(redact::hex(prev).as_bytes());
+            redact::push_hex(line, prev);
             line.extend_from_slice(b"\"}");
             let size = u64::try_from(line.len() + 1).unwrap_or(u64::MAX);
             let used = *len + u64::try_from(pending.len()).unwrap_or(u64::MAX);
@@ -565,7 +571,7 @@ impl Writer {
                     // The link was written with the old hash: redo it.
                     let cut = line.len() - (64 + 2);
                     line.truncate(cut);
-                    line.extend_from_slice(redact::hex(prev).as_bytes());
+                    redact::push_hex(line, prev);
                     line.extend_from_slice(b"\"}");
                 }
             }

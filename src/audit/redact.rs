@@ -181,13 +181,19 @@ pub(super) fn summary(len: usize, sha256: &[u8]) -> String {
 
 /// Lower-case hexadecimal.
 pub(super) fn hex(bytes: &[u8]) -> String {
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    // Only ASCII digits were pushed.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends `bytes` in lower-case hexadecimal.
+pub(super) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
     for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+        out.push(DIGITS[usize::from(byte >> 4)]);
+        out.push(DIGITS[usize::from(byte & 0xf)]);
     }
-    out
 }
 
 fn summarize_text(text: &str) -> String {
