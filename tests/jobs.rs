@@ -437,9 +437,16 @@ fn a_client_reattaches_within_the_ttl_and_replays_from_its_offset() {
     let (_, offset) = first.read_until(&id, 0, |text| text.contains("first\n"));
     drop(first);
 
-    // The output goes on while nobody is connected.
-    std::fs::write(daemon.workspace().join("go"), "").unwrap();
+    // The output goes on while nobody is connected: once the daemon has let the first
+    // connection go (and detached its session, whose command still waits), the
+    // command goes on to its end.
     let mut stranger = daemon.connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stranger.result("daemon/status", json!({}))["connections"] != json!(1) {
+        assert!(Instant::now() < deadline, "the first connection was never let go");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(daemon.workspace().join("go"), "").unwrap();
     let refused = stranger.request("session/open", json!({"resume_token": "0123456789abcdef"}));
     assert!(refused.get("error").is_some(), "{refused}");
 
