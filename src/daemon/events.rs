@@ -163,7 +163,7 @@ impl EventSink for EventHub {
 /// go of the oldest call's start and result), which needs no allocation.
 #[derive(Default)]
 struct Evicted {
-    first: [Option<Event>; EVICTED_INLINE],
+    inline: [Option<Event>; EVICTED_INLINE],
     rest: Vec<Event>,
 }
 
@@ -172,7 +172,7 @@ const EVICTED_INLINE: usize = 4;
 
 impl Evicted {
     fn keep(&mut self, event: Event) {
-        match self.first.iter_mut().find(|slot| slot.is_none()) {
+        match self.inline.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => *slot = Some(event),
             None => self.rest.push(event),
         }

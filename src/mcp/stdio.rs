@@ -415,7 +415,7 @@ fn write_plain_answer(
     Ok(())
 }
 
-/// Reads frames, hands well-formed messages to the engine and answers bad ones.
+/// Reads lines, hands well-formed messages to the engine and answers bad ones.
 async fn read_messages<R: AsyncRead + Unpin>(
     reader: R,
     max_message_bytes: usize,

@@ -230,17 +230,6 @@ impl Outgoing {
 /// enough not to hold a large copy.
 const WRITE_BATCH: usize = 64 * 1024;
 
-/// One result of reading a line, owned (the tests read through [`LineReader::next_line`];
-/// the faces take [`Line`]s where they lie in the buffer).
-#[cfg(test)]
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Frame {
-    Line(Vec<u8>),
-    /// A line longer than the limit; its bytes were discarded up to its newline.
-    TooLong,
-    Eof,
-}
-
 /// Reads newline-delimited frames with a size limit, never holding more than the limit
 /// (plus one read) in memory: an oversized line is skipped, not buffered.
 ///
@@ -276,16 +265,6 @@ pub(crate) enum Line<'a> {
     TooLong,
 }
 
-#[cfg(test)]
-impl Line<'_> {
-    fn to_frame(&self) -> Frame {
-        match self {
-            Line::Text(text) => Frame::Line(text.to_vec()),
-            Line::TooLong => Frame::TooLong,
-        }
-    }
-}
-
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub(crate) fn new(reader: R, max: usize) -> LineReader<R> {
         LineReader {
@@ -295,23 +274,6 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             scanned: 0,
             max,
             discarding: false,
-        }
-    }
-
-    /// The next line, reading as needed.
-    #[cfg(test)]
-    pub(crate) async fn next_line(&mut self) -> std::io::Result<Frame> {
-        loop {
-            if let Some(line) = self.buffered() {
-                let frame = line.to_frame();
-                self.reclaim();
-                return Ok(frame);
-            }
-            if !self.fill().await? {
-                let frame = self.rest().map_or(Frame::Eof, |line| line.to_frame());
-                self.reclaim();
-                return Ok(frame);
-            }
         }
     }
 
@@ -410,6 +372,41 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 mod tests {
     use super::*;
 
+    /// One result of reading a line, owned.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Frame {
+        Line(Vec<u8>),
+        TooLong,
+        Eof,
+    }
+
+    fn frame(line: Option<Line<'_>>) -> Frame {
+        match line {
+            Some(Line::Text(text)) => Frame::Line(text.to_vec()),
+            Some(Line::TooLong) => Frame::TooLong,
+            None => Frame::Eof,
+        }
+    }
+
+    /// The next line as a face reads it (from the buffer, reading as needed, and what is
+    /// left at the end of the input), the buffer reclaimed once it is taken.
+    async fn next_frame<R: AsyncRead + Unpin>(
+        reader: &mut LineReader<R>,
+    ) -> std::io::Result<Frame> {
+        loop {
+            if let Some(line) = reader.buffered() {
+                let taken = frame(Some(line));
+                reader.reclaim();
+                return Ok(taken);
+            }
+            if !reader.fill().await? {
+                let taken = frame(reader.rest());
+                reader.reclaim();
+                return Ok(taken);
+            }
+        }
+    }
+
     #[tokio::test]
     async fn line_reader_skips_oversized_lines_and_keeps_going() {
         let mut input = Vec::new();
@@ -417,11 +414,11 @@ mod tests {
         input.extend(std::iter::repeat_n(b'x', 300_000));
         input.extend_from_slice(b"\nsecond\r\nlast");
         let mut reader = LineReader::new(&input[..], 1000);
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"first".to_vec()));
-        assert_eq!(reader.next_line().await.unwrap(), Frame::TooLong);
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"second".to_vec()));
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"last".to_vec()));
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Eof);
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"first".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::TooLong);
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"second".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"last".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Eof);
     }
 
     #[test]
@@ -539,10 +536,10 @@ mod tests {
         input.extend(std::iter::repeat_n(b'y', 50));
         input.extend_from_slice(b"\nfine\n");
         let mut reader = LineReader::new(&input[..], 10);
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"ok".to_vec()));
-        assert_eq!(reader.next_line().await.unwrap(), Frame::TooLong);
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"fine".to_vec()));
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Eof);
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"ok".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::TooLong);
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"fine".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Eof);
     }
 
     #[tokio::test]
@@ -556,14 +553,14 @@ mod tests {
             client.write_all(b"\nsmall\n").await.unwrap();
         });
         let mut reader = LineReader::new(server, 1 << 20);
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"partial".to_vec()));
-        match reader.next_line().await.unwrap() {
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"partial".to_vec()));
+        match next_frame(&mut reader).await.unwrap() {
             Frame::Line(line) => assert_eq!(line.len(), 200_000),
             other => panic!("expected the large line, got {other:?}"),
         }
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Line(b"small".to_vec()));
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Line(b"small".to_vec()));
         assert!(reader.buffer.capacity() <= SHRINK_ABOVE, "{}", reader.buffer.capacity());
         writer.await.unwrap();
-        assert_eq!(reader.next_line().await.unwrap(), Frame::Eof);
+        assert_eq!(next_frame(&mut reader).await.unwrap(), Frame::Eof);
     }
 }
