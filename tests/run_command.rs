@@ -678,6 +678,48 @@ async fn supervisors_are_forked_children_of_the_caller() {
 }
 
 #[tokio::test]
+async fn a_call_is_answered_once_its_tree_is_gone_and_its_supervisor_and_cgroup_follow() {
+    // The answer leaves when the supervisor reports the tree gone (it has let go of
+    // the output pipes by then, so all the output is in); reaping the supervisor and
+    // removing the call's cgroup come after, and leave nothing behind.
+    let dir = tempfile::tempdir().unwrap();
+    let show = "echo $PPID; grep '^0::' /proc/$PPID/cgroup | cut -d: -f3-; printf last";
+    for _ in 0..3 {
+        let outcome =
+            process::run(spec(Program::Shell(show.to_owned()), dir.path())).await.unwrap();
+        assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{:?}", outcome.stderr.text);
+        let mut lines = outcome.stdout.text.lines();
+        let supervisor: u32 = lines.next().and_then(|pid| pid.parse().ok()).unwrap();
+        let cgroup = lines.next().unwrap_or_default().to_owned();
+        assert_eq!(lines.next(), Some("last"), "{:?}", outcome.stdout.text);
+        let cgroup = match outcome.containment {
+            toolgate::sandbox::Containment::Cgroup => {
+                Some(Path::new("/sys/fs/cgroup").join(cgroup.trim_start_matches('/')))
+            }
+            toolgate::sandbox::Containment::Supervisor => {
+                eprintln!("skipped the cgroup check: no per-call cgroups here");
+                None
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // Our child until it is reaped: its `/proc` entry goes with the reaping.
+            let reaped = !Path::new(&format!("/proc/{supervisor}")).exists();
+            let removed = cgroup.as_ref().is_none_or(|cgroup| !cgroup.exists());
+            if reaped && removed {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "left behind: supervisor {supervisor} reaped {reaped}, cgroup {cgroup:?} removed \
+                 {removed}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test]
 async fn the_command_starts_with_no_signal_blocked_or_ignored() {
     // The supervisor blocks the signals it waits for; none of that reaches the command.
     let dir = tempfile::tempdir().unwrap();

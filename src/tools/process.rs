@@ -661,14 +661,25 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         },
     );
 
-    // The supervisor exits right after its last report, or was killed above.
-    match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
-        Ok(_) => guard.disarm(),
-        Err(_) => tracing::warn!("the process supervisor did not exit"),
-    }
     let limit_hit = guard.cgroup.as_ref().and_then(|cgroup| limit_hit(cgroup, spec.limits));
-    // Removes the call's cgroup, killing whatever is still in it.
-    drop(guard);
+    // The supervisor exits right after its last report, or was killed above. Once it
+    // has reported the tree gone and reaped (and let go of the output pipes, whose end
+    // was read), nothing of the command is left: the call is answered while the
+    // supervisor finishes exiting, and reaping it and removing the call's cgroup and
+    // temporary directory happen after.
+    let cleanup = async move {
+        match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
+            Ok(()) => guard.disarm(),
+            Err(_) => tracing::warn!("the process supervisor did not exit"),
+        }
+        // Removes the call's cgroup, killing whatever is still in it.
+        drop(guard);
+    };
+    if control_outcome.finished {
+        tokio::spawn(cleanup);
+    } else {
+        cleanup.await;
+    }
 
     if let Some(message) = control_outcome.spawn_error {
         return Err(ProcessError::Spawn { program: spec.program.display(), message });
@@ -1774,8 +1785,24 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         });
     }
     let status = watch(&control, &signals, command_pid, own_pid).map(Report::Exited);
+    // The tree is gone: the ends of the output pipes (and of the terminal) this
+    // process still holds go before the last report, so that the daemon has read to
+    // their end when it learns the tree is gone, and need not wait for this process
+    // to finish exiting.
+    drop(command);
+    release_output();
     send_reports(&control, status.iter().chain([&Report::Done]));
     Ok(())
+}
+
+/// Points the supervisor's stdout and stderr at `/dev/null`, letting go of the output
+/// pipes the daemon reads (left as they are if `/dev/null` cannot be opened: the pipes
+/// then end with this process).
+fn release_output() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
 }
 
 fn send_report(control: &UnixStream, report: &Report) {
