@@ -829,7 +829,7 @@ impl Session {
             tracing::warn!(session = %self.id, call_id = %call.id, %error, "PostToolUse hook failed");
         }
         if let Some(feedback) = outcome.feedback {
-            res.metadata.insert("hook_feedback".to_owned(), Value::String(feedback));
+            res.metadata.insert("hook_feedback", Value::String(feedback));
         }
         res
     }

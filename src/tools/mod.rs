@@ -16,6 +16,7 @@ pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
 pub mod json_text;
+pub mod metadata;
 pub mod process;
 pub mod registry;
 pub mod schema;
@@ -30,9 +31,10 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use metadata::Metadata;
 pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
 /// Whether a tool can change anything outside itself.
@@ -217,7 +219,7 @@ pub struct ToolResult {
     pub error: Option<String>,
     /// Structured facts about the outcome. Always holds `call_id`.
     #[serde(default)]
-    pub metadata: Map<String, Value>,
+    pub metadata: Metadata,
     /// Rich content (images, audio, resources); omitted when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
@@ -232,7 +234,7 @@ impl ToolResult {
             content: content.into(),
             error_type: None,
             error: None,
-            metadata: Map::new(),
+            metadata: Metadata::new(),
             attachments: Vec::new(),
         }
     }
@@ -245,14 +247,14 @@ impl ToolResult {
             content: String::new(),
             error_type: Some(error_type),
             error: Some(message.into()),
-            metadata: Map::new(),
+            metadata: Metadata::new(),
             attachments: Vec::new(),
         }
     }
 
     /// Adds one metadata entry (builder style).
-    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> ToolResult {
-        self.metadata.insert(key.to_owned(), value.into());
+    pub fn with_meta(mut self, key: &'static str, value: impl Into<Value>) -> ToolResult {
+        self.metadata.insert(key, value.into());
         self
     }
 
@@ -280,7 +282,7 @@ impl ToolResult {
         // A result the registry stamped is stamped again by the session (which also
         // finishes calls the registry never saw): the same id is left as it is.
         if self.call_id() != Some(call_id) {
-            self.metadata.insert("call_id".to_owned(), Value::String(call_id.to_owned()));
+            self.metadata.insert("call_id", Value::String(call_id.to_owned()));
         }
         self
     }
