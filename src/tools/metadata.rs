@@ -46,10 +46,6 @@ impl Metadata {
         self.position(key).ok().map(|at| &self.0[at].1)
     }
 
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        self.position(key).ok().map(|at| &mut self.0[at].1)
-    }
-
     pub fn remove(&mut self, key: &str) -> Option<Value> {
         self.position(key).ok().map(|at| self.0.remove(at).1)
     }
