@@ -296,6 +296,16 @@ impl From<FsError> for ToolResult {
 
 pub use fs::FsError;
 
+/// Whether `needle` occurs in `haystack`, ASCII letters compared without their case
+/// (as `str::contains` on both uppercased).
+fn contains_ignoring_ascii_case(haystack: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || haystack
+            .as_bytes()
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// Which variables of the daemon's environment a child process inherits.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EnvPolicy {
@@ -326,8 +336,9 @@ impl EnvPolicy {
         if !self.inherit {
             return false;
         }
-        let upper = name.to_ascii_uppercase();
-        !self.exclude_patterns.iter().any(|pattern| upper.contains(&pattern.to_ascii_uppercase()))
+        // Compared in place: this runs for every variable of the daemon's environment
+        // at every command's start.
+        !self.exclude_patterns.iter().any(|pattern| contains_ignoring_ascii_case(name, pattern))
     }
 
     /// The complete environment for a child process: filtered inheritance plus the
@@ -717,5 +728,38 @@ fn takes_null(root: &Value, property: &Value, depth: usize) -> bool {
         Some(Value::String(kind)) => kind == "null",
         Some(Value::Array(kinds)) => kinds.iter().any(|kind| kind == "null"),
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_are_matched_against_patterns_without_their_case() {
+        let cases = [
+            ("GITHUB_TOKEN", "TOKEN", true),
+            ("github_token", "TOKEN", true),
+            ("MyPassWord", "password", true),
+            ("aws_secret_access_key", "Secret", true),
+            ("TOKE", "TOKEN", false),
+            ("PATH", "TOKEN", false),
+            ("ÄPFEL_key", "KEY", true),
+            ("clé_SECRET", "clé_secret", true),
+            ("CLÉ", "clé", false),
+            ("ANYTHING", "", true),
+            ("", "KEY", false),
+        ];
+        for (name, pattern, excluded) in cases {
+            let reference = name.to_ascii_uppercase().contains(&pattern.to_ascii_uppercase());
+            assert_eq!(reference, excluded, "the table itself: {name} {pattern}");
+            assert_eq!(contains_ignoring_ascii_case(name, pattern), excluded, "{name} {pattern}");
+            let policy = EnvPolicy {
+                inherit: true,
+                exclude_patterns: vec![pattern.to_owned()],
+                set: Vec::new(),
+            };
+            assert_eq!(policy.inherits(name), !excluded, "{name} {pattern}");
+        }
     }
 }
