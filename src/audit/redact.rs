@@ -42,10 +42,7 @@ pub const CONTENT_KEYS: [&str; 7] =
 /// Whether a key or variable name looks like it holds a secret. Deliberately broad
 /// (`monkey` matches `key`): hiding a harmless value costs little.
 pub fn looks_secret(name: &str) -> bool {
-    let name = name.as_bytes();
-    SECRET_NAME_PARTS.iter().any(|part| {
-        name.windows(part.len()).any(|window| window.eq_ignore_ascii_case(part.as_bytes()))
-    })
+    SECRET_NAME_PARTS.iter().any(|part| crate::tools::contains_ignoring_ascii_case(name, part))
 }
 
 fn is_content_key(name: &str) -> bool {

@@ -46,20 +46,8 @@ impl Metadata {
         self.position(key).ok().map(|at| &self.0[at].1)
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Value> {
-        self.position(key).ok().map(|at| self.0.remove(at).1)
-    }
-
     pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_ok()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// The entries in key order.
@@ -84,24 +72,6 @@ impl std::ops::Index<&str> for Metadata {
 impl fmt::Debug for Metadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
-    }
-}
-
-impl From<serde_json::Map<String, Value>> for Metadata {
-    fn from(map: serde_json::Map<String, Value>) -> Metadata {
-        // A JSON map's keys are unique; its order is its own, so sort once.
-        let mut entries: Vec<(Cow<'static, str>, Value)> =
-            map.into_iter().map(|(key, value)| (Cow::Owned(key), value)).collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Metadata(entries)
-    }
-}
-
-impl From<Metadata> for Value {
-    fn from(metadata: Metadata) -> Value {
-        Value::Object(
-            metadata.0.into_iter().map(|(key, value)| (key.into_owned(), value)).collect(),
-        )
     }
 }
 
@@ -198,17 +168,13 @@ mod tests {
         );
         let back: Metadata = serde_json::from_str(&text).unwrap();
         assert_eq!(back, metadata);
-        assert_eq!(Metadata::from(map.clone()), metadata);
-        assert_eq!(Value::from(metadata.clone()), Value::Object(map));
 
-        assert_eq!(metadata.len(), 7);
         assert_eq!(metadata["bytes"], json!(4097));
         assert_eq!(metadata.get("call_id").and_then(Value::as_str), Some("c1"));
         assert!(metadata.contains_key("Zed") && !metadata.contains_key("zed"));
-        assert_eq!(metadata.remove("Zed"), Some(json!(null)));
-        assert_eq!(metadata.get("Zed"), None);
+        assert_eq!(metadata.get("zed"), None);
         let keys: Vec<&str> = metadata.iter().map(|(key, _)| key).collect();
-        assert_eq!(keys, ["bytes", "call_id", "lines", "path", "truncated", "é"]);
+        assert_eq!(keys, ["Zed", "bytes", "call_id", "lines", "path", "truncated", "é"]);
     }
 
     #[test]

@@ -298,7 +298,7 @@ pub use fs::FsError;
 
 /// Whether `needle` occurs in `haystack`, ASCII letters compared without their case
 /// (as `str::contains` on both uppercased).
-fn contains_ignoring_ascii_case(haystack: &str, needle: &str) -> bool {
+pub(crate) fn contains_ignoring_ascii_case(haystack: &str, needle: &str) -> bool {
     needle.is_empty()
         || haystack
             .as_bytes()
