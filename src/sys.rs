@@ -28,6 +28,19 @@ where
     }
 }
 
+/// Restricts the calling thread with a Landlock ruleset (`landlock_restrict_self`);
+/// the caller has set `no_new_privs` (or holds `CAP_SYS_ADMIN`).
+pub(crate) fn landlock_restrict_self(ruleset: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the system call takes a descriptor, borrowed and so open for the whole
+    // call, and flags; no memory is passed. It only adds a Landlock domain to the
+    // calling thread's credentials, which Rust code cannot observe broken.
+    #[allow(unsafe_code)]
+    let result =
+        unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if result == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
 /// What [`fork_as_sibling`] returned, in the caller or in the child.
 pub(crate) enum Forked {
     /// In the caller: the child's pid.

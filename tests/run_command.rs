@@ -282,6 +282,60 @@ async fn supervise_by_hand(
     (supervisor, reports)
 }
 
+/// A supervisor told that its command's Landlock ruleset comes over the control socket
+/// (`--sandbox-ruleset`) starts nothing until it holds it: with the daemon's end closed
+/// first, the command never runs. Handed the ruleset, the command runs inside it.
+#[tokio::test]
+async fn a_supervisor_starts_its_command_only_inside_the_ruleset_handed_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = dir.path().join("allowed");
+    std::fs::create_dir(&allowed).unwrap();
+    let script =
+        format!("touch {}/written; touch {}/written", allowed.display(), dir.path().display());
+    let start = || {
+        let (daemon_end, supervisor_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        let supervisor = std::process::Command::new(TOOLGATE)
+            .arg(SUPERVISE_ARG)
+            .arg("--cwd")
+            .arg(dir.path())
+            .args(["--sandbox", "the test's", "--sandbox-ruleset", "--", "/bin/sh", "-c"])
+            .arg(&script)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(supervisor_end)))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        (daemon_end, supervisor)
+    };
+
+    let (daemon_end, mut supervisor) = start();
+    drop(daemon_end);
+    assert!(supervisor.wait().unwrap().success());
+    assert!(!allowed.join("written").exists() && !dir.path().join("written").exists());
+
+    let profile = toolgate::sandbox::Profile {
+        read: vec!["/".into()],
+        write: vec![allowed.clone()],
+        network: true,
+        ..Default::default()
+    };
+    if toolgate::sandbox::confine::landlock_abi() == 0 {
+        eprintln!("skipped the half with a ruleset: this kernel has no Landlock");
+        return;
+    }
+    let ruleset = toolgate::sandbox::confine::build_ruleset(&profile).unwrap().unwrap();
+    let (daemon_end, mut supervisor) = start();
+    process::hand_over_ruleset(&daemon_end, &ruleset).unwrap();
+    daemon_end.set_nonblocking(true).unwrap();
+    let mut reports = BufReader::new(tokio::net::UnixStream::from_std(daemon_end).unwrap()).lines();
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("sandbox the test's"));
+    assert!(next_report(&mut reports).await.unwrap().starts_with("spawned "));
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("exit code 1"));
+    assert_eq!(next_report(&mut reports).await.as_deref(), Some("done"));
+    assert!(supervisor.wait().unwrap().success());
+    assert!(allowed.join("written").exists(), "the allowed write failed");
+    assert!(!dir.path().join("written").exists(), "a write outside the ruleset succeeded");
+}
+
 /// What happens when the daemon dies, even by SIGKILL: the kernel closes its end of
 /// the control socket, and the supervisor kills the tree.
 #[tokio::test]

@@ -3,14 +3,17 @@
 //! entered by the command's process between `fork` and `exec`, so that the
 //! supervisor — and the daemon — stay outside the domain the command is in.
 //!
-//! Entering between `fork` and `exec` is `pre_exec`, which is `sys::before_exec`.
+//! Entering between `fork` and `exec` is `pre_exec`, which is `sys::before_exec`. The
+//! ruleset itself is a descriptor: a call's is built by the daemon, while the call's
+//! supervisor is being set up, and handed to it ([`build_ruleset`]).
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 
 use super::Profile;
@@ -46,111 +49,123 @@ pub fn landlock_abi() -> i32 {
     })
 }
 
-/// A sandbox ready to be entered by a child: built in the supervisor, so that the
-/// child only has to make two system calls.
+/// A sandbox ready to be entered: the Landlock ruleset as a descriptor (`None`
+/// without Landlock) and the seccomp filter (`None` with the network on).
 pub struct Prepared {
-    ruleset: Option<RulesetCreated>,
-    seccomp: Option<seccompiler::BpfProgram>,
+    ruleset: Option<OwnedFd>,
+    seccomp: Option<&'static seccompiler::BpfProgram>,
     /// What is in force, for results and the audit log.
     pub description: String,
 }
 
 /// Builds the Landlock ruleset and the seccomp filter for `profile`.
 pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
+    let ruleset = build_ruleset(profile)?;
+    let seccomp = if profile.network { None } else { Some(network_filter()?) };
+    Ok(Prepared { ruleset, seccomp, description: describe(profile) })
+}
+
+/// What `profile` puts in force on this kernel, for results and the audit log.
+pub fn describe(profile: &Profile) -> String {
     let abi = profile.landlock_abi.unwrap_or_else(landlock_abi);
     let mut parts = Vec::new();
-    let ruleset = if abi > 0 {
-        let all = AccessFs::from_all(WANTED_ABI);
-        let read = AccessFs::from_read(WANTED_ABI);
-        let mut ruleset = Ruleset::default()
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(all)
-            .map_err(|err| format!("landlock: {err}"))?;
-        if !profile.network {
-            ruleset = ruleset
-                .handle_access(AccessNet::from_all(WANTED_ABI))
-                .map_err(|err| format!("landlock: {err}"))?;
-        }
-        ruleset = ruleset
-            .scope(Scope::Signal | Scope::AbstractUnixSocket)
-            .map_err(|err| format!("landlock: {err}"))?;
-        let mut created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
-        let (read_paths, read_dirs_only) = carve(&profile.read, &profile.protect);
-        let (write_paths, write_dirs_only) = carve(&profile.write, &profile.protect);
-        created = created
-            .add_rules(path_beneath_rules(read_paths, read))
-            .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
-            .and_then(|created| {
-                created.add_rules(path_beneath_rules(
-                    read_dirs_only.into_iter().chain(write_dirs_only),
-                    AccessFs::ReadDir,
-                ))
-            })
-            .map_err(|err| format!("landlock: {err}"))?;
-        for path in &profile.own_read {
-            // Protected directories above it do not apply; those beneath it do.
-            let beneath: Vec<PathBuf> = profile
-                .protect
-                .iter()
-                .filter(|guarded| !path.starts_with(guarded))
-                .cloned()
-                .collect();
-            let (paths, dirs_only) = carve(std::slice::from_ref(path), &beneath);
-            created = created
-                .add_rules(path_beneath_rules(paths, read))
-                .and_then(|created| {
-                    created.add_rules(path_beneath_rules(dirs_only, AccessFs::ReadDir))
-                })
-                .map_err(|err| format!("landlock: {err}"))?;
-        }
+    if abi > 0 {
         parts.push(format!("landlock v{abi}"));
-        Some(created)
-    } else {
-        None
-    };
-    let seccomp = if profile.network {
-        None
-    } else {
+    }
+    if !profile.network {
         parts.push(if abi >= 4 {
             "network off (landlock tcp, seccomp)".to_owned()
         } else {
             "network off (seccomp)".to_owned()
         });
-        Some(network_filter()?)
-    };
-    let description = if parts.is_empty() { "none".to_owned() } else { parts.join(", ") };
-    Ok(Prepared { ruleset, seccomp, description })
+    }
+    if parts.is_empty() { "none".to_owned() } else { parts.join(", ") }
 }
 
-/// Makes `command`'s process enter the sandbox right before `exec`.
-pub fn install(command: &mut std::process::Command, prepared: Prepared) {
-    let Prepared { ruleset, seccomp, .. } = prepared;
-    let ruleset = Mutex::new(ruleset);
-    let enter = move || -> std::io::Result<()> {
-        let ruleset = ruleset.lock().ok().and_then(|mut slot| slot.take());
-        enter_domain(ruleset, seccomp.as_ref())
-    };
-    crate::sys::before_exec(command, enter);
+/// Whether `profile` has a Landlock ruleset on this kernel ([`build_ruleset`] gives
+/// one).
+pub fn has_ruleset(profile: &Profile) -> bool {
+    profile.landlock_abi.unwrap_or_else(landlock_abi) > 0
+}
+
+/// Builds `profile`'s Landlock ruleset: a descriptor that any process holding it can
+/// enter ([`install`]), `None` where the kernel has no Landlock. Building it does not
+/// restrict the caller, so the daemon builds a call's ruleset while the call's
+/// supervisor sets itself up, and hands it over.
+pub fn build_ruleset(profile: &Profile) -> Result<Option<OwnedFd>, String> {
+    if !has_ruleset(profile) {
+        return Ok(None);
+    }
+    let all = AccessFs::from_all(WANTED_ABI);
+    let read = AccessFs::from_read(WANTED_ABI);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .map_err(|err| format!("landlock: {err}"))?;
+    if !profile.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(WANTED_ABI))
+            .map_err(|err| format!("landlock: {err}"))?;
+    }
+    ruleset = ruleset
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
+        .map_err(|err| format!("landlock: {err}"))?;
+    let mut created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
+    let (read_paths, read_dirs_only) = carve(&profile.read, &profile.protect);
+    let (write_paths, write_dirs_only) = carve(&profile.write, &profile.protect);
+    created = created
+        .add_rules(path_beneath_rules(read_paths, read))
+        .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
+        .and_then(|created| {
+            created.add_rules(path_beneath_rules(
+                read_dirs_only.into_iter().chain(write_dirs_only),
+                AccessFs::ReadDir,
+            ))
+        })
+        .map_err(|err| format!("landlock: {err}"))?;
+    for path in &profile.own_read {
+        // Protected directories above it do not apply; those beneath it do.
+        let beneath: Vec<PathBuf> =
+            profile.protect.iter().filter(|guarded| !path.starts_with(guarded)).cloned().collect();
+        let (paths, dirs_only) = carve(std::slice::from_ref(path), &beneath);
+        created = created
+            .add_rules(path_beneath_rules(paths, read))
+            .and_then(|created| created.add_rules(path_beneath_rules(dirs_only, AccessFs::ReadDir)))
+            .map_err(|err| format!("landlock: {err}"))?;
+    }
+    // A best-effort ruleset the kernel does not take has no descriptor.
+    let fd: Option<OwnedFd> = created.into();
+    fd.map(Some).ok_or_else(|| "landlock was not enforced".to_owned())
+}
+
+/// Makes `command`'s process enter the sandbox right before `exec`: the Landlock
+/// `ruleset` (from [`build_ruleset`]) and, with `network_off`, the seccomp filter.
+pub fn install(
+    command: &mut std::process::Command,
+    ruleset: Option<OwnedFd>,
+    network_off: bool,
+) -> Result<(), String> {
+    let seccomp = if network_off { Some(network_filter()?) } else { None };
+    crate::sys::before_exec(command, move || enter_domain(ruleset.as_ref(), seccomp));
+    Ok(())
 }
 
 /// Makes the calling process (all of it: it must be single-threaded) enter the
 /// sandbox, for a process that is about to `exec` its program itself.
 pub fn enter_self(prepared: Prepared) -> std::io::Result<()> {
-    let Prepared { ruleset, seccomp, .. } = prepared;
-    enter_domain(ruleset, seccomp.as_ref())
+    enter_domain(prepared.ruleset.as_ref(), prepared.seccomp)
 }
 
-/// Restricts the calling thread with the Landlock ruleset, then the seccomp filter.
+/// Restricts the calling thread with the Landlock ruleset (after `no_new_privs`, which
+/// it requires of an unprivileged caller and which a sandboxed command keeps), then
+/// the seccomp filter.
 fn enter_domain(
-    ruleset: Option<RulesetCreated>,
+    ruleset: Option<&OwnedFd>,
     seccomp: Option<&seccompiler::BpfProgram>,
 ) -> std::io::Result<()> {
     if let Some(ruleset) = ruleset {
-        match ruleset.restrict_self() {
-            Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {}
-            Ok(_) => return Err(std::io::Error::other("landlock was not enforced")),
-            Err(err) => return Err(std::io::Error::other(err)),
-        }
+        rustix::thread::set_no_new_privs(true)?;
+        crate::sys::landlock_restrict_self(ruleset.as_fd())?;
     }
     if let Some(program) = seccomp {
         seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
@@ -158,9 +173,22 @@ fn enter_domain(
     Ok(())
 }
 
+/// The seccomp filter of a command without the network, compiled once per process
+/// (the supervisor spawner compiles it before it forks: [`warm_network_filter`]).
+fn network_filter() -> Result<&'static seccompiler::BpfProgram, String> {
+    static FILTER: OnceLock<Result<seccompiler::BpfProgram, String>> = OnceLock::new();
+    FILTER.get_or_init(compile_network_filter).as_ref().map_err(Clone::clone)
+}
+
+/// Compiles the filter [`network_filter`] holds, so that processes forked from the
+/// caller find it compiled.
+pub fn warm_network_filter() {
+    let _ = network_filter();
+}
+
 /// Denies IP and packet sockets (`EACCES`) and io_uring (which could open them
 /// without the `socket` system call). Unix sockets keep working.
-fn network_filter() -> Result<seccompiler::BpfProgram, String> {
+fn compile_network_filter() -> Result<seccompiler::BpfProgram, String> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     };

@@ -148,7 +148,7 @@ pub fn configured() -> Option<SandboxConfig> {
 }
 
 /// One command's sandbox: what it may read and write, what it may never touch, and
-/// whether it has the network. Travels to the supervisor as JSON.
+/// whether it has the network. A sandboxed upstream server's launcher gets it as JSON.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
     pub read: Vec<PathBuf>,

@@ -73,7 +73,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::terminal::LiveInput;
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
-use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile};
+use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile, confine};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -107,6 +107,9 @@ const KILL_SWEEP_MAX_PAUSE: Duration = Duration::from_millis(50);
 /// Bytes of the supervisor's own stderr quoted when it fails to start a command; enough
 /// for an error line, not a flood.
 const HANDSHAKE_DETAIL_BYTES: usize = 1000;
+
+/// The byte that carries a call's Landlock ruleset to its supervisor.
+const RULESET_MARKER: u8 = b'L';
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,21 +501,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         }
         None => None,
     };
-    let sandbox_arg = match &spec.sandbox {
-        Some(profile) => {
-            let mut profile = profile.clone();
-            if let Some(temp) = &temp_dir {
-                profile.write.push(temp.path.clone());
-                env.retain(|(name, _)| !matches!(name.as_str(), "TMPDIR" | "TMP" | "TEMP"));
-                env.push(("TMPDIR".to_owned(), temp.path.to_string_lossy().into_owned()));
-            }
-            Some(
-                serde_json::to_string(&profile)
-                    .map_err(|err| ProcessError::Setup(std::io::Error::other(err.to_string())))?,
-            )
+    let sandbox = spec.sandbox.as_ref().map(|profile| {
+        let mut profile = profile.clone();
+        if let Some(temp) = &temp_dir {
+            profile.write.push(temp.path.clone());
+            env.retain(|(name, _)| !matches!(name.as_str(), "TMPDIR" | "TMP" | "TEMP"));
+            env.push(("TMPDIR".to_owned(), temp.path.to_string_lossy().into_owned()));
         }
-        None => None,
-    };
+        profile
+    });
 
     // The supervisor's arguments; the daemon's pid is not among them: a command reads
     // its supervisor's, and the supervisor learns its parent from the control socket.
@@ -524,9 +521,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         args.push("--cgroup".into());
         args.push(dir.into());
     }
-    if let Some(profile) = sandbox_arg {
+    if let Some(profile) = &sandbox {
         args.push("--sandbox".into());
-        args.push(profile.into());
+        args.push(confine::describe(profile).into());
+        if confine::has_ruleset(profile) {
+            args.push("--sandbox-ruleset".into());
+        }
+        if !profile.network {
+            args.push("--sandbox-no-network".into());
+        }
     }
     if let Some(bytes) = &payload {
         args.push("--stdin-bytes".into());
@@ -561,14 +564,20 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         cgroup: cgroup_dir.as_ref().map(AsFd::as_fd),
     };
     let program = spec.supervisor.program();
+    // The sandbox's Landlock ruleset is built here, while the spawner forks and the
+    // supervisor sets itself up on the other core; it waits for it on the control
+    // socket.
+    let mut ruleset_sent = None;
     let forked = super::spawner::launch(
         program,
         &request,
         [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
+        || ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref())),
     )
     .await
     .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
-    let mut child = match forked {
+    let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
+    let child = match forked {
         Some(forked) => {
             drop((supervisor_end, stdout_end, stderr_end));
             SupervisorProcess::Forked(forked)
@@ -600,7 +609,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if let Some(pids) = &spec.pids {
         pids.supervisor.store(child.id(), std::sync::atomic::Ordering::Relaxed);
     }
-    let mut guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
+    let guard = TreeGuard { supervisor: supervisor_pid, cgroup, temp_dir };
+    if let Err(message) = ruleset_sent {
+        guard.kill_now();
+        let_go(child, guard).await;
+        return Err(ProcessError::Spawn {
+            program: spec.program.display(),
+            message: format!("the sandbox: {message}"),
+        });
+    }
 
     let mut stdout_capture = Capture::new(spec.output_cap);
     let mut stderr_capture = Capture::new(spec.output_cap);
@@ -667,14 +684,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     // was read), nothing of the command is left: the call is answered while the
     // supervisor finishes exiting, and reaping it and removing the call's cgroup and
     // temporary directory happen after.
-    let cleanup = async move {
-        match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
-            Ok(()) => guard.disarm(),
-            Err(_) => tracing::warn!("the process supervisor did not exit"),
-        }
-        // Removes the call's cgroup, killing whatever is still in it.
-        drop(guard);
-    };
+    let cleanup = let_go(child, guard);
     if control_outcome.finished {
         tokio::spawn(cleanup);
     } else {
@@ -743,6 +753,32 @@ impl SupervisorProcess {
 
 /// A pipe for the supervisor's stdout or stderr: the daemon's reading end, and the
 /// end handed to the supervisor (close-on-exec in the daemon).
+/// Builds the Landlock ruleset of the command's sandbox, if it has one, and sends it
+/// to the supervisor over `control`.
+fn send_ruleset(control: &impl AsFd, sandbox: Option<&Profile>) -> Result<(), String> {
+    let Some(profile) = sandbox.filter(|profile| confine::has_ruleset(profile)) else {
+        return Ok(());
+    };
+    let ruleset = confine::build_ruleset(profile)?.ok_or("landlock was not enforced")?;
+    hand_over_ruleset(control, &ruleset).map_err(|err| err.to_string())
+}
+
+/// Sends a supervisor started with `--sandbox-ruleset` its command's Landlock ruleset
+/// over the daemon's end of its control socket, before any stdin payload.
+pub fn hand_over_ruleset(control: impl AsFd, ruleset: impl AsFd) -> std::io::Result<()> {
+    super::fd_pass::send(control, ruleset, RULESET_MARKER, "the ruleset")
+}
+
+/// Reaps the supervisor (within [`SUPERVISOR_EXIT_GRACE`]) and removes the call's
+/// cgroup and temporary directory, killing whatever is still in the cgroup.
+async fn let_go(mut child: SupervisorProcess, mut guard: TreeGuard) {
+    match tokio::time::timeout(SUPERVISOR_EXIT_GRACE, child.wait()).await {
+        Ok(()) => guard.disarm(),
+        Err(_) => tracing::warn!("the process supervisor did not exit"),
+    }
+    drop(guard);
+}
+
 fn output_pipe() -> Result<(tokio::net::unix::pipe::Receiver, OwnedFd), ProcessError> {
     let (read, write) = std::io::pipe().map_err(ProcessError::Setup)?;
     let read = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(read))
@@ -1525,8 +1561,13 @@ struct SuperviseArgs {
     /// The call's cgroups (v2, and v1 `pids` on a hybrid hierarchy), entered before
     /// anything is started.
     cgroup: Vec<PathBuf>,
-    /// The command's sandbox profile (JSON).
+    /// The sandbox the command enters, as described in its report (`--sandbox`).
     sandbox: Option<String>,
+    /// `--sandbox-ruleset`: its Landlock ruleset arrives on the control socket.
+    sandbox_ruleset: bool,
+    /// `--sandbox-no-network`: the command enters the seccomp filter without the
+    /// network.
+    sandbox_no_network: bool,
     /// Bytes of stdin payload to read from the control socket before starting.
     stdin_bytes: Option<usize>,
     /// `--live-stdin`: the command's stdin (a pipe) arrives on the control socket.
@@ -1548,6 +1589,8 @@ impl SuperviseArgs {
             cwd_fd: false,
             cgroup: Vec::new(),
             sandbox: None,
+            sandbox_ruleset: false,
+            sandbox_no_network: false,
             stdin_bytes: None,
             live_stdin: false,
             tty: false,
@@ -1566,10 +1609,13 @@ impl SuperviseArgs {
                     parsed.cgroup.push(PathBuf::from(dir));
                 }
                 "--sandbox" => {
-                    let profile = args.next().ok_or("--sandbox needs a value")?;
-                    let profile = profile.into_string().map_err(|_| "--sandbox is not UTF-8")?;
-                    parsed.sandbox = Some(profile);
+                    let described = args.next().ok_or("--sandbox needs a value")?;
+                    let described =
+                        described.into_string().map_err(|_| "--sandbox is not UTF-8")?;
+                    parsed.sandbox = Some(described);
                 }
+                "--sandbox-ruleset" => parsed.sandbox_ruleset = true,
+                "--sandbox-no-network" => parsed.sandbox_no_network = true,
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
@@ -1697,6 +1743,15 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     } else {
         None
     };
+    // Sent by the daemon once this process was started, before any stdin payload.
+    let ruleset = if args.sandbox_ruleset {
+        match super::fd_pass::receive(&control, RULESET_MARKER, "the sandbox's ruleset") {
+            Ok(ruleset) => Some(ruleset),
+            Err(_) => return Ok(()), // the daemon gave up before the command started
+        }
+    } else {
+        None
+    };
     if args.tty
         && let Some(terminal) = &live
         && let Err(err) = super::terminal::become_terminal_session(terminal)
@@ -1748,20 +1803,12 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // The sandbox in force goes out with the spawn's own report: one write, one
     // wake-up of the daemon.
     let mut sandbox = None;
-    if let Some(profile) = &args.sandbox {
-        let prepared = serde_json::from_str::<Profile>(profile)
-            .map_err(|err| err.to_string())
-            .and_then(|profile| crate::sandbox::confine::prepare(&profile));
-        match prepared {
-            Ok(prepared) => {
-                sandbox = Some(Report::Sandbox(prepared.description.clone()));
-                crate::sandbox::confine::install(&mut command, prepared);
-            }
-            Err(message) => {
-                send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
-                return Ok(());
-            }
+    if let Some(described) = args.sandbox {
+        if let Err(message) = confine::install(&mut command, ruleset, args.sandbox_no_network) {
+            send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
+            return Ok(());
         }
+        sandbox = Some(Report::Sandbox(described));
     }
     let mut child = match command.spawn() {
         Ok(child) => child,

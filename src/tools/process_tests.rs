@@ -179,6 +179,9 @@ fn supervise_args_parse() {
             "/sys/fs/cgroup/toolgate/1-2",
             "--stdin-bytes",
             "5",
+            "--sandbox",
+            "landlock v6",
+            "--sandbox-ruleset",
             "--",
             "/bin/sh",
             "-c",
@@ -188,7 +191,9 @@ fn supervise_args_parse() {
             cwd: Some(PathBuf::from("/tmp")),
             cwd_fd: false,
             cgroup: vec![PathBuf::from("/sys/fs/cgroup/toolgate/1-2")],
-            sandbox: None,
+            sandbox: Some("landlock v6".to_owned()),
+            sandbox_ruleset: true,
+            sandbox_no_network: false,
             stdin_bytes: Some(5),
             live_stdin: false,
             tty: false,
@@ -206,6 +211,9 @@ fn supervise_args_parse() {
     assert!(SuperviseArgs::parse(args(&["--parent", "12", "--", "ls"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--cgroup"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--stdin-bytes"])).is_err());
+    assert!(SuperviseArgs::parse(args(&["--sandbox"])).is_err());
+    let network_off = SuperviseArgs::parse(args(&["--sandbox-no-network", "--", "ls"])).unwrap();
+    assert!(network_off.sandbox_no_network && !network_off.sandbox_ruleset);
 }
 
 #[test]

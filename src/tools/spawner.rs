@@ -157,10 +157,15 @@ fn reap(pid: rustix::process::Pid, pidfd: Option<&OwnedFd>, block: bool) -> bool
 /// it (start it directly; nothing was handed over). An error when the request was
 /// handed over but no answer came: a supervisor may have started, so the call fails
 /// rather than start another.
+///
+/// `meanwhile` runs once the request is on its way, while the spawner forks: work of
+/// the caller's that the supervisor needs soon after it starts. It does not run when
+/// `Ok(None)` is returned.
 pub(crate) async fn launch(
     program: &Path,
     request: &Request<'_>,
     stdio: [BorrowedFd<'_>; 3],
+    meanwhile: impl FnOnce(),
 ) -> io::Result<Option<Forked>> {
     let fds: Vec<BorrowedFd<'_>> = stdio.into_iter().chain(request.cgroup).collect();
     let Some(message) = encode(request) else {
@@ -180,6 +185,7 @@ pub(crate) async fn launch(
         spawner.forget(program);
         return Ok(None);
     }
+    meanwhile();
     let mut answer = [0u8; 4];
     let received = spawner
         .socket
@@ -465,6 +471,8 @@ fn serve_requests(supervise: Supervise) -> io::Result<()> {
     nix::unistd::dup2_stdin(&null)?;
     drop(null);
 
+    // Compiled once here, the commands' seccomp filter is in every supervisor forked.
+    crate::sandbox::confine::warm_network_filter();
     if rustix::net::send(&socket, READY, SendFlags::NOSIGNAL).is_err() {
         return Ok(());
     }
