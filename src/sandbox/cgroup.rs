@@ -17,6 +17,7 @@
 //! `toolgate` directory; they are enabled when the hierarchy offers them.
 
 use std::io::ErrorKind;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -314,7 +315,7 @@ fn remove_stale(parent: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let cgroup = CallCgroup { dir: entry.path(), v1_pids: None, removed: false };
+        let cgroup = CallCgroup { dir: entry.path(), handle: None, v1_pids: None, removed: false };
         drop(cgroup);
     }
 }
@@ -323,6 +324,9 @@ fn remove_stale(parent: &Path) {
 #[derive(Debug)]
 pub struct CallCgroup {
     dir: PathBuf,
+    /// The directory opened (`O_PATH`) when it was made: the supervisor is born in
+    /// it through this, and it tells whether the directory is still the one made.
+    handle: Option<OwnedFd>,
     /// The call's cgroup in the v1 `pids` hierarchy, on a hybrid hierarchy.
     v1_pids: Option<PathBuf>,
     removed: bool,
@@ -355,11 +359,36 @@ impl CallCgroup {
                 }
             }
         });
-        Ok(CallCgroup { dir, v1_pids, removed: false })
+        let handle = rustix::fs::open(
+            &dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
+        Ok(CallCgroup { dir, handle, v1_pids, removed: false })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The directory as opened when it was made (`O_PATH`), for `clone3`'s
+    /// `CLONE_INTO_CGROUP`.
+    pub fn handle(&self) -> Option<BorrowedFd<'_>> {
+        self.handle.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Whether the cgroup made is still there: not removed behind the daemon's back
+    /// (a removed cgroup directory has no files left, even if something else now has
+    /// its name).
+    pub fn still_there(&self) -> bool {
+        match &self.handle {
+            Some(handle) => {
+                rustix::fs::statat(handle, "cgroup.procs", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok()
+            }
+            None => self.dir.is_dir(),
+        }
     }
 
     /// Every cgroup directory the call's supervisor enters: the v2 one, and the v1
@@ -519,5 +548,21 @@ mod tests {
         assert_eq!(v1_path(membership, "pids"), Some("/a/b"));
         assert_eq!(v1_path(membership, "cpuacct"), Some("/c"));
         assert_eq!(v1_path(membership, "memory"), None);
+    }
+
+    #[test]
+    fn a_cgroup_removed_behind_its_back_is_no_longer_there_even_if_its_name_is_taken() {
+        let Some(made) = CallCgroup::create(false) else {
+            eprintln!("skipped: no per-call cgroups here ({:?})", CallCgroups::get().err());
+            return;
+        };
+        let cgroup = made.unwrap_or_else(|err| panic!("{err}"));
+        assert!(cgroup.handle().is_some() && cgroup.still_there());
+        std::fs::remove_dir(cgroup.dir()).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!cgroup.still_there());
+        // Another cgroup at the same name is not the one made.
+        std::fs::create_dir(cgroup.dir()).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!cgroup.still_there());
+        std::fs::remove_dir(cgroup.dir()).unwrap_or_else(|err| panic!("{err}"));
     }
 }
