@@ -789,3 +789,52 @@ async fn the_command_starts_with_no_signal_blocked_or_ignored() {
     // Signals 1 to 31 (glibc's own real-time signals above them are its business).
     assert_eq!(mask("SigIgn:") & 0x7fff_ffff, 0);
 }
+
+/// A sandboxed call's private temporary directory was made ahead of it: the call that
+/// takes the spare (or makes its own) has the next one made once its supervisor is on
+/// its way, and the next call is handed exactly that one, empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_call_has_the_next_calls_temporary_directory_made_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = toolgate::sandbox::Profile {
+        read: vec!["/".into()],
+        write: vec![dir.path().to_owned()],
+        network: true,
+        ..Default::default()
+    };
+    let temp_dir_of_a_call = || async {
+        let mut spec = spec(exec("/bin/sh", &["-c", "printf %s \"$TMPDIR\""]), dir.path());
+        spec.sandbox = Some(profile.clone());
+        let outcome = process::run(spec).await.unwrap();
+        assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{}", outcome.stderr.text);
+        std::path::PathBuf::from(outcome.stdout.text)
+    };
+    // Every call's directory is named for this process.
+    let ours = format!("toolgate-call-{}-", std::process::id());
+    let spares = |taken: &[&Path]| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name().is_some_and(|name| name.to_string_lossy().starts_with(&ours))
+                    && !taken.contains(&path.as_path())
+            })
+            .collect()
+    };
+
+    let first = temp_dir_of_a_call().await;
+    assert!(first.file_name().unwrap().to_string_lossy().starts_with(&ours), "{first:?}");
+    let deadline = Instant::now() + PATIENCE;
+    let spare = loop {
+        match spares(&[&first]).as_slice() {
+            [spare] => break spare.clone(),
+            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+            other => panic!("no single spare made behind the call: {other:?}"),
+        }
+    };
+    assert!(std::fs::read_dir(&spare).unwrap().next().is_none());
+    let second = temp_dir_of_a_call().await;
+    assert_eq!(second, spare, "the next call was not handed the spare");
+    process::release_spares();
+}

@@ -482,7 +482,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    let cgroup = match call_cgroup(spec.limits.max_processes > 0) {
+    let mut spares = SparesTaken::default();
+    let cgroup = match call_cgroup(spec.limits.max_processes > 0, &mut spares) {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -497,7 +498,10 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let mut env = spec.env.clone();
     let temp_dir = match &spec.sandbox {
         Some(_) => {
-            Some(SPARE_TEMP_DIR.take_or_make(CallTempDir::create).map_err(ProcessError::Setup)?)
+            let temp_dir =
+                SPARE_TEMP_DIR.take_or_make(CallTempDir::create).map_err(ProcessError::Setup)?;
+            spares.temp_dir = true;
+            Some(temp_dir)
         }
         None => None,
     };
@@ -569,6 +573,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     .await
     .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
     let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
+    // The supervisor sets itself up on the other core meanwhile: this one has time.
+    spares.refill();
     let child = match forked {
         Some(forked) => {
             drop((supervisor_end, stdout_end, stderr_end));
@@ -842,9 +848,10 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
 /// takes it: making a directory (a temporary directory on the disk's file system, a
 /// cgroup) costs the kernel tens of microseconds that the call would otherwise wait
 /// for. One is kept; the call that takes it, or that made its own, has the next one
-/// made in the background, by the runtime's blocking pool. A second call at the same
-/// moment makes its own. A spare is fresh, like one made by the call: it was never
-/// handed to anyone.
+/// made in the background once its supervisor is on its way (before, the making
+/// would take a core from the spawner's fork). A second call at the same moment makes
+/// its own. A spare is fresh, like one made by the call: it was never handed to
+/// anyone.
 struct Spare<T>(std::sync::Mutex<Option<T>>);
 
 /// What a spare can be: something that can tell whether it is still as it was made.
@@ -860,10 +867,9 @@ impl<T: SpareItem + Send + 'static> Spare<T> {
         Spare(std::sync::Mutex::new(None))
     }
 
-    /// The spare if one is ready and still as made, else what `make` makes now; if
-    /// that gave the call one, the next spare is made in the background (when this
-    /// runs on a runtime). A spare found changed is not ours to remove any more:
-    /// whatever is at its name now is left alone.
+    /// The spare if one is ready and still as made, else what `make` makes now. A
+    /// spare found changed is not ours to remove any more: whatever is at its name now
+    /// is left alone.
     fn take_or_make(&'static self, make: fn() -> std::io::Result<T>) -> std::io::Result<T> {
         let spare = self.lock().take().and_then(|spare| {
             if spare.still_as_made() {
@@ -873,19 +879,22 @@ impl<T: SpareItem + Send + 'static> Spare<T> {
                 None
             }
         });
-        let taken = match spare {
-            Some(spare) => spare,
-            None => make()?,
-        };
+        match spare {
+            Some(spare) => Ok(spare),
+            None => make(),
+        }
+    }
+
+    /// Has the next spare made in the background, by the runtime's blocking pool (when
+    /// this runs on a runtime); one made while another is ready is dropped (removed).
+    fn refill(&'static self, make: fn() -> std::io::Result<T>) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn_blocking(move || {
                 if let Ok(made) = make() {
-                    // One made while another is ready is dropped (removed).
                     self.lock().get_or_insert(made);
                 }
             });
         }
-        Ok(taken)
     }
 
     /// Drops the spare (removing it).
@@ -919,15 +928,40 @@ static SPARE_TEMP_DIR: Spare<CallTempDir> = Spare::new();
 static SPARE_CGROUP: Spare<CallCgroup> = Spare::new();
 
 /// A call's cgroup (see [`CallCgroup::create`]). Without a process limit every call's
-/// cgroup is alike: the spare, or one made now. Where none can be made (no cgroups
-/// here), nothing is tried behind the call.
-fn call_cgroup(process_limit: bool) -> Option<std::io::Result<CallCgroup>> {
+/// cgroup is alike: the spare, or one made now (and `taken.cgroup` says so). Where
+/// none can be made (no cgroups here), nothing is tried behind the call.
+fn call_cgroup(
+    process_limit: bool,
+    taken: &mut SparesTaken,
+) -> Option<std::io::Result<CallCgroup>> {
     if process_limit || CallCgroups::get().is_err() {
         return CallCgroup::create(process_limit);
     }
-    Some(SPARE_CGROUP.take_or_make(|| {
-        CallCgroup::create(false).unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
-    }))
+    let cgroup = SPARE_CGROUP.take_or_make(make_spare_cgroup);
+    taken.cgroup = cgroup.is_ok();
+    Some(cgroup)
+}
+
+fn make_spare_cgroup() -> std::io::Result<CallCgroup> {
+    CallCgroup::create(false).unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
+}
+
+/// The spares a call took (or would have, had one been ready), to be made again.
+#[derive(Default)]
+struct SparesTaken {
+    temp_dir: bool,
+    cgroup: bool,
+}
+
+impl SparesTaken {
+    fn refill(self) {
+        if self.temp_dir {
+            SPARE_TEMP_DIR.refill(CallTempDir::create);
+        }
+        if self.cgroup {
+            SPARE_CGROUP.refill(make_spare_cgroup);
+        }
+    }
 }
 
 /// Removes the directories made ahead of calls, at the end of a process that ran

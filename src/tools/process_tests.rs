@@ -341,12 +341,14 @@ async fn spare_made(spare: &'static Spare<CallTempDir>) -> PathBuf {
 async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_background() {
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
-    // None ready: the first call makes its own, and a spare is made behind it.
+    // None ready: the first call makes its own, and has a spare made behind it.
     let first = SPARE.take_or_make(CallTempDir::create).unwrap();
+    SPARE.refill(CallTempDir::create);
     let spare = spare_made(&SPARE).await;
     assert_ne!(spare, first.path);
     // The next call gets that spare, empty and private, and another is made.
     let second = SPARE.take_or_make(CallTempDir::create).unwrap();
+    SPARE.refill(CallTempDir::create);
     assert_eq!(second.path, spare);
     assert!(std::fs::read_dir(&second.path).unwrap().next().is_none());
     assert_eq!(std::fs::metadata(&second.path).unwrap().permissions().mode() & 0o777, 0o700);
@@ -359,7 +361,8 @@ async fn a_spare_directory_is_handed_out_fresh_and_the_next_made_in_the_backgrou
     drop((first, second));
     assert!(taken.iter().all(|path| !path.exists()));
 
-    // Where nothing can be made, nothing is tried behind the call.
+    // Taking tries nothing behind the call: a call that got nothing has nothing
+    // made again.
     static NEVER: Spare<CallTempDir> = Spare::new();
     static TRIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     fn cannot() -> std::io::Result<CallTempDir> {
@@ -376,11 +379,13 @@ async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
     use std::os::unix::fs::PermissionsExt;
     static SPARE: Spare<CallTempDir> = Spare::new();
     let first = SPARE.take_or_make(CallTempDir::create).unwrap();
+    SPARE.refill(CallTempDir::create);
     // Removed while it waited (a clean-up of old files in /tmp): the next call gets a
     // directory of its own that exists.
     let removed = spare_made(&SPARE).await;
     std::fs::remove_dir(&removed).unwrap();
     let second = SPARE.take_or_make(CallTempDir::create).unwrap();
+    SPARE.refill(CallTempDir::create);
     assert_ne!(second.path, removed);
     assert!(second.path.is_dir());
     // Found changed (here, opened to everyone): not handed out, and not removed either,
@@ -388,6 +393,7 @@ async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
     let changed = spare_made(&SPARE).await;
     std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o755)).unwrap();
     let third = SPARE.take_or_make(CallTempDir::create).unwrap();
+    SPARE.refill(CallTempDir::create);
     assert_ne!(third.path, changed);
     assert!(changed.is_dir());
     std::fs::remove_dir(&changed).unwrap();
