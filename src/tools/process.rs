@@ -482,8 +482,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    let mut spares = SparesTaken::default();
-    let cgroup = match call_cgroup(spec.limits.max_processes > 0, &mut spares) {
+    let process_limit = spec.limits.max_processes > 0;
+    let cgroup = match call_cgroup(process_limit) {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -498,10 +498,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let mut env = spec.env.clone();
     let temp_dir = match &spec.sandbox {
         Some(_) => {
-            let temp_dir =
-                SPARE_TEMP_DIR.take_or_make(CallTempDir::create).map_err(ProcessError::Setup)?;
-            spares.temp_dir = true;
-            Some(temp_dir)
+            Some(SPARE_TEMP_DIR.take_or_make(CallTempDir::create).map_err(ProcessError::Setup)?)
         }
         None => None,
     };
@@ -573,8 +570,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     .await
     .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
     let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
-    // The supervisor sets itself up on the other core meanwhile: this one has time.
-    spares.refill();
+    // The supervisor sets itself up on the other core meanwhile: this one has time to
+    // have the spares this call took made again (a cgroup without a process limit
+    // came from the spare's place).
+    if temp_dir.is_some() {
+        SPARE_TEMP_DIR.refill(CallTempDir::create);
+    }
+    if cgroup.is_some() && !process_limit {
+        SPARE_CGROUP.refill(make_spare_cgroup);
+    }
     let child = match forked {
         Some(forked) => {
             drop((supervisor_end, stdout_end, stderr_end));
@@ -928,40 +932,17 @@ static SPARE_TEMP_DIR: Spare<CallTempDir> = Spare::new();
 static SPARE_CGROUP: Spare<CallCgroup> = Spare::new();
 
 /// A call's cgroup (see [`CallCgroup::create`]). Without a process limit every call's
-/// cgroup is alike: the spare, or one made now (and `taken.cgroup` says so). Where
-/// none can be made (no cgroups here), nothing is tried behind the call.
-fn call_cgroup(
-    process_limit: bool,
-    taken: &mut SparesTaken,
-) -> Option<std::io::Result<CallCgroup>> {
+/// cgroup is alike: the spare, or one made now. Where none can be made (no cgroups
+/// here), nothing is tried behind the call.
+fn call_cgroup(process_limit: bool) -> Option<std::io::Result<CallCgroup>> {
     if process_limit || CallCgroups::get().is_err() {
         return CallCgroup::create(process_limit);
     }
-    let cgroup = SPARE_CGROUP.take_or_make(make_spare_cgroup);
-    taken.cgroup = cgroup.is_ok();
-    Some(cgroup)
+    Some(SPARE_CGROUP.take_or_make(make_spare_cgroup))
 }
 
 fn make_spare_cgroup() -> std::io::Result<CallCgroup> {
     CallCgroup::create(false).unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
-}
-
-/// The spares a call took (or would have, had one been ready), to be made again.
-#[derive(Default)]
-struct SparesTaken {
-    temp_dir: bool,
-    cgroup: bool,
-}
-
-impl SparesTaken {
-    fn refill(self) {
-        if self.temp_dir {
-            SPARE_TEMP_DIR.refill(CallTempDir::create);
-        }
-        if self.cgroup {
-            SPARE_CGROUP.refill(make_spare_cgroup);
-        }
-    }
 }
 
 /// Removes the directories made ahead of calls, at the end of a process that ran
