@@ -134,6 +134,12 @@ impl Client {
     }
 
     fn response(&mut self, id: u64) -> Value {
+        // Another request's response may have come first and been kept.
+        if let Some(position) =
+            self.notifications.iter().position(|message| message.get("id") == Some(&json!(id)))
+        {
+            return self.notifications.remove(position);
+        }
         loop {
             let message = self.read();
             if message.get("id") == Some(&json!(id)) {
