@@ -238,6 +238,57 @@ async fn calls_still_running_at_end_of_input_are_answered_first() {
 }
 
 #[tokio::test]
+async fn a_call_that_waits_does_not_hold_up_the_calls_behind_it() {
+    let test = TestDaemon::new();
+    std::fs::write(test.root().join("notes.txt"), "first line\nlast line\n").expect("write");
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({})).await;
+    // One write: a call that waits a minute, then reads (answered without a wait of
+    // their own) and a call refused for its arguments.
+    let call = |id: i64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+        .to_string()
+    };
+    let mut lines = vec![call(1, "pause", json!({"ms": 60_000}))];
+    lines.extend((2..=32).map(|id| call(id, "read_file", json!({"path": "notes.txt"}))));
+    lines.push(call(33, "read_file", json!({})));
+    client.send_raw(&lines.join("\n")).await;
+
+    // Everything behind the pause is answered while it still runs, each call once.
+    let mut answered = std::collections::BTreeMap::new();
+    while answered.len() < 32 {
+        let message = client.next().await;
+        let Some(id) = message["id"].as_i64() else { continue };
+        assert!(answered.insert(id, message).is_none(), "call {id} answered twice");
+    }
+    assert!(!answered.contains_key(&1), "the pause is still running: {answered:?}");
+    for id in 2..=32 {
+        let result = &answered[&id]["result"];
+        assert_eq!(result["isError"], json!(false), "{result}");
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("first line") && text.contains("last line"), "{text}");
+    }
+    let refused = &answered[&33]["result"];
+    assert_eq!(refused["isError"], json!(true), "{refused}");
+    assert_eq!(refused["structuredContent"]["error_type"], json!("invalid_arguments"), "{refused}");
+
+    // Canceled, the pause ends without an answer, and the conversation goes on.
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}))
+        .await;
+    let pong = client.request(34, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while test.daemon.calls_in_flight() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the canceled pause still runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rest = client.close().await;
+    assert!(rest.iter().all(|m| m.get("id") != Some(&json!(1))), "no answer for id 1: {rest:?}");
+}
+
+#[tokio::test]
 async fn a_client_that_disconnects_mid_call_leaves_nothing_running() {
     let test = TestDaemon::new();
     let mut client = StdioClient::start(&test.daemon, McpOptions::default());

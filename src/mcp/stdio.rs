@@ -41,7 +41,7 @@ use crate::rpc::{Line, LineReader};
 use crate::tools::{ToolResult, json_text};
 
 mod direct;
-use direct::Direct;
+use direct::{Direct, Taken};
 
 /// Parsed messages waiting for the protocol engine; the reader stops reading (the
 /// client's writes block) when it is full.
@@ -443,8 +443,9 @@ async fn read_messages<R: AsyncRead + Unpin>(
             },
         };
         let sent = match handled {
-            Ok(Some(message)) => inbound.send(message).await.is_ok(),
-            Ok(None) => true,
+            Ok(Taken::Engine(message)) => inbound.send(*message).await.is_ok(),
+            Ok(Taken::Done) => true,
+            Ok(Taken::Answer(line)) => outbound.send(line).await.is_ok(),
             Err(reply) => {
                 let mut line = reply.into_bytes();
                 line.push(b'\n');
@@ -457,14 +458,14 @@ async fn read_messages<R: AsyncRead + Unpin>(
     }
 }
 
-/// Takes one line of input: a message for rmcp's engine, or `None` when the line was
-/// a call started on the direct path or needs nothing; `Err` with the error to answer
+/// Takes one line of input: a message for rmcp's engine, a call the direct path
+/// started or already answered, or nothing to do; `Err` with the error to answer
 /// when it is not a message.
 fn handle_line(
     line: Line<'_>,
     max_message_bytes: usize,
     direct: &Arc<Direct>,
-) -> Result<Option<ClientJsonRpcMessage>, String> {
+) -> Result<Taken, String> {
     let text = match line {
         // The reader only bounds what it buffers; a whole line that arrived in one
         // read can still be over the limit.
@@ -481,7 +482,7 @@ fn handle_line(
         Some(call) => call,
         None => match parse(text) {
             Parsed::Message(message) => *message,
-            Parsed::Blank | Parsed::Reply(None) => return Ok(None),
+            Parsed::Blank | Parsed::Reply(None) => return Ok(Taken::Done),
             Parsed::Reply(Some(reply)) => return Err(reply),
         },
     };

@@ -2,8 +2,10 @@
 //! loop (see [`Direct`]).
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -26,8 +28,19 @@ use crate::mcp::server::{Answer, McpHandler};
 const ANSWER_GRACE_AT_EOF: Duration = Duration::from_secs(5);
 const ANSWER_GRACE_AT_SHUTDOWN: Duration = Duration::from_secs(2);
 
-/// `tools/call` requests of an initialized conversation, taken from the reader
-/// straight to a task of their own and answered from there.
+/// What became of a message the reader handed to [`Direct::take`].
+pub(super) enum Taken {
+    /// Not for this path: rmcp's engine takes it.
+    Engine(Box<ClientJsonRpcMessage>),
+    /// A call answered at once: its line, to write.
+    Answer(Vec<u8>),
+    /// Nothing more to do here (a call goes on in its own task).
+    Done,
+}
+
+/// `tools/call` requests of an initialized conversation, run by the reader itself up
+/// to their first wait and answered from there, or from a task of their own when
+/// they must wait (see [`Direct::start`]).
 ///
 /// rmcp's service loop would take each request in, start its task, take its answer
 /// back and start another task to send it: two wake-ups of the loop and one more task
@@ -87,22 +100,22 @@ impl Direct {
         let _ = self.peer.set(peer);
     }
 
-    /// Takes a message from the reader: a call this path serves is started (and
-    /// `None` returned); anything else is handed back for rmcp. A cancellation of a
-    /// call started here cancels it (and is handed on as well: rmcp ignores ids it
-    /// does not know, and the handler sees every notification as before).
-    pub(super) fn take(
-        self: &Arc<Self>,
-        message: ClientJsonRpcMessage,
-    ) -> Option<ClientJsonRpcMessage> {
+    /// Takes a message from the reader: a call this path serves is run up to its first
+    /// wait (and answered at once when it needs none, or goes on in a task of its
+    /// own); anything else is handed back for rmcp. A cancellation of a call started
+    /// here cancels it (and is handed on as well: rmcp ignores ids it does not know,
+    /// and the handler sees every notification as before).
+    pub(super) fn take(self: &Arc<Self>, message: ClientJsonRpcMessage) -> Taken {
         match message {
             JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
                 match self.serves(request) {
-                    Ok((call, peer)) => {
-                        self.start(id, call, peer);
-                        None
+                    Ok((call, peer)) => match self.start(id, call, peer) {
+                        Some(line) => Taken::Answer(line),
+                        None => Taken::Done,
+                    },
+                    Err(request) => {
+                        Taken::Engine(Box::new(ClientJsonRpcMessage::request(request, id)))
                     }
-                    Err(request) => Some(ClientJsonRpcMessage::request(request, id)),
                 }
             }
             JsonRpcMessage::Notification(JsonRpcNotification {
@@ -115,11 +128,11 @@ impl Direct {
                     tracing::debug!(%id, reason = ?cancelled.params.reason, "cancelled");
                     token.cancel();
                 }
-                Some(ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
-                    cancelled,
+                Taken::Engine(Box::new(ClientJsonRpcMessage::notification(
+                    ClientNotification::CancelledNotification(cancelled),
                 )))
             }
-            message => Some(message),
+            message => Taken::Engine(Box::new(message)),
         }
     }
 
@@ -151,7 +164,17 @@ impl Direct {
             .then(|| peer.clone())
     }
 
-    fn start(self: &Arc<Self>, id: RequestId, mut call: CallToolRequest, peer: Peer<RoleServer>) {
+    /// Runs a call up to its first wait, right here on the reader's task: most calls
+    /// (a small read, a denial) need none, and their answer line comes back from here
+    /// with no task, wake-up or thread hand-off in between, as a server that answers
+    /// line by line would have it. A call that must wait (for a process, an approval,
+    /// the blocking pool) goes on in a task of its own and answers from there.
+    fn start(
+        self: &Arc<Self>,
+        id: RequestId,
+        mut call: CallToolRequest,
+        peer: Peer<RoleServer>,
+    ) -> Option<Vec<u8>> {
         let token = self.ended.child_token();
         let mut ctx = RequestContext::new(id.clone(), peer);
         // Canceled with the request's token: by `notifications/cancelled`, once the
@@ -167,34 +190,56 @@ impl Direct {
         // behind the call finds it.
         self.due().insert(id.clone(), token);
         // The handler's future can run any request and is large (~10 KB): it is
-        // built in place on the heap, where it stays, rather than inside the task,
+        // built in place on the heap, where it stays, rather than inside a task,
         // whose future tokio moves on spawn and writes over at each change of state.
         let handler = self.handler.clone();
-        let call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
-        let direct = self.clone();
-        self.tasks.spawn(async move {
-            let result = call.await;
-            // A canceled call is not answered.
-            let Some(token) = direct.due().remove(&id) else {
-                tracing::debug!(%id, "dropping the answer of a canceled call");
-                return;
-            };
-            token.cancel();
-            let line = match answer_line(id, result, direct.size_hint.load(Ordering::Relaxed)) {
-                Ok(line) => {
-                    direct.size_hint.store(line.len(), Ordering::Relaxed);
-                    line
-                }
-                Err(err) => {
-                    tracing::error!(%err, "an answer could not be serialized");
-                    return;
-                }
-            };
-            let outbound = direct.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            if let Some(outbound) = outbound {
-                let _ = outbound.send(line).await;
+        let mut call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
+        // The first poll needs no waker of its own: a call that is not done goes to a
+        // task, whose first poll registers that task's waker with what it waits on. A
+        // panic (a bug: tools' own are results) costs the call, not the conversation.
+        let mut context = Context::from_waker(Waker::noop());
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut context))) {
+            Ok(Poll::Ready(result)) => self.answer(id, result),
+            Ok(Poll::Pending) => {
+                let direct = self.clone();
+                self.tasks.spawn(async move {
+                    let result = call.await;
+                    let Some(line) = direct.answer(id, result) else { return };
+                    let outbound =
+                        direct.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    if let Some(outbound) = outbound {
+                        let _ = outbound.send(line).await;
+                    }
+                });
+                None
             }
-        });
+            Err(_) => {
+                tracing::error!(%id, "a call panicked outside its tool");
+                let error = McpError::internal_error("the call failed", None);
+                self.answer(id, Err(error))
+            }
+        }
+    }
+
+    /// The line answering a finished call, `None` when the call was canceled (a
+    /// canceled call is not answered) or its answer cannot be serialized. The call's
+    /// token is canceled: its answer is out.
+    fn answer(&self, id: RequestId, result: Result<Answer, McpError>) -> Option<Vec<u8>> {
+        let Some(token) = self.due().remove(&id) else {
+            tracing::debug!(%id, "dropping the answer of a canceled call");
+            return None;
+        };
+        token.cancel();
+        match answer_line(id, result, self.size_hint.load(Ordering::Relaxed)) {
+            Ok(line) => {
+                self.size_hint.store(line.len(), Ordering::Relaxed);
+                Some(line)
+            }
+            Err(err) => {
+                tracing::error!(%err, "an answer could not be serialized");
+                None
+            }
+        }
     }
 
     fn due(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
