@@ -293,6 +293,11 @@ pub struct DaemonStatusResult {
     /// controllers that carry `max_processes` and `max_memory_mb`) and a `summary` line.
     #[serde(default)]
     pub sandbox: Value,
+    /// Audit records lost since the daemon started: a call finished while the audit
+    /// log's queue was full (its writer could not keep up) or its writer had stopped.
+    /// Calls never wait for the audit log; they are counted here instead (and logged).
+    #[serde(default)]
+    pub audit_records_dropped: u64,
 }
 
 /// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).
@@ -369,6 +374,7 @@ impl From<Status> for DaemonStatusResult {
             tools: status.tools,
             upstreams: status.upstreams,
             sandbox: status.sandbox,
+            audit_records_dropped: status.audit_records_dropped,
         }
     }
 }

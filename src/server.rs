@@ -284,6 +284,10 @@ impl CallObserver for AuditObserver {
             sandbox: record.sandbox,
         });
     }
+
+    fn records_dropped(&self) -> u64 {
+        self.0.dropped()
+    }
 }
 
 /// What both `serve` and `mcp` run on: the audit log, the daemon over the default

@@ -76,6 +76,12 @@ pub trait CallObserver: Send + Sync {
     /// Takes the record: an observer that keeps it (the audit log) moves its parts
     /// rather than copying them.
     fn call_finished(&self, record: CallRecord);
+
+    /// Records of finished calls this observer took but could not keep (the audit
+    /// log's queue was full, or its writer had stopped), for `daemon/status`.
+    fn records_dropped(&self) -> u64 {
+        0
+    }
 }
 
 /// The parts of a session that change at runtime, under one short lock.

@@ -143,6 +143,9 @@ pub(crate) fn status(status: &Value, style: Style) -> String {
         ),
     );
     row(&mut out, "tools", format!("{}", status["tools"]));
+    if let Some(dropped) = status["audit_records_dropped"].as_u64().filter(|&n| n > 0) {
+        row(&mut out, "audit", style.red(&format!("{dropped} records dropped")));
+    }
     for upstream in status["upstreams"].as_array().into_iter().flatten() {
         let state = upstream["state"].as_str().unwrap_or("?");
         let painted = match state {
@@ -333,6 +336,23 @@ mod tests {
             tools      8
             upstream   git              running 5 tools, 0 restarts
             upstream   docs             failed 0 tools, 4 restarts (connection refused)
+        "#]]
+        .assert_eq(&status(&answer, PLAIN));
+    }
+
+    #[test]
+    fn status_names_lost_audit_records_when_there_are_any() {
+        let mut answer = json!({
+            "version": "0.1.0", "pid": 4242, "uptime_ms": 1000u64, "connections": 1,
+            "sessions": 1, "calls_in_flight": 0, "tools": 8, "audit_records_dropped": 0
+        });
+        assert!(!status(&answer, PLAIN).contains("audit"));
+        answer["audit_records_dropped"] = json!(7);
+        expect![[r#"
+            daemon     toolgate 0.1.0, pid 4242, up 1s
+            clients    1 connections, 1 sessions, 0 calls in flight
+            tools      8
+            audit      7 records dropped
         "#]]
         .assert_eq(&status(&answer, PLAIN));
     }

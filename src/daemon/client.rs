@@ -294,6 +294,41 @@ mod tests {
         Daemon::new(Arc::new(Registry::with_builtins()), settings, None)
     }
 
+    /// Keeps no record: each one it is given is lost, and counted as such.
+    #[derive(Default)]
+    struct Losing(AtomicU64);
+
+    impl crate::agent::CallObserver for Losing {
+        fn call_finished(&self, _record: crate::agent::CallRecord) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn records_dropped(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    #[tokio::test]
+    async fn status_counts_the_audit_records_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("notes.txt"), "hello\n").unwrap();
+        let losing = Arc::new(Losing::default());
+        let settings = super::super::Settings::for_roots(vec![root]);
+        let daemon =
+            Daemon::new(Arc::new(Registry::with_builtins()), settings, Some(losing.clone()));
+        assert_eq!(daemon.status().audit_records_dropped, 0);
+
+        let client = Client::open(&daemon, "test").unwrap();
+        let cancel = CancellationToken::new();
+        for id in ["1", "2"] {
+            let call = Call::from_value(id, "read_file", &serde_json::json!({"path": "notes.txt"}));
+            let result = client.call(None, call, &cancel).await.unwrap();
+            assert!(result.ok, "{result:?}");
+        }
+        assert_eq!(daemon.status().audit_records_dropped, 2);
+    }
+
     #[tokio::test]
     async fn update_narrows_and_refuses_anything_wider_all_or_nothing() {
         let dir = tempfile::tempdir().unwrap();

@@ -79,6 +79,8 @@ pub struct Status {
     /// The kernel sandbox and process containment commands get (see
     /// `sandbox::status`).
     pub sandbox: serde_json::Value,
+    /// Audit records lost since start (see [`CallObserver::records_dropped`]).
+    pub audit_records_dropped: u64,
 }
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
@@ -810,6 +812,10 @@ impl Daemon {
             tools: self.registry.names().len(),
             upstreams: self.upstreams(),
             sandbox: crate::sandbox::status(),
+            audit_records_dropped: self
+                .observer
+                .as_ref()
+                .map_or(0, |observer| observer.records_dropped()),
         }
     }
 }
