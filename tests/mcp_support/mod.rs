@@ -277,9 +277,14 @@ impl StdioClient {
         }
     }
 
-    /// The response to request `id`.
+    /// The response to request `id`, also when it came while something else was
+    /// awaited (answers may come in any order).
     pub async fn response(&mut self, id: Value) -> Value {
-        self.until(|m| m.get("id") == Some(&id) && m.get("method").is_none()).await
+        let answers = |m: &Value| m.get("id") == Some(&id) && m.get("method").is_none();
+        if let Some(index) = self.seen.iter().position(answers) {
+            return self.seen.remove(index);
+        }
+        self.until(answers).await
     }
 
     pub async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
