@@ -7,10 +7,19 @@
 //!   daemon whose client has not subscribed);
 //! - `connection/read_file_4k`: the same call as a `tools/call` line handed to a
 //!   daemon connection, until its response line is ready: everything the daemon does
-//!   per call except the socket reads and writes.
+//!   per call except the socket reads and writes;
+//! - `floor/read_file_4k`: what the benchmark's floor server does per call for the same
+//!   line (parse it, read the file, build and serialize a Result-shaped answer), with
+//!   none of the guards: the least any server does, so the ratio of
+//!   `connection/read_file_4k` to it is toolgate's own work per call against the
+//!   floor's, without the sockets, the scheduler or the machine's wake-ups.
 //!
 //! Run with `cargo bench --bench pipeline`; compare the medians of the first two (the
-//! difference is what the agent layer adds per call).
+//! difference is what the agent layer adds per call), and `connection` with `floor`.
+//! On a noisy machine, the instructions each takes (a count that does not vary from
+//! run to run) tell the same more exactly: run the bench binary under an
+//! instruction-counting profiler with `--bench <name> --profile-time 2` and divide by
+//! the calls it made.
 
 #![allow(clippy::unwrap_used, reason = "a benchmark fails loudly")]
 
@@ -160,8 +169,38 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    let floor_line = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":{}}}}}}}"#,
+        serde_json::to_string(&dir.path().join("file.txt")).unwrap()
+    );
+    group.bench_function("floor/read_file_4k", |b| {
+        b.iter(|| {
+            let response = floor_answer(&floor_line);
+            assert!(response.ends_with(b"\n") && response.len() > 4096);
+            response
+        })
+    });
     group.finish();
     connection.close();
+}
+
+/// The floor server's work for one request line: a JSON value parsed, the file read
+/// whole, a Result-shaped answer built and serialized, as the side-by-side bench's
+/// floor does it (no confinement, schema, permission, events or audit).
+fn floor_answer(line: &str) -> Vec<u8> {
+    let message: Value = serde_json::from_str(line).unwrap();
+    let id = message["id"].clone();
+    let path = message["params"]["arguments"]["path"].as_str().unwrap_or("");
+    let answer = match std::fs::read_to_string(path) {
+        Ok(text) => json!({"jsonrpc": "2.0", "id": id, "result": {
+            "ok": true, "tool": "read_file", "content": text, "metadata": {"call_id": id}}}),
+        Err(err) => json!({"jsonrpc": "2.0", "id": id, "result": {
+            "ok": false, "tool": "read_file", "error_type": "io_error",
+            "error": err.to_string(), "content": "", "metadata": {}}}),
+    };
+    let mut bytes = serde_json::to_vec(&answer).unwrap();
+    bytes.push(b'\n');
+    bytes
 }
 
 criterion_group!(benches, bench);
