@@ -567,12 +567,16 @@ fn push_line_number(out: &mut String, number: usize) {
         }
     }
     let digits = &digits[at..];
-    for _ in digits.len()..6 {
-        out.push(' ');
+    // The padding in one copy and the digits as characters: pushing the spaces one
+    // by one and checking the digits as UTF-8 text cost half as much again per line.
+    out.push_str(&LINE_NUMBER_PAD[..6usize.saturating_sub(digits.len())]);
+    for &digit in digits {
+        out.push(char::from(digit));
     }
-    // ASCII digits only.
-    out.push_str(std::str::from_utf8(digits).unwrap_or_default());
 }
+
+/// The most padding a line number gets (six columns).
+const LINE_NUMBER_PAD: &str = "      ";
 
 /// A line cut to [`MAX_LINE_CHARS`], with the number of characters left out.
 fn cap_line(line: &str) -> (&str, Option<usize>) {
