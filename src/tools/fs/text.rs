@@ -109,6 +109,11 @@ pub fn encode(text: &str, encoding: TextEncoding) -> Vec<u8> {
 /// Whether text uses CRLF line endings: more `\r\n` than bare `\n`. A mixed file
 /// keeps its majority style for new lines.
 pub fn uses_crlf(text: &str) -> bool {
+    // Most text holds no carriage return at all: one quick scan settles it, without
+    // counting lines or searching for pairs.
+    if memchr::memchr(b'\r', text.as_bytes()).is_none() {
+        return false;
+    }
     let total = memchr::memchr_iter(b'\n', text.as_bytes()).count();
     let crlf = memchr::memmem::find_iter(text.as_bytes(), b"\r\n").count();
     crlf > 0 && crlf * 2 >= total
@@ -177,6 +182,8 @@ mod tests {
         assert!(uses_crlf("a\r\nb\r\nc\n"));
         assert!(!uses_crlf("a\nb\nc\r\n"));
         assert!(!uses_crlf("no newline at all"));
+        assert!(!uses_crlf("a carriage return\ralone\n"));
+        assert!(uses_crlf("\r\n"));
         assert_eq!(to_crlf("a\nb\r\nc"), "a\r\nb\r\nc");
         assert_eq!(to_lf("a\r\nb\n"), "a\nb\n");
     }
