@@ -169,10 +169,9 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
-    let floor_line = format!(
-        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":{}}}}}}}"#,
-        serde_json::to_string(&dir.path().join("file.txt")).unwrap()
-    );
+    let floor_line = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": dir.path().join("file.txt")}}})
+    .to_string();
     group.bench_function("floor/read_file_4k", |b| {
         b.iter(|| {
             let response = floor_answer(&floor_line);
