@@ -9,14 +9,15 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 
-use super::Profile;
+use super::{DEVICE_WRITABLE, Profile, SYSTEM_READABLE};
 
 /// The newest Landlock ABI this build asks for; the running kernel may give less
 /// (best effort: every right the kernel knows is used).
@@ -91,38 +92,197 @@ pub fn has_ruleset(profile: &Profile) -> bool {
 /// Builds `profile`'s Landlock ruleset: a descriptor that any process holding it can
 /// enter ([`install`]), `None` where the kernel has no Landlock. Building it does not
 /// restrict the caller, so the daemon builds a call's ruleset while the call's
-/// supervisor sets itself up, and hands it over.
+/// supervisor sets itself up, and hands it over. The system part comes from the
+/// base [`make_next_base`] made ahead of the call when one is ready and still holds.
 pub fn build_ruleset(profile: &Profile) -> Result<Option<OwnedFd>, String> {
     if !has_ruleset(profile) {
         return Ok(None);
     }
-    let all = AccessFs::from_all(WANTED_ABI);
-    let read = AccessFs::from_read(WANTED_ABI);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)
-        .map_err(|err| format!("landlock: {err}"))?;
-    if !profile.network {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(WANTED_ABI))
-            .map_err(|err| format!("landlock: {err}"))?;
+    let (key, rest) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+    let base = match take_base(&key) {
+        Some(base) => base,
+        None => Base::make(key, SETTLE)?,
+    };
+    let created = finish_ruleset(base.ruleset, &rest, profile)?;
+    // A best-effort ruleset the kernel does not take has no descriptor.
+    let fd: Option<OwnedFd> = created.into();
+    fd.map(Some).ok_or_else(|| "landlock was not enforced".to_owned())
+}
+
+/// Makes the system part of the next ruleset for a profile like `profile` and keeps
+/// it for [`build_ruleset`]: for the blocking pool, once a call has taken its own.
+/// With a protected directory beneath a system one (the service layout's
+/// `/etc/toolgate`), that part is a rule for every entry of the directory above, a
+/// few hundred microseconds a command would otherwise wait for.
+pub fn make_next_base(profile: &Profile) {
+    if !has_ruleset(profile) {
+        return;
     }
-    ruleset = ruleset
-        .scope(Scope::Signal | Scope::AbstractUnixSocket)
-        .map_err(|err| format!("landlock: {err}"))?;
-    let mut created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
-    let (read_paths, read_dirs_only) = carve(&profile.read, &profile.protect);
-    let (write_paths, write_dirs_only) = carve(&profile.write, &profile.protect);
-    created = created
-        .add_rules(path_beneath_rules(read_paths, read))
-        .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
-        .and_then(|created| {
-            created.add_rules(path_beneath_rules(
-                read_dirs_only.into_iter().chain(write_dirs_only),
-                AccessFs::ReadDir,
-            ))
+    let (key, _) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+    // A base whose listed directories changed just before or while it was made could
+    // have missed that change within a timestamp's granularity: not kept.
+    if let Ok(base) = Base::make(key, SETTLE)
+        && base.settled
+    {
+        *lock_next_base() = Some(base);
+    }
+}
+
+/// The base made for the next call, if any.
+static NEXT_BASE: Mutex<Option<Base>> = Mutex::new(None);
+
+fn lock_next_base() -> std::sync::MutexGuard<'static, Option<Base>> {
+    NEXT_BASE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The base made ahead for `key`, if there is one and it still holds.
+fn take_base(key: &BaseKey) -> Option<Base> {
+    lock_next_base().take().filter(|base| base.key == *key && base.still_holds())
+}
+
+/// What a ruleset's system part is made from: the profile's system directories and
+/// device files, the protected paths carved out of them, and the domain's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BaseKey {
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    protect: Vec<PathBuf>,
+    network: bool,
+    abi: i32,
+}
+
+/// A profile's paths that are not in its base.
+struct Rest {
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+}
+
+impl BaseKey {
+    /// Splits `profile` into its base (the paths among `system_read` and
+    /// `device_write`) and the rest. Rules add up, so a ruleset with both parts
+    /// allows what one built from the whole profile does.
+    fn split(profile: &Profile, system_read: &[&str], device_write: &[&str]) -> (BaseKey, Rest) {
+        let among = |list: &[&str], path: &PathBuf| list.iter().any(|item| path == Path::new(item));
+        let (read, rest_read) = profile.read.iter().cloned().partition(|p| among(system_read, p));
+        let (write, rest_write) =
+            profile.write.iter().cloned().partition(|p| among(device_write, p));
+        let key = BaseKey {
+            read,
+            write,
+            protect: profile.protect.clone(),
+            network: profile.network,
+            abi: profile.landlock_abi.unwrap_or_else(landlock_abi),
+        };
+        (key, Rest { read: rest_read, write: rest_write })
+    }
+}
+
+/// A created ruleset holding a profile's system part, and what its carving saw.
+struct Base {
+    key: BaseKey,
+    ruleset: RulesetCreated,
+    /// The protected paths that existed (only those were carved out).
+    existing: Vec<PathBuf>,
+    /// The system paths that did not exist (and so have no rule).
+    missing: Vec<PathBuf>,
+    /// The directories carving listed, as they were after it listed them.
+    listed: Vec<(PathBuf, Option<DirStamp>)>,
+    /// Whether every listed directory had last changed well before it was made
+    /// (`settle` before).
+    settled: bool,
+}
+
+/// How long before a base is made its listed directories must have last changed for
+/// it to be kept: far beyond any filesystem's timestamp granularity.
+const SETTLE: Duration = Duration::from_secs(2);
+
+impl Base {
+    fn make(key: BaseKey, settle: Duration) -> Result<Base, String> {
+        let started = SystemTime::now();
+        let existing = existing(&key.protect);
+        let missing =
+            key.read.iter().chain(&key.write).filter(|path| !path.exists()).cloned().collect();
+        let all = AccessFs::from_all(WANTED_ABI);
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(all)
+            .map_err(|err| format!("landlock: {err}"))?;
+        if !key.network {
+            ruleset = ruleset
+                .handle_access(AccessNet::from_all(WANTED_ABI))
+                .map_err(|err| format!("landlock: {err}"))?;
+        }
+        ruleset = ruleset
+            .scope(Scope::Signal | Scope::AbstractUnixSocket)
+            .map_err(|err| format!("landlock: {err}"))?;
+        let created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
+        let (read_paths, read_dirs_only) = carve_existing(&key.read, &existing);
+        let (write_paths, write_dirs_only) = carve_existing(&key.write, &existing);
+        let listed: Vec<(PathBuf, Option<DirStamp>)> = read_dirs_only
+            .iter()
+            .chain(&write_dirs_only)
+            .map(|dir| (dir.clone(), DirStamp::of(dir)))
+            .collect();
+        let settled = listed
+            .iter()
+            .all(|(_, stamp)| stamp.is_some_and(|stamp| stamp.changed + settle < started));
+        let created =
+            add_carved(created, (read_paths, read_dirs_only), (write_paths, write_dirs_only))?;
+        Ok(Base { key, ruleset: created, existing, missing, listed, settled })
+    }
+
+    /// Whether making it now would give what it gave: the same protected paths
+    /// exist, every directory it listed is unchanged and no missing path appeared.
+    fn still_holds(&self) -> bool {
+        existing(&self.key.protect) == self.existing
+            && self.listed.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
+            && !self.missing.iter().any(|path| path.exists())
+    }
+}
+
+/// What tells a directory's listing changed: its identity and its modification and
+/// change times (an entry added, removed or renamed sets both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirStamp {
+    dev: u64,
+    ino: u64,
+    modified: SystemTime,
+    /// The later of the modification and change times.
+    changed: SystemTime,
+}
+
+impl DirStamp {
+    fn of(dir: &Path) -> Option<DirStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(dir).ok()?;
+        let modified = metadata.modified().ok()?;
+        let status = SystemTime::UNIX_EPOCH
+            + Duration::new(
+                u64::try_from(metadata.ctime()).ok()?,
+                u32::try_from(metadata.ctime_nsec()).ok()?,
+            );
+        Some(DirStamp {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            modified,
+            changed: modified.max(status),
         })
-        .map_err(|err| format!("landlock: {err}"))?;
+    }
+}
+
+/// Adds the per-call part of `profile` (`rest`, and the paths it may read whatever
+/// is protected above them) to a ruleset holding its base.
+fn finish_ruleset(
+    created: RulesetCreated,
+    rest: &Rest,
+    profile: &Profile,
+) -> Result<RulesetCreated, String> {
+    let mut created = add_carved(
+        created,
+        carve(&rest.read, &profile.protect),
+        carve(&rest.write, &profile.protect),
+    )?;
+    let read = AccessFs::from_read(WANTED_ABI);
     for path in &profile.own_read {
         // Protected directories above it do not apply; those beneath it do.
         let beneath: Vec<PathBuf> =
@@ -133,9 +293,28 @@ pub fn build_ruleset(profile: &Profile) -> Result<Option<OwnedFd>, String> {
             .and_then(|created| created.add_rules(path_beneath_rules(dirs_only, AccessFs::ReadDir)))
             .map_err(|err| format!("landlock: {err}"))?;
     }
-    // A best-effort ruleset the kernel does not take has no descriptor.
-    let fd: Option<OwnedFd> = created.into();
-    fd.map(Some).ok_or_else(|| "landlock was not enforced".to_owned())
+    Ok(created)
+}
+
+/// Adds carved read paths (read access) and write paths (all access), and the
+/// listing of the directories carved around protected paths.
+fn add_carved(
+    created: RulesetCreated,
+    (read_paths, read_dirs_only): (Vec<PathBuf>, Vec<PathBuf>),
+    (write_paths, write_dirs_only): (Vec<PathBuf>, Vec<PathBuf>),
+) -> Result<RulesetCreated, String> {
+    let all = AccessFs::from_all(WANTED_ABI);
+    let read = AccessFs::from_read(WANTED_ABI);
+    created
+        .add_rules(path_beneath_rules(read_paths, read))
+        .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
+        .and_then(|created| {
+            created.add_rules(path_beneath_rules(
+                read_dirs_only.into_iter().chain(write_dirs_only),
+                AccessFs::ReadDir,
+            ))
+        })
+        .map_err(|err| format!("landlock: {err}"))
 }
 
 /// Makes `command`'s process enter the sandbox right before `exec`: the Landlock
@@ -230,12 +409,20 @@ fn compile_network_filter() -> Result<seccompiler::BpfProgram, String> {
 /// their listing. Returns (paths with full access, directories with listing only).
 /// Protected paths that do not exist have nothing to protect yet and are skipped.
 fn carve(allowed: &[PathBuf], protected: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let protected: Vec<PathBuf> =
-        protected.iter().filter(|path| path.symlink_metadata().is_ok()).cloned().collect();
+    carve_existing(allowed, &existing(protected))
+}
+
+/// The protected paths that exist.
+fn existing(protected: &[PathBuf]) -> Vec<PathBuf> {
+    protected.iter().filter(|path| path.symlink_metadata().is_ok()).cloned().collect()
+}
+
+/// [`carve`] around protected paths known to exist.
+fn carve_existing(allowed: &[PathBuf], protected: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut full = Vec::new();
     let mut listing = Vec::new();
     for path in allowed {
-        carve_one(path, &protected, 0, &mut full, &mut listing);
+        carve_one(path, protected, 0, &mut full, &mut listing);
     }
     (full, listing)
 }
@@ -268,6 +455,101 @@ fn carve_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree with a protected directory beneath a "system" one, its profile, and
+    /// that profile split with `sys` as the system part.
+    fn carved_tree() -> (tempfile::TempDir, Profile, BaseKey, Rest) {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = dir.path();
+        for sub in ["sys/guarded", "sys/sub", "work", "other"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap_or_else(|err| panic!("{err}"));
+        }
+        for file in ["sys/keep.txt", "sys/guarded/secret.txt", "other/outside.txt"] {
+            std::fs::write(root.join(file), "x").unwrap_or_else(|err| panic!("{err}"));
+        }
+        let profile = Profile {
+            read: vec![root.join("sys")],
+            write: vec![root.join("work")],
+            protect: vec![root.join("sys/guarded"), root.join("sys/later")],
+            network: true,
+            ..Default::default()
+        };
+        let sys = root.join("sys");
+        let (key, rest) = BaseKey::split(&profile, &[sys.to_str().unwrap_or_default()], &[]);
+        // Whatever the filesystem's timestamp granularity, the tree is older than the
+        // base made next.
+        std::thread::sleep(Duration::from_millis(50));
+        (dir, profile, key, rest)
+    }
+
+    #[test]
+    fn a_base_made_ahead_holds_only_while_what_it_was_carved_from_is_unchanged() {
+        let (dir, _profile, key, rest) = carved_tree();
+        let root = dir.path();
+        assert_eq!(key.read, vec![root.join("sys")]);
+        assert_eq!((rest.read.len(), rest.write, key.write.len()), (0, vec![root.join("work")], 0));
+        let made = || Base::make(key.clone(), Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
+
+        let base = made();
+        assert!(base.settled && base.still_holds());
+        assert_eq!(base.listed.len(), 1, "only sys was listed: {:?}", base.listed);
+        // An entry added beside the protected directory must be in the next ruleset.
+        std::fs::write(root.join("sys/new.txt"), "x").unwrap_or_else(|err| panic!("{err}"));
+        assert!(!base.still_holds());
+
+        std::thread::sleep(Duration::from_millis(50));
+        let base = made();
+        assert!(base.still_holds());
+        // A protected path that appears must be carved out.
+        std::fs::create_dir(root.join("sys/later")).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!base.still_holds());
+
+        // Changed too recently to be trusted ahead of time.
+        let fresh = Base::make(key.clone(), SETTLE).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!fresh.settled);
+
+        // A system path that did not exist must get its rule once it does.
+        let mut with_missing = key.clone();
+        with_missing.read.push(root.join("opt"));
+        std::thread::sleep(Duration::from_millis(50));
+        let base = Base::make(with_missing, Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
+        assert!(base.still_holds());
+        std::fs::create_dir(root.join("opt")).unwrap_or_else(|err| panic!("{err}"));
+        assert!(!base.still_holds());
+    }
+
+    #[test]
+    fn a_ruleset_finished_from_a_base_allows_what_the_profile_allows_and_no_more() {
+        if landlock_abi() == 0 {
+            eprintln!("skipped: this kernel has no Landlock");
+            return;
+        }
+        let (dir, profile, key, rest) = carved_tree();
+        let root = dir.path().to_owned();
+        let base = Base::make(key, Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
+        let created =
+            finish_ruleset(base.ruleset, &rest, &profile).unwrap_or_else(|err| panic!("{err}"));
+        let ruleset: Option<OwnedFd> = created.into();
+        let ruleset = ruleset.unwrap_or_else(|| panic!("no ruleset"));
+        // Landlock restricts the calling thread (and what it starts) only.
+        let seen = std::thread::spawn(move || {
+            rustix::thread::set_no_new_privs(true).unwrap_or_else(|err| panic!("{err}"));
+            crate::sys::landlock_restrict_self(ruleset.as_fd())
+                .unwrap_or_else(|err| panic!("{err}"));
+            let read = |path: &str| std::fs::read_to_string(root.join(path)).is_ok();
+            (
+                read("sys/keep.txt"),
+                std::fs::read_dir(root.join("sys")).is_ok(),
+                read("sys/guarded/secret.txt"),
+                read("other/outside.txt"),
+                std::fs::write(root.join("work/made.txt"), "y").is_ok(),
+                std::fs::write(root.join("sys/made.txt"), "y").is_ok(),
+            )
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the restricted thread panicked"));
+        assert_eq!(seen, (true, true, false, false, true, false));
+    }
 
     #[test]
     fn carving_leaves_out_only_the_protected_path() {

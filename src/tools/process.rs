@@ -579,6 +579,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if cgroup.is_some() && !process_limit {
         SPARE_CGROUP.refill(make_spare_cgroup);
     }
+    if let Some(profile) = sandbox.as_ref().filter(|profile| confine::has_ruleset(profile)) {
+        refill_ruleset_base(profile.clone());
+    }
     let child = match forked {
         Some(forked) => {
             drop((supervisor_end, stdout_end, stderr_end));
@@ -763,6 +766,14 @@ fn send_ruleset(control: &impl AsFd, sandbox: Option<&Profile>) -> Result<(), St
     };
     let ruleset = confine::build_ruleset(profile)?.ok_or("landlock was not enforced")?;
     hand_over_ruleset(control, &ruleset).map_err(|err| err.to_string())
+}
+
+/// Has the system part of the next command's ruleset made in the background, by the
+/// runtime's blocking pool (when this runs on a runtime), like the spares below.
+fn refill_ruleset_base(profile: Profile) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn_blocking(move || confine::make_next_base(&profile));
+    }
 }
 
 /// Sends a supervisor started with `--sandbox-ruleset` its command's Landlock ruleset
