@@ -99,11 +99,14 @@ pub fn build_ruleset(profile: &Profile) -> Result<Option<OwnedFd>, String> {
         return Ok(None);
     }
     let (key, rest) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
-    let base = match take_base(&key) {
+    // Looked up once for the whole call: the base's check and the carving of the
+    // call's own paths both need it.
+    let existing = existing(&profile.protect);
+    let base = match take_base(&key, &existing) {
         Some(base) => base,
-        None => Base::make(key, SETTLE)?,
+        None => Base::make(key, existing.clone(), SETTLE)?,
     };
-    let created = finish_ruleset(base.ruleset, &rest, profile)?;
+    let created = finish_ruleset(base.ruleset, &rest, &existing, profile)?;
     // A best-effort ruleset the kernel does not take has no descriptor.
     let fd: Option<OwnedFd> = created.into();
     fd.map(Some).ok_or_else(|| "landlock was not enforced".to_owned())
@@ -119,9 +122,10 @@ pub fn make_next_base(profile: &Profile) {
         return;
     }
     let (key, _) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+    let existing = existing(&key.protect);
     // A base whose listed directories changed just before or while it was made could
     // have missed that change within a timestamp's granularity: not kept.
-    if let Ok(base) = Base::make(key, SETTLE)
+    if let Ok(base) = Base::make(key, existing, SETTLE)
         && base.settled
     {
         *lock_next_base() = Some(base);
@@ -135,9 +139,10 @@ fn lock_next_base() -> std::sync::MutexGuard<'static, Option<Base>> {
     NEXT_BASE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The base made ahead for `key`, if there is one and it still holds.
-fn take_base(key: &BaseKey) -> Option<Base> {
-    lock_next_base().take().filter(|base| base.key == *key && base.still_holds())
+/// The base made ahead for `key`, if there is one and it still holds (`existing`:
+/// the protected paths that exist now).
+fn take_base(key: &BaseKey, existing: &[PathBuf]) -> Option<Base> {
+    lock_next_base().take().filter(|base| base.key == *key && base.still_holds(existing))
 }
 
 /// What a ruleset's system part is made from: the profile's system directories and
@@ -197,9 +202,9 @@ struct Base {
 const SETTLE: Duration = Duration::from_secs(2);
 
 impl Base {
-    fn make(key: BaseKey, settle: Duration) -> Result<Base, String> {
+    /// `existing`: the protected paths that exist, the only ones carved out.
+    fn make(key: BaseKey, existing: Vec<PathBuf>, settle: Duration) -> Result<Base, String> {
         let started = SystemTime::now();
-        let existing = existing(&key.protect);
         let missing =
             key.read.iter().chain(&key.write).filter(|path| !path.exists()).cloned().collect();
         let all = AccessFs::from_all(WANTED_ABI);
@@ -225,16 +230,17 @@ impl Base {
             .collect();
         let settled = listed
             .iter()
-            .all(|(_, stamp)| stamp.is_some_and(|stamp| stamp.changed + settle < started));
+            .all(|(_, stamp)| stamp.is_some_and(|stamp| stamp.changed() + settle < started));
         let created =
             add_carved(created, (read_paths, read_dirs_only), (write_paths, write_dirs_only))?;
         Ok(Base { key, ruleset: created, existing, missing, listed, settled })
     }
 
     /// Whether making it now would give what it gave: the same protected paths
-    /// exist, every directory it listed is unchanged and no missing path appeared.
-    fn still_holds(&self) -> bool {
-        existing(&self.key.protect) == self.existing
+    /// exist (`existing` now), every directory it listed is unchanged and no missing
+    /// path appeared.
+    fn still_holds(&self, existing: &[PathBuf]) -> bool {
+        existing == self.existing
             && self.listed.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
             && !self.missing.iter().any(|path| path.exists())
     }
@@ -247,15 +253,14 @@ struct DirStamp {
     dev: u64,
     ino: u64,
     modified: SystemTime,
-    /// The later of the modification and change times.
-    changed: SystemTime,
+    /// The status change time.
+    status: SystemTime,
 }
 
 impl DirStamp {
     fn of(dir: &Path) -> Option<DirStamp> {
         use std::os::unix::fs::MetadataExt;
         let metadata = std::fs::metadata(dir).ok()?;
-        let modified = metadata.modified().ok()?;
         let status = SystemTime::UNIX_EPOCH
             + Duration::new(
                 u64::try_from(metadata.ctime()).ok()?,
@@ -264,23 +269,30 @@ impl DirStamp {
         Some(DirStamp {
             dev: metadata.dev(),
             ino: metadata.ino(),
-            modified,
-            changed: modified.max(status),
+            modified: metadata.modified().ok()?,
+            status,
         })
+    }
+
+    /// The last time the directory changed, either way.
+    fn changed(&self) -> SystemTime {
+        self.modified.max(self.status)
     }
 }
 
-/// Adds the per-call part of `profile` (`rest`, and the paths it may read whatever
-/// is protected above them) to a ruleset holding its base.
+/// Adds the per-call part of `profile` (`rest`, carved around the protected paths
+/// that exist, and the paths it may read whatever is protected above them) to a
+/// ruleset holding its base.
 fn finish_ruleset(
     created: RulesetCreated,
     rest: &Rest,
+    existing: &[PathBuf],
     profile: &Profile,
 ) -> Result<RulesetCreated, String> {
     let mut created = add_carved(
         created,
-        carve(&rest.read, &profile.protect),
-        carve(&rest.write, &profile.protect),
+        carve_existing(&rest.read, existing),
+        carve_existing(&rest.write, existing),
     )?;
     let read = AccessFs::from_read(WANTED_ABI);
     for path in &profile.own_read {
@@ -488,34 +500,40 @@ mod tests {
         let root = dir.path();
         assert_eq!(key.read, vec![root.join("sys")]);
         assert_eq!((rest.read.len(), rest.write, key.write.len()), (0, vec![root.join("work")], 0));
-        let made = || Base::make(key.clone(), Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
+        let made = || {
+            Base::make(key.clone(), existing(&key.protect), Duration::ZERO)
+                .unwrap_or_else(|err| panic!("{err}"))
+        };
+        let holds = |base: &Base| base.still_holds(&existing(&base.key.protect));
 
         let base = made();
-        assert!(base.settled && base.still_holds());
+        assert!(base.settled && holds(&base));
         assert_eq!(base.listed.len(), 1, "only sys was listed: {:?}", base.listed);
         // An entry added beside the protected directory must be in the next ruleset.
         std::fs::write(root.join("sys/new.txt"), "x").unwrap_or_else(|err| panic!("{err}"));
-        assert!(!base.still_holds());
+        assert!(!holds(&base));
 
         std::thread::sleep(Duration::from_millis(50));
         let base = made();
-        assert!(base.still_holds());
+        assert!(holds(&base));
         // A protected path that appears must be carved out.
         std::fs::create_dir(root.join("sys/later")).unwrap_or_else(|err| panic!("{err}"));
-        assert!(!base.still_holds());
+        assert!(!holds(&base));
 
         // Changed too recently to be trusted ahead of time.
-        let fresh = Base::make(key.clone(), SETTLE).unwrap_or_else(|err| panic!("{err}"));
+        let fresh = Base::make(key.clone(), existing(&key.protect), SETTLE)
+            .unwrap_or_else(|err| panic!("{err}"));
         assert!(!fresh.settled);
 
         // A system path that did not exist must get its rule once it does.
         let mut with_missing = key.clone();
         with_missing.read.push(root.join("opt"));
         std::thread::sleep(Duration::from_millis(50));
-        let base = Base::make(with_missing, Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
-        assert!(base.still_holds());
+        let base = Base::make(with_missing, existing(&key.protect), Duration::ZERO)
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert!(holds(&base));
         std::fs::create_dir(root.join("opt")).unwrap_or_else(|err| panic!("{err}"));
-        assert!(!base.still_holds());
+        assert!(!holds(&base));
     }
 
     #[test]
@@ -526,9 +544,11 @@ mod tests {
         }
         let (dir, profile, key, rest) = carved_tree();
         let root = dir.path().to_owned();
-        let base = Base::make(key, Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
-        let created =
-            finish_ruleset(base.ruleset, &rest, &profile).unwrap_or_else(|err| panic!("{err}"));
+        let existing = existing(&profile.protect);
+        let base =
+            Base::make(key, existing.clone(), Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
+        let created = finish_ruleset(base.ruleset, &rest, &existing, &profile)
+            .unwrap_or_else(|err| panic!("{err}"));
         let ruleset: Option<OwnedFd> = created.into();
         let ruleset = ruleset.unwrap_or_else(|| panic!("no ruleset"));
         // Landlock restricts the calling thread (and what it starts) only.

@@ -34,11 +34,11 @@ pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::E
         Kind::Text => {}
     }
     // serde_json's text serializer takes the escaped literal as it is, the way it
-    // takes a `RawValue`, without parsing it again to check it: `escape` writes a
+    // takes a `RawValue`, without parsing it again to check it: `escape_into` writes a
     // valid string literal by construction (the tests compare it with serde_json's
     // output, byte for byte).
     let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
-    // Escaped into this thread's scratch string, reused from call to call (a read's
+    // Escaped into this thread's scratch buffer, reused from call to call (a read's
     // answer is the same few kilobytes every time), then copied into the line.
     super::scratch::with(&SCRATCH, SCRATCH_KEEP_BYTES, |scratch: &mut Vec<u8>| {
         escape_into(scratch, text);
@@ -55,7 +55,7 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The most a thread's scratch string keeps between texts; a larger one is freed.
+/// The most a thread's scratch buffer keeps between texts; a larger one is freed.
 const SCRATCH_KEEP_BYTES: usize = 64 * 1024;
 
 /// The name under which serde_json's serializers recognize raw JSON text (what
