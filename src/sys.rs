@@ -2,32 +2,6 @@
 //! that the standard library and the safe crates leave to the caller. Each says why
 //! it is sound; everywhere else `unsafe_code` is denied.
 
-use std::os::unix::process::CommandExt;
-use std::process::Command;
-
-/// Makes `command`'s child run `enter` after `fork`, right before `exec`.
-///
-/// Only for a caller that forks while single-threaded (the per-call supervisor,
-/// which starts a thread only to feed the command's stdin, after the command is
-/// spawned), with an `enter` that makes system calls on data prepared before the fork
-/// and touches nothing shared with the parent: the sandbox's Landlock and seccomp
-/// entry, and the clearing of the signal mask.
-pub(crate) fn before_exec<F>(command: &mut Command, enter: F)
-where
-    F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
-{
-    // SAFETY: `pre_exec` runs `enter` in the forked child before `exec`. Both callers
-    // (`sandbox::confine::install` and the supervisor's signal mask) fork from a
-    // single-threaded process, so no lock or allocator state can be held by another
-    // thread; `enter` makes only the `landlock_restrict_self`, `prctl`, `seccomp` and
-    // `rt_sigprocmask` system calls on data prepared before the fork, and it touches
-    // nothing shared with the parent.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(enter);
-    }
-}
-
 /// Restricts the calling thread with a Landlock ruleset (`landlock_restrict_self`);
 /// the caller has set `no_new_privs` (or holds `CAP_SYS_ADMIN`).
 pub(crate) fn landlock_restrict_self(ruleset: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {

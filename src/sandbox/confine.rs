@@ -1,11 +1,11 @@
 //! The kernel sandbox a command runs in: a Landlock domain (files, TCP, signal and
 //! abstract-socket scoping) and a seccomp filter (the rest of the network), both
-//! entered by the command's process between `fork` and `exec`, so that the
-//! supervisor — and the daemon — stay outside the domain the command is in.
+//! entered by the supervisor's thread that starts the command, and only by it
+//! ([`Entry::enter_this_thread`], used by `tools::launch`), so that the supervisor's
+//! own thread — and the daemon — stay outside the domain the command is in.
 //!
-//! Entering between `fork` and `exec` is `pre_exec`, which is `sys::before_exec`. The
-//! ruleset itself is a descriptor: a call's is built by the daemon, while the call's
-//! supervisor is being set up, and handed to it ([`build_ruleset`]).
+//! The ruleset itself is a descriptor: a call's is built by the daemon, while the
+//! call's supervisor is being set up, and handed to it ([`build_ruleset`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -53,17 +53,23 @@ pub fn landlock_abi() -> i32 {
 /// A sandbox ready to be entered: the Landlock ruleset as a descriptor (`None`
 /// without Landlock) and the seccomp filter (`None` with the network on).
 pub struct Prepared {
-    ruleset: Option<OwnedFd>,
-    seccomp: Option<&'static seccompiler::BpfProgram>,
+    entry: Entry,
     /// What is in force, for results and the audit log.
     pub description: String,
+}
+
+/// A sandbox to enter: the Landlock ruleset as a descriptor (`None` without
+/// Landlock) and the seccomp filter (`None` with the network on).
+pub struct Entry {
+    ruleset: Option<OwnedFd>,
+    seccomp: Option<&'static seccompiler::BpfProgram>,
 }
 
 /// Builds the Landlock ruleset and the seccomp filter for `profile`.
 pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
     let ruleset = build_ruleset(profile)?;
     let seccomp = if profile.network { None } else { Some(network_filter()?) };
-    Ok(Prepared { ruleset, seccomp, description: describe(profile) })
+    Ok(Prepared { entry: Entry { ruleset, seccomp }, description: describe(profile) })
 }
 
 /// What `profile` puts in force on this kernel, for results and the audit log.
@@ -329,39 +335,34 @@ fn add_carved(
         .map_err(|err| format!("landlock: {err}"))
 }
 
-/// Makes `command`'s process enter the sandbox right before `exec`: the Landlock
-/// `ruleset` (from [`build_ruleset`]) and, with `network_off`, the seccomp filter.
-pub fn install(
-    command: &mut std::process::Command,
-    ruleset: Option<OwnedFd>,
-    network_off: bool,
-) -> Result<(), String> {
+/// The sandbox of a supervised command: its Landlock `ruleset` (from
+/// [`build_ruleset`]) and, with `network_off`, the seccomp filter.
+pub fn entry(ruleset: Option<OwnedFd>, network_off: bool) -> Result<Entry, String> {
     let seccomp = if network_off { Some(network_filter()?) } else { None };
-    crate::sys::before_exec(command, move || enter_domain(ruleset.as_ref(), seccomp));
-    Ok(())
+    Ok(Entry { ruleset, seccomp })
 }
 
 /// Makes the calling process (all of it: it must be single-threaded) enter the
 /// sandbox, for a process that is about to `exec` its program itself.
 pub fn enter_self(prepared: Prepared) -> std::io::Result<()> {
-    enter_domain(prepared.ruleset.as_ref(), prepared.seccomp)
+    prepared.entry.enter_this_thread()
 }
 
-/// Restricts the calling thread with the Landlock ruleset (after `no_new_privs`, which
-/// it requires of an unprivileged caller and which a sandboxed command keeps), then
-/// the seccomp filter.
-fn enter_domain(
-    ruleset: Option<&OwnedFd>,
-    seccomp: Option<&seccompiler::BpfProgram>,
-) -> std::io::Result<()> {
-    if let Some(ruleset) = ruleset {
-        rustix::thread::set_no_new_privs(true)?;
-        crate::sys::landlock_restrict_self(ruleset.as_fd())?;
+impl Entry {
+    /// Restricts the calling thread, and every process it starts from now on, with
+    /// the Landlock ruleset (after `no_new_privs`, which it requires of an
+    /// unprivileged caller and which a sandboxed command keeps), then the seccomp
+    /// filter. The process's other threads are not affected.
+    pub fn enter_this_thread(&self) -> std::io::Result<()> {
+        if let Some(ruleset) = &self.ruleset {
+            rustix::thread::set_no_new_privs(true)?;
+            crate::sys::landlock_restrict_self(ruleset.as_fd())?;
+        }
+        if let Some(program) = self.seccomp {
+            seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
+        }
+        Ok(())
     }
-    if let Some(program) = seccomp {
-        seccompiler::apply_filter(program).map_err(std::io::Error::other)?;
-    }
-    Ok(())
 }
 
 /// The seccomp filter of a command without the network, compiled once per process

@@ -16,6 +16,7 @@ pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
 pub mod json_text;
+pub(crate) mod launch;
 pub mod metadata;
 pub mod process;
 pub mod registry;

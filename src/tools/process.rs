@@ -1788,62 +1788,63 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         }
     };
 
-    let mut command = std::process::Command::new(&args.argv[0]);
-    command.args(&args.argv[1..]);
-    // The supervisor's blocked signals (`take_signals`) are not the command's.
-    crate::sys::before_exec(&mut command, || {
-        use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
-        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-            .map_err(std::io::Error::from)
-    });
-    if let Some(env) = &args.env {
-        command.env_clear().envs(env.iter().map(|(name, value)| (name, value)));
+    if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd)
+        && let Err(err) = std::env::set_current_dir(cwd)
+    {
+        send_report(&control, &Report::SpawnError(format!("{err} (in {})", cwd.display())));
+        return Ok(());
     }
-    if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd) {
-        command.current_dir(cwd);
-    }
-    match live {
-        Some(fd) if args.tty => {
-            let clone = |fd: &OwnedFd| {
-                fd.try_clone().map_err(|source| SuperviseError::Io { what: "the terminal", source })
-            };
-            command.stdout(Stdio::from(clone(&fd)?));
-            command.stderr(Stdio::from(clone(&fd)?));
-            command.stdin(Stdio::from(fd));
-        }
-        Some(fd) => {
-            command.stdin(Stdio::from(fd));
+    let io = |what: &'static str| move |source| SuperviseError::Io { what, source };
+    // The command's stdin, the write end of its payload pipe, and its output when it
+    // is not the supervisor's own (a terminal).
+    let (stdin, payload_pipe, output) = match live {
+        Some(fd) if args.tty => (fd.try_clone().map_err(io("the terminal"))?, None, Some(fd)),
+        Some(fd) => (fd, None, None),
+        None if payload.is_some() => {
+            let (read, write) = std::io::pipe().map_err(io("the stdin pipe"))?;
+            (read.into(), Some(write), None)
         }
         None => {
-            command.stdin(if payload.is_some() { Stdio::piped() } else { Stdio::null() });
+            let null = std::fs::File::open("/dev/null").map_err(io("/dev/null"))?;
+            (OwnedFd::from(null), None, None)
         }
-    }
+    };
     // The sandbox in force goes out with the spawn's own report: one write, one
     // wake-up of the daemon.
-    let mut sandbox = None;
-    if let Some(described) = args.sandbox {
-        if let Err(message) = confine::install(&mut command, ruleset, args.sandbox_no_network) {
-            send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
-            return Ok(());
-        }
-        sandbox = Some(Report::Sandbox(described));
-    }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            let message = match &args.cwd {
-                Some(cwd) if !cwd.is_dir() => format!("{err} (in {})", cwd.display()),
-                _ => err.to_string(),
+    let (described, sandbox) = match args.sandbox {
+        Some(described) => match confine::entry(ruleset, args.sandbox_no_network) {
+            Ok(entry) => (Some(Report::Sandbox(described)), Some(entry)),
+            Err(message) => {
+                send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
+                return Ok(());
+            }
+        },
+        None => (None, None),
+    };
+    let launched = super::launch::spawn(super::launch::Launch {
+        argv: &args.argv,
+        env: args.env.as_deref(),
+        stdin,
+        output,
+        sandbox,
+    });
+    let command_pid = match launched {
+        Ok(pid) => pid,
+        Err(failed) => {
+            let message = match failed {
+                super::launch::Failed::Sandbox(message) => format!("the sandbox: {message}"),
+                super::launch::Failed::Spawn(err) => err.to_string(),
             };
-            send_reports(&control, sandbox.iter().chain([&Report::SpawnError(message)]));
+            send_reports(&control, described.iter().chain([&Report::SpawnError(message)]));
             return Ok(());
         }
     };
-    send_reports(&control, sandbox.iter().chain([&Report::Spawned(child.id())]));
-    let command_pid = pid_from_u32(child.id());
+    let spawned = Report::Spawned(command_pid.as_raw().unsigned_abs());
+    send_reports(&control, described.iter().chain([&spawned]));
+    let command_pid = Some(command_pid);
     let own_pid = nix::unistd::getpid();
 
-    if let (Some(bytes), Some(mut stdin)) = (payload, child.stdin.take()) {
+    if let (Some(bytes), Some(mut stdin)) = (payload, payload_pipe) {
         // Fails with EPIPE if the command stops reading, which is its right.
         std::thread::spawn(move || {
             let _ = stdin.write_all(&bytes);
@@ -1854,7 +1855,6 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // process still holds go before the last report, so that the daemon has read to
     // their end when it learns the tree is gone, and need not wait for this process
     // to finish exiting.
-    drop(command);
     release_output();
     send_reports(&control, status.iter().chain([&Report::Done]));
     Ok(())
