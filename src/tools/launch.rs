@@ -14,9 +14,10 @@
 //! it reads from a signalfd) and SIGPIPE at its default (a Rust program ignores it),
 //! its stdin (and, on a terminal, stdout and stderr) on the descriptors given, in the
 //! supervisor's working directory. A program named without a `/` is looked for in the
-//! `PATH` of the command's environment, as `execvp` would.
+//! `PATH` of the command's environment, and a file with neither a known format nor a
+//! `#!` line runs under `/bin/sh`, as `execvp` would.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -27,6 +28,9 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::Pid;
 
 use crate::sandbox::confine;
+
+/// The shell a program file without a known format runs under, as with `execvp`.
+const SHELL: &CStr = c"/bin/sh";
 
 /// `execvp`'s search path when the environment has no `PATH`.
 const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
@@ -78,7 +82,18 @@ pub(crate) fn spawn(launch: Launch<'_>) -> Result<Pid, Failed> {
             sandbox.enter_this_thread().map_err(|err| Failed::Sandbox(err.to_string()))?;
         }
         first_that_runs(&candidates, |path| {
-            posix_spawn(path.as_c_str(), &actions, &attr, &argv, &env)
+            match posix_spawn(path.as_c_str(), &actions, &attr, &argv, &env) {
+                // Neither a known format nor a `#!` line: a shell script, as `execvp`
+                // takes it.
+                Err(Errno::ENOEXEC) => {
+                    let by_shell: Vec<&CStr> = [SHELL, path.as_c_str()]
+                        .into_iter()
+                        .chain(argv.iter().skip(1).map(CString::as_c_str))
+                        .collect();
+                    posix_spawn(SHELL, &actions, &attr, &by_shell, &env)
+                }
+                started => started,
+            }
         })
     };
     if launch.sandbox.is_none() {
@@ -311,6 +326,10 @@ mod tests {
         script(&first.join("tool"), "echo first", 0o644);
         script(&second.join("tool"), "echo \"second $MARK\"", 0o755);
         script(&first.join("locked"), "echo locked", 0o644);
+        std::fs::write(second.join("plain"), "echo \"plain $1 $MARK\"\n")
+            .unwrap_or_else(|err| panic!("{err}"));
+        std::fs::set_permissions(second.join("plain"), std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|err| panic!("{err}"));
         let mut path = first.clone().into_os_string();
         path.push(":/nonexistent:");
         path.push(&second);
@@ -320,6 +339,10 @@ mod tests {
             run(&["tool"], Some(&env), None).unwrap_or_else(|err| panic!("{err:?}"));
         assert_eq!(output, "second seen\n");
         assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+        // No `#!` line: run by the shell, with its arguments.
+        let (output, _) =
+            run(&["plain", "arg"], Some(&env), None).unwrap_or_else(|err| panic!("{err:?}"));
+        assert_eq!(output, "plain arg seen\n");
         let error = |argv: &[&str]| match run(argv, Some(&env), None) {
             Err(Failed::Spawn(err)) => err.raw_os_error(),
             other => panic!("{other:?}"),
