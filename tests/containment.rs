@@ -7,6 +7,8 @@
 //! - A command can read neither the daemon's environment nor its memory, and cannot
 //!   write into the daemon's descriptors (forging protocol frames).
 //! - Hook process trees are contained like commands.
+//! - A root daemon's commands, their supervisors and the supervisor spawner hold none
+//!   of the capabilities that reach into other processes or the kernel.
 //!
 //! Waits end on events; the bounds are a safety net ([`PATIENCE`]), never a
 //! measurement.
@@ -599,4 +601,67 @@ fn toolgate_state_inside_a_root_is_cut_out_of_the_sandbox() {
     std::fs::create_dir(daemon.root.join("src")).unwrap();
     let elsewhere = daemon.run("echo ok > src/new && cat src/new && ls .state", 20_000);
     assert_eq!(elsewhere["ok"], json!(true), "{elsewhere}");
+}
+
+/// The capability sets of a process, from its status file, by name (`CapEff`, ...).
+fn capability_sets(status: &str) -> Vec<(String, u64)> {
+    status
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            let name = name.trim().strip_prefix("Cap")?;
+            Some((name.to_owned(), u64::from_str_radix(value.trim(), 16).ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_root_daemons_commands_supervisors_and_spawner_hold_no_reaching_capability() {
+    // CAP_SYS_MODULE, SYS_RAWIO, SYS_PTRACE, SYS_ADMIN, SYS_BOOT, MAC_OVERRIDE,
+    // MAC_ADMIN, PERFMON, BPF.
+    const REACHING: u64 = (1 << 16)
+        | (1 << 17)
+        | (1 << 19)
+        | (1 << 21)
+        | (1 << 22)
+        | (1 << 32)
+        | (1 << 33)
+        | (1 << 38)
+        | (1 << 39);
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    if capability_sets(&own).iter().all(|(_, set)| set & REACHING == 0) {
+        eprintln!("skipped: this test holds none of the capabilities dropped (not root)");
+        return;
+    }
+    for config in [Some(NO_SANDBOX), None] {
+        let mut daemon = McpDaemon::start(&[], config);
+        let result = daemon.run(
+            "echo command; grep ^Cap /proc/self/status; echo supervisor; grep ^Cap /proc/$PPID/status",
+            20_000,
+        );
+        let content = result["content"].as_str().unwrap_or_default().to_owned();
+        let (command, supervisor) = content
+            .split_once("supervisor\n")
+            .unwrap_or_else(|| panic!("no supervisor part in {content:?}"));
+        // The spawner, if the daemon started one: its child named so.
+        let spawner = processes_with("toolgate-spawner")
+            .into_iter()
+            .filter(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+                    status.lines().any(|line| line == format!("PPid:\t{}", daemon.pid()))
+                })
+            })
+            .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .collect::<Vec<_>>();
+        for (who, status) in [("command", command), ("supervisor", supervisor)]
+            .into_iter()
+            .chain(spawner.iter().map(|status| ("spawner", status.as_str())))
+        {
+            let sets = capability_sets(status);
+            assert_eq!(sets.len(), 5, "{who}: {status}");
+            for (name, set) in sets {
+                assert_eq!(set & REACHING, 0, "{who} holds Cap{name} {set:x}: {content}");
+            }
+        }
+    }
 }

@@ -466,6 +466,9 @@ fn serve_requests(supervise: Supervise) -> io::Result<()> {
     }
     // Nothing the commands run may reach into it: it starts supervisors on request.
     crate::sandbox::harden::make_not_dumpable()?;
+    // Dropped once here, the capabilities are gone from every supervisor it forks,
+    // whose own drop then finds nothing to do.
+    crate::sandbox::harden::drop_reaching_capabilities()?;
     // Its stdin is the request socket; what it forks gets other descriptors there.
     let null = std::fs::File::open("/dev/null")?;
     nix::unistd::dup2_stdin(&null)?;
