@@ -644,14 +644,11 @@ fn a_root_daemons_commands_supervisors_and_spawner_hold_no_reaching_capability()
             .split_once("supervisor\n")
             .unwrap_or_else(|| panic!("no supervisor part in {content:?}"));
         // The spawner, if the daemon started one: its child named so.
+        let parent = format!("PPid:\t{}", daemon.pid());
         let spawner = processes_with("toolgate-spawner")
             .into_iter()
-            .filter(|(pid, _)| {
-                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
-                    status.lines().any(|line| line == format!("PPid:\t{}", daemon.pid()))
-                })
-            })
             .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .filter(|status| status.lines().any(|line| line == parent))
             .collect::<Vec<_>>();
         for (who, status) in [("command", command), ("supervisor", supervisor)]
             .into_iter()

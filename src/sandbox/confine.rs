@@ -50,8 +50,7 @@ pub fn landlock_abi() -> i32 {
     })
 }
 
-/// A sandbox ready to be entered: the Landlock ruleset as a descriptor (`None`
-/// without Landlock) and the seccomp filter (`None` with the network on).
+/// A sandbox ready to be entered, and what it puts in force.
 pub struct Prepared {
     entry: Entry,
     /// What is in force, for results and the audit log.
