@@ -773,6 +773,109 @@ async fn a_call_is_answered_once_its_tree_is_gone_and_its_supervisor_and_cgroup_
     }
 }
 
+/// Children of this process forked by the spawner and waiting as supervisors (their
+/// command line is the spawner's; unlike the spawner, they block the signals a
+/// supervisor reads from its signalfd: SIGTERM and SIGCHLD).
+fn waiting_supervisors() -> Vec<u32> {
+    let ours = std::process::id().to_string();
+    let blocks_supervisor_signals = |status: &str| {
+        let mask = status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigBlk:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        mask & (1 << (15 - 1)) != 0 && mask & (1 << (17 - 1)) != 0
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            status.lines().any(|line| line.split_whitespace().eq(["PPid:", ours.as_str()]))
+                && String::from_utf8_lossy(&cmdline).contains("__spawner")
+                && blocks_supervisor_signals(&status)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_next_call_takes_a_supervisor_started_ahead_in_its_own_cgroup() {
+    // Once a command runs, the spawner forks the next call's supervisor into a cgroup
+    // of its own, where it sets itself up and waits. The next call is handed that very
+    // process and cgroup; letting the spares go ends it and removes its cgroup.
+    let dir = tempfile::tempdir().unwrap();
+    let show = "echo $PPID; grep '^0::' /proc/$PPID/cgroup | cut -d: -f3-";
+    let supervisor_and_cgroup = || async {
+        let outcome =
+            process::run(spec(Program::Shell(show.to_owned()), dir.path())).await.unwrap();
+        assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{:?}", outcome.stderr.text);
+        let mut lines = outcome.stdout.text.lines();
+        let supervisor: u32 = lines.next().and_then(|pid| pid.parse().ok()).unwrap();
+        let cgroup = lines.next().unwrap_or_default().to_owned();
+        let contained = outcome.containment == toolgate::sandbox::Containment::Cgroup;
+        (supervisor, contained.then_some(cgroup))
+    };
+
+    let (first, _) = supervisor_and_cgroup().await;
+    let deadline = Instant::now() + PATIENCE;
+    let ready = loop {
+        match waiting_supervisors().into_iter().filter(|&pid| pid != first).collect::<Vec<_>>()[..]
+        {
+            [ready] => break ready,
+            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+            ref other => panic!("no single supervisor started ahead of the next call: {other:?}"),
+        }
+    };
+    let ready_cgroup = std::fs::read_to_string(format!("/proc/{ready}/cgroup")).unwrap();
+    let ready_cgroup =
+        ready_cgroup.lines().find_map(|line| line.strip_prefix("0::")).unwrap().to_owned();
+
+    let (second, cgroup) = supervisor_and_cgroup().await;
+    assert_eq!(second, ready, "the next call did not take the supervisor started ahead");
+    match cgroup {
+        Some(cgroup) => {
+            assert!(cgroup.contains("/toolgate/"), "not in a call's cgroup: {cgroup:?}");
+            assert_eq!(cgroup, ready_cgroup, "the call's cgroup is not the one it was born in");
+        }
+        None => eprintln!("skipped the cgroup check: no per-call cgroups here"),
+    }
+
+    // The second call had the next one started behind it; letting it go ends it.
+    let deadline = Instant::now() + PATIENCE;
+    let next = loop {
+        match waiting_supervisors()
+            .into_iter()
+            .filter(|&pid| pid != first && pid != second)
+            .collect::<Vec<_>>()[..]
+        {
+            [next] => break next,
+            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+            ref other => panic!("no single supervisor started ahead of the third call: {other:?}"),
+        }
+    };
+    let next_cgroup = std::fs::read_to_string(format!("/proc/{next}/cgroup")).unwrap();
+    let next_cgroup =
+        next_cgroup.lines().find_map(|line| line.strip_prefix("0::")).unwrap().to_owned();
+    process::release_spares();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        // Our child until it is reaped: its `/proc` entry goes with the reaping.
+        let reaped = !Path::new(&format!("/proc/{next}")).exists();
+        let removed = !next_cgroup.contains("/toolgate/")
+            || !Path::new("/sys/fs/cgroup").join(next_cgroup.trim_start_matches('/')).exists();
+        if reaped && removed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: supervisor {next} reaped {reaped}, cgroup {next_cgroup:?} removed {removed}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_command_starts_with_no_signal_blocked_or_ignored() {
     // The supervisor blocks the signals it waits for; none of that reaches the command.

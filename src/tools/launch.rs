@@ -1,5 +1,5 @@
 //! How the per-call supervisor starts its command: `posix_spawn`, from a short-lived
-//! thread that entered the command's sandbox first.
+//! thread that entered the command's sandbox first ([`Launcher`]).
 //!
 //! `posix_spawn` starts the program without copying the supervisor (the C library
 //! clones with the memory shared until `exec`), where a `fork` copies its page tables
@@ -48,9 +48,10 @@ pub(crate) struct Launch<'a> {
     pub sandbox: Option<confine::Entry>,
 }
 
-/// Starts the command and returns its pid. An error is the sandbox's (it could not
-/// be entered: nothing was started) or the one `exec` gave.
-pub(crate) fn spawn(launch: Launch<'_>) -> Result<Pid, Failed> {
+/// Starts the command and returns its pid, from `launcher` when one was started ahead
+/// and the command has a sandbox to enter. An error is the sandbox's (it could not be
+/// entered: nothing was started) or the one `exec` gave.
+pub(crate) fn spawn(launch: Launch<'_>, launcher: Option<Launcher>) -> Result<Pid, Failed> {
     let argv = c_strings(launch.argv.iter().map(OsString::as_os_str))?;
     let env: Vec<CString> = match launch.env {
         Some(env) => {
@@ -60,8 +61,38 @@ pub(crate) fn spawn(launch: Launch<'_>) -> Result<Pid, Failed> {
     }?;
     let program = launch.argv.first().map(|program| program.as_bytes()).unwrap_or_default();
     let candidates = candidates(program, search_path(launch.env))?;
+    let job = Job {
+        argv,
+        env,
+        candidates,
+        stdin: launch.stdin,
+        output: launch.output,
+        sandbox: launch.sandbox,
+    };
+    if job.sandbox.is_none() {
+        return job.start();
+    }
+    // The thread that enters the sandbox ends with the spawn: the supervisor's own
+    // thread never does.
+    match launcher {
+        Some(launcher) => launcher.run(job),
+        None => Launcher::start()?.run(job),
+    }
+}
 
-    let start = || -> Result<Pid, Failed> {
+/// A command ready to start, everything in it made by the caller.
+struct Job {
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    candidates: Vec<CString>,
+    stdin: OwnedFd,
+    output: Option<OwnedFd>,
+    sandbox: Option<confine::Entry>,
+}
+
+impl Job {
+    /// Enters the sandbox (the calling thread's for good) and starts the command.
+    fn start(self) -> Result<Pid, Failed> {
         // Built by the thread that uses them: the C library's types are not `Sync`.
         let mut attr = PosixSpawnAttr::init().map_err(spawn_error)?;
         let mut signals = SigSet::empty();
@@ -73,16 +104,17 @@ pub(crate) fn spawn(launch: Launch<'_>) -> Result<Pid, Failed> {
         )
         .map_err(spawn_error)?;
         let mut actions = PosixSpawnFileActions::init().map_err(spawn_error)?;
-        actions.add_dup2(launch.stdin.as_raw_fd(), 0).map_err(spawn_error)?;
-        if let Some(output) = &launch.output {
+        actions.add_dup2(self.stdin.as_raw_fd(), 0).map_err(spawn_error)?;
+        if let Some(output) = &self.output {
             actions.add_dup2(output.as_raw_fd(), 1).map_err(spawn_error)?;
             actions.add_dup2(output.as_raw_fd(), 2).map_err(spawn_error)?;
         }
-        if let Some(sandbox) = &launch.sandbox {
+        if let Some(sandbox) = &self.sandbox {
             sandbox.enter_this_thread().map_err(|err| Failed::Sandbox(err.to_string()))?;
         }
-        first_that_runs(&candidates, |path| {
-            match posix_spawn(path.as_c_str(), &actions, &attr, &argv, &env) {
+        let (argv, env) = (&self.argv, &self.env);
+        first_that_runs(&self.candidates, |path| {
+            match posix_spawn(path.as_c_str(), &actions, &attr, argv, env) {
                 // Neither a known format nor a `#!` line: a shell script, as `execvp`
                 // takes it.
                 Err(Errno::ENOEXEC) => {
@@ -90,28 +122,45 @@ pub(crate) fn spawn(launch: Launch<'_>) -> Result<Pid, Failed> {
                         .into_iter()
                         .chain(argv.iter().skip(1).map(CString::as_c_str))
                         .collect();
-                    posix_spawn(SHELL, &actions, &attr, &by_shell, &env)
+                    posix_spawn(SHELL, &actions, &attr, &by_shell, env)
                 }
                 started => started,
             }
         })
-    };
-    if launch.sandbox.is_none() {
-        return start();
     }
-    // The thread that enters the sandbox ends with the spawn: the supervisor's own
-    // thread never does.
-    std::thread::scope(|scope| {
+}
+
+/// A thread that enters one command's sandbox and starts it, then ends. A supervisor
+/// started ahead of its call starts it while it waits: a thread started on the call's
+/// path is a new task for the scheduler to place, which on an idle machine means
+/// waking another core first, where waking a waiting thread goes to the core at hand.
+pub(crate) struct Launcher {
+    job: std::sync::mpsc::SyncSender<Job>,
+    done: std::sync::mpsc::Receiver<Result<Pid, Failed>>,
+}
+
+impl Launcher {
+    pub(crate) fn start() -> Result<Launcher, Failed> {
+        let (job, jobs) = std::sync::mpsc::sync_channel::<Job>(1);
+        let (report, done) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("toolgate-launch".to_owned())
             .stack_size(256 * 1024)
-            .spawn_scoped(scope, start)
-            .map_err(Failed::Spawn)?
-            .join()
-            .unwrap_or_else(|_| {
-                Err(Failed::Spawn(io::Error::other("the launching thread panicked")))
+            .spawn(move || {
+                // No job: the launcher was let go.
+                if let Ok(job) = jobs.recv() {
+                    let _ = report.send(job.start());
+                }
             })
-    })
+            .map_err(Failed::Spawn)?;
+        Ok(Launcher { job, done })
+    }
+
+    fn run(self, job: Job) -> Result<Pid, Failed> {
+        let gone = || Failed::Spawn(io::Error::other("the launching thread panicked"));
+        self.job.send(job).map_err(|_| gone())?;
+        self.done.recv().unwrap_or_else(|_| Err(gone()))
+    }
 }
 
 /// Why a command did not start.
@@ -214,16 +263,28 @@ mod tests {
         env: Option<&[(OsString, OsString)]>,
         sandbox: Option<confine::Entry>,
     ) -> Result<(String, WaitStatus), Failed> {
+        run_from(argv, env, sandbox, None)
+    }
+
+    fn run_from(
+        argv: &[&str],
+        env: Option<&[(OsString, OsString)]>,
+        sandbox: Option<confine::Entry>,
+        launcher: Option<Launcher>,
+    ) -> Result<(String, WaitStatus), Failed> {
         let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
         let (mut read, write) = std::io::pipe().unwrap_or_else(|err| panic!("{err}"));
         let null = std::fs::File::open("/dev/null").unwrap_or_else(|err| panic!("{err}"));
-        let pid = spawn(Launch {
-            argv: &argv,
-            env,
-            stdin: OwnedFd::from(null),
-            output: Some(OwnedFd::from(write)),
-            sandbox,
-        })?;
+        let pid = spawn(
+            Launch {
+                argv: &argv,
+                env,
+                stdin: OwnedFd::from(null),
+                output: Some(OwnedFd::from(write)),
+                sandbox,
+            },
+            launcher,
+        )?;
         let mut output = String::new();
         read.read_to_string(&mut output).unwrap_or_else(|err| panic!("{err}"));
         Ok((output, waitpid(pid, None).unwrap_or_else(|err| panic!("{err}"))))
@@ -260,20 +321,29 @@ mod tests {
             })
             .unwrap_or_else(|err| panic!("{err}"))
             .into();
-        let entry = confine::entry(ruleset, false).unwrap_or_else(|err| panic!("{err}"));
+        let ruleset = ruleset.unwrap_or_else(|| panic!("no ruleset was made"));
         let script = format!(
             "cat {0}/allowed/a.txt; cat {0}/denied/b.txt 2>&- || echo refused",
             dir.path().display()
         );
-        let (output, status) = run(&["/bin/sh", "-c", &script], None, Some(entry))
-            .unwrap_or_else(|err| panic!("{err:?}"));
-        assert_eq!(output, "allowed\nrefused\n");
-        assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
-        // The sandbox was the launching thread's: this one reads what the command could not.
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("denied/b.txt")).ok().as_deref(),
-            Some("denied\n")
-        );
+        // From a thread started for it, and from one started ahead (as a supervisor
+        // started ahead of its call does).
+        for ahead in [false, true] {
+            let ruleset = ruleset.try_clone().unwrap_or_else(|err| panic!("{err}"));
+            let entry = confine::entry(Some(ruleset), false).unwrap_or_else(|err| panic!("{err}"));
+            let launcher = ahead.then(|| Launcher::start().unwrap_or_else(|err| panic!("{err:?}")));
+            let (output, status) =
+                run_from(&["/bin/sh", "-c", &script], None, Some(entry), launcher)
+                    .unwrap_or_else(|err| panic!("{err:?}"));
+            assert_eq!(output, "allowed\nrefused\n");
+            assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+            // The sandbox was the launching thread's: this one reads what the command
+            // could not.
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join("denied/b.txt")).ok().as_deref(),
+                Some("denied\n")
+            );
+        }
     }
 
     #[test]

@@ -91,6 +91,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// if something is stuck in the kernel (an uninterruptible sleep on a dead NFS mount),
 /// and keeps such a call from hanging forever.
 const SUPERVISOR_EXIT_GRACE: Duration = Duration::from_secs(10);
+/// How long a call waits for the supervisor being started ahead of it (a fork: well
+/// under a millisecond) before it starts one of its own.
+const READY_WAIT: Duration = Duration::from_millis(100);
 
 /// How long the daemon keeps reading stdout/stderr after the supervisor has reported.
 /// Every writer is dead by then, so the pipes close at once; the bound only protects
@@ -454,10 +457,6 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
 
-    let (daemon_end, supervisor_end) = UnixStream::pair().map_err(ProcessError::Setup)?;
-    if let Some(dir) = &spec.cwd_dir {
-        super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
-    }
     let payload = match &spec.stdin {
         Stdin::Closed | Stdin::Live(_) => None,
         Stdin::Bytes(bytes) => Some(bytes.clone()),
@@ -466,24 +465,26 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         Stdin::Live(live) => Some(live.clone()),
         _ => None,
     };
-    let terminal_output = match &live {
-        Some(live) => {
-            // Sent now and closed here at once: only the command holds its end.
-            let child_end = live.take_child_end().ok_or_else(|| {
-                ProcessError::Setup(std::io::Error::other("the live input was already used"))
-            })?;
-            super::terminal::send_fd(&daemon_end, &child_end).map_err(ProcessError::Setup)?;
-            drop(child_end);
-            live.take_output().map_err(ProcessError::Setup)?
-        }
-        None => None,
-    };
     let tty = live.as_ref().is_some_and(|live| live.is_terminal());
-    daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
-    let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
-
+    let program = spec.supervisor.program();
     let process_limit = spec.limits.max_processes > 0;
-    let cgroup = match call_cgroup(process_limit) {
+    // A supervisor started ahead of the call takes it where it can: one that leads a
+    // process group of its own (no terminal's session) in a cgroup like any other (no
+    // process limit). Its cgroup is the call's.
+    let takes_ready = !tty && !process_limit;
+    let ready = match takes_ready {
+        true => ReadySupervisor::take(program).await,
+        false => None,
+    };
+    let (ready, cgroup) = match ready {
+        Some(ready) => {
+            let (started, cgroup) = ready.into_parts();
+            (Some(started), cgroup.map(Ok))
+        }
+        None => (None, call_cgroup(process_limit)),
+    };
+    let took_spare_cgroup = ready.is_none() && !process_limit;
+    let cgroup = match cgroup {
         Some(Ok(cgroup)) => Some(cgroup),
         Some(Err(err)) => {
             tracing::warn!(%err, "cannot create the call's cgroup; the supervisor alone holds it");
@@ -541,74 +542,133 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     args.push("--".into());
     args.extend(spec.program.argv());
-    let (stdout, stdout_end) = output_pipe()?;
-    let (stderr, stderr_end) = output_pipe()?;
+
+    // A ready supervisor's call goes first on its control socket; one that cannot be
+    // sent that way (too large) lets the supervisor go, and the call starts its own in
+    // the cgroup it had.
+    let call = super::spawner::Call { args: &args, env: &env };
+    let ready = ready.and_then(|ready| Some((ready, super::spawner::call_message(call)?)));
+    let (start, daemon_end, stdout, stderr) = match ready {
+        Some((StartedAhead { control, process, stdout, stderr }, message)) => {
+            (&control).write_all(&message).map_err(|source| ProcessError::StartSupervisor {
+                program: program.to_owned(),
+                source,
+            })?;
+            (Start::Ready(process), control, stdout, stderr)
+        }
+        None => {
+            let (daemon_end, supervisor_end) = UnixStream::pair().map_err(ProcessError::Setup)?;
+            let (stdout, stdout_end) = std::io::pipe().map_err(ProcessError::Setup)?;
+            let (stderr, stderr_end) = std::io::pipe().map_err(ProcessError::Setup)?;
+            let ends = [supervisor_end.into(), stdout_end.into(), stderr_end.into()];
+            (Start::New(ends), daemon_end, stdout.into(), stderr.into())
+        }
+    };
+    let stdout = output_receiver(stdout)?;
+    let stderr = output_receiver(stderr)?;
+    if let Some(dir) = &spec.cwd_dir {
+        super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
+    }
+    let terminal_output = match &live {
+        Some(live) => {
+            // Sent now and closed here at once: only the command holds its end.
+            let child_end = live.take_child_end().ok_or_else(|| {
+                ProcessError::Setup(std::io::Error::other("the live input was already used"))
+            })?;
+            super::terminal::send_fd(&daemon_end, &child_end).map_err(ProcessError::Setup)?;
+            drop(child_end);
+            live.take_output().map_err(ProcessError::Setup)?
+        }
+        None => None,
+    };
+    daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
+    let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
+
     // Its own process group: a terminal's signals aimed at the daemon's group must
     // not hit commands, the daemon decides when they die. (On a terminal the
     // supervisor starts a session of its own instead, which it can only do as no
     // group's leader.)
     let own_group = !tty;
-    // The supervisor is born in the call's cgroup where it can be: entering one later
-    // waits for the kernel (see `CallCgroup::create`).
-    let request = super::spawner::Request {
-        args: &args,
-        env: &env,
-        own_group,
-        cgroup: cgroup.as_ref().and_then(CallCgroup::handle),
-    };
-    let program = spec.supervisor.program();
-    // The sandbox's Landlock ruleset is built here, while the spawner forks and the
-    // supervisor sets itself up on the other core; it waits for it on the control
-    // socket.
     let mut ruleset_sent = None;
-    let forked = super::spawner::launch(
-        program,
-        &request,
-        [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
-        || ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref())),
-    )
-    .await
-    .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
+    let child = match start {
+        Start::Ready(mut process) => {
+            // Set up already, it enters the working directory while this builds the
+            // ruleset.
+            ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref()));
+            process.watch();
+            SupervisorProcess::Forked(process)
+        }
+        Start::New([supervisor_end, stdout_end, stderr_end]) => {
+            // The supervisor is born in the call's cgroup where it can be: entering one
+            // later waits for the kernel (see `CallCgroup::create`).
+            let request = super::spawner::Request {
+                call: Some(call),
+                own_group,
+                cgroup: cgroup.as_ref().and_then(CallCgroup::handle),
+            };
+            // The sandbox's Landlock ruleset is built here, while the spawner forks and
+            // the supervisor sets itself up on the other core; it waits for it on the
+            // control socket.
+            let forked = super::spawner::launch(
+                program,
+                &request,
+                [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
+                || ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref())),
+            )
+            .await
+            .map_err(|source| ProcessError::StartSupervisor {
+                program: program.to_owned(),
+                source,
+            })?;
+            match forked {
+                Some(pid) => SupervisorProcess::Forked(super::spawner::Forked::adopt(pid)),
+                None => {
+                    let mut command = tokio::process::Command::new(program);
+                    command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(&args);
+                    if own_group {
+                        command.process_group(0);
+                    }
+                    command
+                        .env_clear()
+                        .envs(env.iter().map(|(name, value)| (name, value)))
+                        .current_dir("/")
+                        .stdin(Stdio::from(supervisor_end))
+                        .stdout(Stdio::from(stdout_end))
+                        .stderr(Stdio::from(stderr_end));
+                    // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree,
+                    // and its orphans would escape to init. Dropping the control socket
+                    // is the kill.
+                    let child = command.spawn().map_err(|source| {
+                        ProcessError::StartSupervisor { program: program.to_owned(), source }
+                    })?;
+                    SupervisorProcess::Started(child)
+                }
+            }
+            // Either way, the daemon's copies of the supervisor's socket end and of the
+            // pipes' write ends are closed by now: only the supervisor holds them.
+        }
+    };
     let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
     // The supervisor sets itself up on the other core meanwhile: this one has time to
-    // have the spares this call took made again (a cgroup without a process limit
-    // came from the spare's place).
+    // have the spares this call took made again.
     if temp_dir.is_some() {
         SPARE_TEMP_DIR.refill(CallTempDir::create);
     }
-    if cgroup.is_some() && !process_limit {
+    if cgroup.is_some() && took_spare_cgroup {
         SPARE_CGROUP.refill(make_spare_cgroup);
     }
     if let Some(profile) = sandbox.as_ref().filter(|profile| confine::has_ruleset(profile)) {
         refill_ruleset_base(profile.clone());
     }
-    let child = match forked {
-        Some(forked) => {
-            drop((supervisor_end, stdout_end, stderr_end));
-            SupervisorProcess::Forked(forked)
+    // Where a ready supervisor was taken, or could have been and the spawner is there
+    // to fork one, the next is forked once this call's command runs: meanwhile the
+    // command's start would have to share a core with the fork.
+    let mut refill_ready =
+        (takes_ready && matches!(child, SupervisorProcess::Forked(_))).then(|| program.to_owned());
+    let mut on_spawned = || {
+        if let Some(program) = refill_ready.take() {
+            ReadySupervisor::refill(program);
         }
-        None => {
-            let mut command = tokio::process::Command::new(program);
-            command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(&args);
-            if own_group {
-                command.process_group(0);
-            }
-            command
-                .env_clear()
-                .envs(env.iter().map(|(name, value)| (name, value)))
-                .current_dir("/")
-                .stdin(Stdio::from(OwnedFd::from(supervisor_end)))
-                .stdout(Stdio::from(stdout_end))
-                .stderr(Stdio::from(stderr_end));
-            // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and
-            // its orphans would escape to init. Dropping the control socket is the kill.
-            let child = command.spawn().map_err(|source| ProcessError::StartSupervisor {
-                program: program.to_owned(),
-                source,
-            })?;
-            SupervisorProcess::Started(child)
-        } // Either way, the daemon's copies of the supervisor's socket end and of the
-          // pipes' write ends are closed by now: only the supervisor holds them.
     };
     let supervisor_pid = pid_from_u32(child.id());
     if let Some(pids) = &spec.pids {
@@ -639,6 +699,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
                     deadline,
                     supervisor_pid,
                     spec.pids.as_deref(),
+                    &mut on_spawned,
                 ) => outcome,
                 never = watch_limits(guard.cgroup.as_ref(), spec.limits, &cancel) => match never {},
             };
@@ -729,6 +790,13 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     })
 }
 
+/// How a call's supervisor starts: taken ready, or started for it with these ends of
+/// its control socket, stdout and stderr.
+enum Start {
+    Ready(super::spawner::Forked),
+    New([OwnedFd; 3]),
+}
+
 /// The per-call supervisor process, started directly or forked by the spawner; either
 /// way the daemon's unreaped child.
 enum SupervisorProcess {
@@ -756,8 +824,6 @@ impl SupervisorProcess {
     }
 }
 
-/// A pipe for the supervisor's stdout or stderr: the daemon's reading end, and the
-/// end handed to the supervisor (close-on-exec in the daemon).
 /// Builds the Landlock ruleset of the command's sandbox, if it has one, and sends it
 /// to the supervisor over `control`.
 fn send_ruleset(control: &impl AsFd, sandbox: Option<&Profile>) -> Result<(), String> {
@@ -792,11 +858,10 @@ async fn let_go(mut child: SupervisorProcess, mut guard: TreeGuard) {
     drop(guard);
 }
 
-fn output_pipe() -> Result<(tokio::net::unix::pipe::Receiver, OwnedFd), ProcessError> {
-    let (read, write) = std::io::pipe().map_err(ProcessError::Setup)?;
-    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(read))
-        .map_err(ProcessError::Setup)?;
-    Ok((read, OwnedFd::from(write)))
+/// The daemon's reading end of the supervisor's stdout or stderr pipe, on the current
+/// runtime.
+fn output_receiver(fd: OwnedFd) -> Result<tokio::net::unix::pipe::Receiver, ProcessError> {
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(ProcessError::Setup)
 }
 
 /// Sets the call cgroup's limits where its controllers are there.
@@ -942,6 +1007,122 @@ impl SpareItem for CallCgroup {
 static SPARE_TEMP_DIR: Spare<CallTempDir> = Spare::new();
 static SPARE_CGROUP: Spare<CallCgroup> = Spare::new();
 
+/// A supervisor forked by the spawner ahead of the call that takes it, in a cgroup of
+/// its own: it has set itself up (signals, death signal, hardening, subreaper) and
+/// waits for its call on its control socket. A call that takes it hands it its
+/// arguments and goes on at once, where it would have waited for the spawner's fork
+/// and the new process's set-up (most of it page faults of a fresh copy), and for its
+/// launching thread to start. One is kept, for one supervisor binary; the call that
+/// takes it, or that could have and forked its own, has the next one forked once its
+/// command runs.
+struct ReadySupervisor {
+    program: PathBuf,
+    started: StartedAhead,
+    /// The cgroup it was born in, the taking call's.
+    cgroup: Option<CallCgroup>,
+}
+
+/// A ready supervisor's process and the daemon's ends of its descriptors. Dropped, its
+/// control socket closes first, which ends it; then it is reaped.
+struct StartedAhead {
+    control: UnixStream,
+    process: super::spawner::Forked,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+static READY: std::sync::Mutex<Option<ReadySupervisor>> = std::sync::Mutex::new(None);
+/// Whether a ready supervisor is being made, and when that ends.
+static READY_MAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static READY_MADE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Counts [`release_spares`]: one made across it is let go, not kept.
+static READY_RELEASES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl ReadySupervisor {
+    /// The ready supervisor of `program`, if there is one still waiting in its cgroup,
+    /// or one being made (the spawner forks one request at a time: starting another
+    /// would wait for it anyway). One that is not usable (of another binary, gone, its
+    /// cgroup removed) is let go.
+    async fn take(program: &Path) -> Option<ReadySupervisor> {
+        use std::sync::atomic::Ordering;
+        let made = READY_MADE.notified();
+        tokio::pin!(made);
+        made.as_mut().enable();
+        if Self::slot().is_none() && READY_MAKING.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout(READY_WAIT, made).await;
+        }
+        let ready = Self::slot().take()?;
+        let usable = ready.program == program
+            && !ready.started.process.has_exited()
+            && ready.cgroup.as_ref().is_none_or(CallCgroup::still_there);
+        usable.then_some(ready)
+    }
+
+    fn into_parts(self) -> (StartedAhead, Option<CallCgroup>) {
+        (self.started, self.cgroup)
+    }
+
+    /// Has the spawner fork the next one for `program` in the background (when this
+    /// runs on a runtime, no other is being made, and there is a spawner).
+    fn refill(program: PathBuf) {
+        use std::sync::atomic::Ordering;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if READY_MAKING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let releases = READY_RELEASES.load(Ordering::Acquire);
+        runtime.spawn(async move {
+            match ReadySupervisor::make(program).await {
+                Ok(Some(made)) => {
+                    let mut slot = Self::slot();
+                    if READY_RELEASES.load(Ordering::Acquire) == releases {
+                        // None before: only one is made at a time, and taken before.
+                        let extra = slot.replace(made);
+                        drop(slot);
+                        drop(extra);
+                    } else {
+                        drop(slot);
+                        drop(made);
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => tracing::debug!(%err, "cannot start a supervisor ahead of its call"),
+            }
+            READY_MAKING.store(false, Ordering::Release);
+            READY_MADE.notify_waiters();
+        });
+    }
+
+    async fn make(program: PathBuf) -> std::io::Result<Option<ReadySupervisor>> {
+        let cgroup = match CallCgroups::get() {
+            Ok(_) => Some(make_spare_cgroup()?),
+            Err(_) => None,
+        };
+        let (control, supervisor_end) = UnixStream::pair()?;
+        let (stdout, stdout_end) = std::io::pipe()?;
+        let (stderr, stderr_end) = std::io::pipe()?;
+        let request = super::spawner::Request {
+            call: None,
+            own_group: true,
+            cgroup: cgroup.as_ref().and_then(CallCgroup::handle),
+        };
+        let ends = [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()];
+        let Some(pid) = super::spawner::launch(&program, &request, ends, || {}).await? else {
+            return Ok(None);
+        };
+        let process = super::spawner::Forked::unwatched(pid);
+        let started =
+            StartedAhead { control, process, stdout: stdout.into(), stderr: stderr.into() };
+        Ok(Some(ReadySupervisor { program, started, cgroup }))
+    }
+
+    fn slot() -> std::sync::MutexGuard<'static, Option<ReadySupervisor>> {
+        READY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A call's cgroup (see [`CallCgroup::create`]). Without a process limit every call's
 /// cgroup is alike: the spare, or one made now. Where none can be made (no cgroups
 /// here), nothing is tried behind the call.
@@ -962,6 +1143,11 @@ fn make_spare_cgroup() -> std::io::Result<CallCgroup> {
 pub fn release_spares() {
     SPARE_TEMP_DIR.release();
     SPARE_CGROUP.release();
+    let mut ready = ReadySupervisor::slot();
+    READY_RELEASES.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    let released = ready.take();
+    drop(ready);
+    drop(released);
 }
 
 /// A command's private temporary directory (mode 0700), removed with everything in
@@ -1111,6 +1297,7 @@ async fn drive_control(
     deadline: Option<Instant>,
     supervisor: Option<Pid>,
     pids: Option<&Pids>,
+    on_spawned: &mut impl FnMut(),
 ) -> ControlOutcome {
     let (reader, writer) = control.into_split();
     let mut writer = Some(writer);
@@ -1150,6 +1337,7 @@ async fn drive_control(
                 Ok(Some(line)) => match Report::parse(&line) {
                     Some(Report::Spawned(pid)) => {
                         outcome.spawned = true;
+                        on_spawned();
                         if let Some(pids) = pids {
                             pids.command.store(pid, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -1540,10 +1728,77 @@ pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
 }
 
 /// The supervisor's entry point in a child forked by the spawner: the same arguments,
-/// and the command's environment given here rather than inherited.
+/// and the command's environment given here rather than inherited; or neither, for a
+/// supervisor started ahead of its call ([`supervise_when_called`]).
 /// `entered`: how many of its `--cgroup`s (the first ones) it was born in.
-fn supervise_forked(args: Vec<OsString>, env: Vec<(OsString, OsString)>, entered: usize) -> i32 {
-    supervise_with_env(args, Some(env), entered)
+fn supervise_forked(call: Option<super::spawner::Given>, entered: usize) -> i32 {
+    match call {
+        Some(call) => supervise_with_env(call.args, Some(call.env), entered),
+        None => supervise_when_called(entered),
+    }
+}
+
+/// A supervisor started ahead of its call: it sets itself up, then waits for the call
+/// on its control socket (the same arguments and environment a spawned one is given),
+/// and supervises it. It ends quietly when the daemon lets it go (closing the socket)
+/// or a kill signal arrives first.
+fn supervise_when_called(entered: usize) -> i32 {
+    let failed = |err: SuperviseError| {
+        eprintln!("toolgate {SUPERVISE_ARG}: {err}");
+        1
+    };
+    let mut prepared = match prepare(false) {
+        Ok(Some(prepared)) => prepared,
+        Ok(None) => return 0,
+        Err(err) => return failed(err),
+    };
+    // Started now, it waits too; without it, a sandboxed command starts one.
+    prepared.launcher = super::launch::Launcher::start().ok();
+    let Some(call) = await_call(&prepared) else {
+        return 0;
+    };
+    let mut args = match SuperviseArgs::parse(call.args) {
+        Ok(args) if args.tty => {
+            // It leads a process group, so it cannot start a terminal's session.
+            eprintln!("toolgate {SUPERVISE_ARG}: a supervisor started ahead takes no terminal");
+            return 2;
+        }
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("toolgate {SUPERVISE_ARG}: {message}");
+            return 2;
+        }
+    };
+    args.env = Some(call.env);
+    args.cgroup.drain(..entered.min(args.cgroup.len()));
+    supervise_prepared(prepared, args).map_or_else(failed, |()| 0)
+}
+
+/// Waits for the call of a supervisor started ahead; `None` when the daemon let it go
+/// or a kill signal came first.
+fn await_call(prepared: &Prepared) -> Option<super::spawner::Given> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    loop {
+        let mut fds = [
+            PollFd::new(prepared.signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(prepared.control.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|events| !events.is_empty());
+        if ready(&fds[0]) {
+            while let Ok(Some(info)) = prepared.signals.read_signal() {
+                if info.ssi_signo != Signal::SIGCHLD as u32 {
+                    return None;
+                }
+            }
+        }
+        if ready(&fds[1]) {
+            return super::spawner::read_call(&prepared.control).ok();
+        }
+    }
 }
 
 fn supervise_with_env(
@@ -1708,10 +1963,22 @@ fn take_signals(tty: bool) -> nix::Result<nix::sys::signalfd::SignalFd> {
     SignalFd::with_flags(&delivered, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
 }
 
-fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
+/// What a supervisor sets up before it knows its call (one started ahead of its call
+/// does it while it waits).
+struct Prepared {
+    signals: nix::sys::signalfd::SignalFd,
+    control: UnixStream,
+    /// The thread that will start a sandboxed command, started ahead with the process.
+    launcher: Option<super::launch::Launcher>,
+}
+
+/// Takes the signals, starts a terminal's session (`tty`), arms the death signal,
+/// checks the control socket comes from its parent, and hardens the process. `None`
+/// when the daemon is gone already: nothing is to be started.
+fn prepare(tty: bool) -> Result<Option<Prepared>, SuperviseError> {
     let signals =
-        take_signals(args.tty).map_err(|source| SuperviseError::Sys { what: "signals", source })?;
-    if args.tty {
+        take_signals(tty).map_err(|source| SuperviseError::Sys { what: "signals", source })?;
+    if tty {
         super::terminal::new_session()
             .map_err(|source| SuperviseError::Io { what: "setsid", source })?;
     }
@@ -1728,7 +1995,7 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // daemon died before the death signal was armed. Start nothing.
     match nix::sys::socket::getsockopt(&control, nix::sys::socket::sockopt::PeerCredentials) {
         Ok(creds) if nix::unistd::getppid() == Pid::from_raw(creds.pid()) => {}
-        Ok(_) => return Ok(()),
+        Ok(_) => return Ok(None),
         Err(source) => return Err(SuperviseError::Sys { what: "SO_PEERCRED", source }),
     }
     // Commands must not reach into the supervisor (forging reports) or, through its
@@ -1737,12 +2004,24 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         .map_err(|source| SuperviseError::Io { what: "PR_SET_DUMPABLE", source })?;
     crate::sandbox::harden::drop_reaching_capabilities()
         .map_err(|source| SuperviseError::Io { what: "dropping capabilities", source })?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
+    Ok(Some(Prepared { signals, control, launcher: None }))
+}
+
+fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
+    match prepare(args.tty)? {
+        Some(prepared) => supervise_prepared(prepared, args),
+        None => Ok(()),
+    }
+}
+
+fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), SuperviseError> {
+    let Prepared { signals, control, launcher } = prepared;
     for cgroup in &args.cgroup {
         std::fs::write(cgroup.join("cgroup.procs"), "0")
             .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
     }
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
 
     if args.cwd_fd
         && let Err(err) = super::fs::cwd::enter_received_dir(&control)
@@ -1821,13 +2100,14 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
         },
         None => (None, None),
     };
-    let launched = super::launch::spawn(super::launch::Launch {
+    let launch = super::launch::Launch {
         argv: &args.argv,
         env: args.env.as_deref(),
         stdin,
         output,
         sandbox,
-    });
+    };
+    let launched = super::launch::spawn(launch, launcher);
     let command_pid = match launched {
         Ok(pid) => pid,
         Err(failed) => {

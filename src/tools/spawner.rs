@@ -16,7 +16,10 @@
 //! process, not the whole daemon). Requests travel on a `SOCK_SEQPACKET` socket pair
 //! installed as the spawner's stdin: one message per supervisor, carrying the
 //! supervisor's arguments, the command's environment and three descriptors (the
-//! control socket, stdout, stderr); the answer is the new supervisor's pid. The
+//! control socket, stdout, stderr); the answer is the new supervisor's pid. A
+//! supervisor can also be asked for ahead of its call (the process module keeps one
+//! ready): it sets itself up and waits for the call on its control socket, which
+//! carries the same arguments and environment ([`call_message`]). The
 //! spawner itself is not dumpable, checks that its creator is its parent, dies with
 //! the daemon (death signal and end of its socket), and holds nothing else: what it
 //! forks starts from a clean copy.
@@ -66,14 +69,24 @@ const MAX_STARTS: u32 = 3;
 
 /// What a request asks the spawner to start.
 pub(crate) struct Request<'a> {
+    /// The supervisor's arguments (what follows its hidden first argument); `None` for
+    /// a supervisor started ahead of its call, which it then reads from its control
+    /// socket ([`read_call`]).
+    pub call: Option<Call<'a>>,
+    /// Whether the supervisor starts a process group of its own.
+    pub own_group: bool,
+    /// The call's cgroup v2 directory, which is also the first `--cgroup` of the
+    /// arguments.
+    pub cgroup: Option<BorrowedFd<'a>>,
+}
+
+/// A call as a supervisor takes it: its arguments and the command's environment.
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
     /// The supervisor's arguments (what follows its hidden first argument).
     pub args: &'a [OsString],
     /// The command's whole environment.
     pub env: &'a [(String, String)],
-    /// Whether the supervisor starts a process group of its own.
-    pub own_group: bool,
-    /// The call's cgroup v2 directory, which is also the first `--cgroup` of `args`.
-    pub cgroup: Option<BorrowedFd<'a>>,
 }
 
 /// A supervisor started by a spawner: the daemon's unreaped child.
@@ -84,6 +97,38 @@ pub(crate) struct Forked {
 }
 
 impl Forked {
+    /// Takes charge of `pid`, a supervisor [`launch`] started for this daemon and
+    /// nobody has reaped, waiting for it on the current runtime ([`Forked::watch`]).
+    pub(crate) fn adopt(pid: rustix::process::Pid) -> Forked {
+        let mut forked = Forked::unwatched(pid);
+        forked.watch();
+        forked
+    }
+
+    /// Takes charge of `pid` like [`Forked::adopt`], registering nothing with a runtime
+    /// yet (its exit is then polled for, until [`Forked::watch`]).
+    pub(crate) fn unwatched(pid: rustix::process::Pid) -> Forked {
+        Forked { pid, pidfd: None, reaped: false }
+    }
+
+    /// Waits for its exit through a pidfd registered with the current runtime, when
+    /// there is one.
+    pub(crate) fn watch(&mut self) {
+        if self.pidfd.is_none() && tokio::runtime::Handle::try_current().is_ok() {
+            self.pidfd =
+                rustix::process::pidfd_open(self.pid, rustix::process::PidfdFlags::NONBLOCK)
+                    .ok()
+                    .and_then(|fd| crate::sys::async_fd(fd, Interest::READABLE).ok());
+        }
+    }
+
+    /// Whether it has exited (it is then only waiting to be reaped).
+    pub(crate) fn has_exited(&self) -> bool {
+        use rustix::process::{WaitId, WaitIdOptions};
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        self.reaped || !matches!(rustix::process::waitid(WaitId::Pid(self.pid), options), Ok(None))
+    }
+
     pub(crate) fn id(&self) -> u32 {
         self.pid.as_raw_nonzero().get().unsigned_abs()
     }
@@ -153,10 +198,10 @@ fn reap(pid: rustix::process::Pid, pidfd: Option<&OwnedFd>, block: bool) -> bool
 }
 
 /// Starts a supervisor through the spawner for `program`, handing it `stdio` as its
-/// stdin (the control socket), stdout and stderr. `Ok(None)` when no spawner can take
-/// it (start it directly; nothing was handed over). An error when the request was
-/// handed over but no answer came: a supervisor may have started, so the call fails
-/// rather than start another.
+/// stdin (the control socket), stdout and stderr, and returns its pid (see
+/// [`Forked::adopt`]). `Ok(None)` when no spawner can take it (start it directly;
+/// nothing was handed over). An error when the request was handed over but no answer
+/// came: a supervisor may have started, so the call fails rather than start another.
 ///
 /// `meanwhile` runs once the request is on its way, while the spawner forks: work of
 /// the caller's that the supervisor needs soon after it starts. It does not run when
@@ -166,7 +211,7 @@ pub(crate) async fn launch(
     request: &Request<'_>,
     stdio: [BorrowedFd<'_>; 3],
     meanwhile: impl FnOnce(),
-) -> io::Result<Option<Forked>> {
+) -> io::Result<Option<rustix::process::Pid>> {
     let fds: Vec<BorrowedFd<'_>> = stdio.into_iter().chain(request.cgroup).collect();
     let Some(message) = encode(request) else {
         return Ok(None);
@@ -209,13 +254,10 @@ pub(crate) async fn launch(
     if pid < 0 {
         return Err(io::Error::from_raw_os_error(-pid));
     }
-    let pid = rustix::process::Pid::from_raw(pid)
-        .ok_or_else(|| io::Error::other("the supervisor spawner answered no pid"))?;
     // Our unreaped child: its pid names it until we reap it.
-    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK)
-        .ok()
-        .and_then(|fd| crate::sys::async_fd(fd, Interest::READABLE).ok());
-    Ok(Some(Forked { pid, pidfd, reaped: false }))
+    rustix::process::Pid::from_raw(pid)
+        .map(Some)
+        .ok_or_else(|| io::Error::other("the supervisor spawner answered no pid"))
 }
 
 /// One running spawner.
@@ -382,13 +424,25 @@ fn send_request(socket: &OwnedFd, message: &[u8], fds: &[BorrowedFd<'_>]) -> io:
 }
 
 /// The request as one message: a flags byte (1: own process group, 2: a cgroup
-/// descriptor comes fourth), the number of arguments (u32 LE), then
-/// the arguments and the environment's names and values, each ended by a NUL. `None`
-/// when it does not fit in one message or a string holds a NUL.
+/// descriptor comes fourth, 4: the call comes later), then the call as
+/// [`encode_call`] writes it. `None` when it does not fit in one message or a string
+/// holds a NUL.
 fn encode(request: &Request<'_>) -> Option<Vec<u8>> {
-    let flags = u8::from(request.own_group) | (u8::from(request.cgroup.is_some()) << 1);
+    let flags = u8::from(request.own_group)
+        | (u8::from(request.cgroup.is_some()) << 1)
+        | (u8::from(request.call.is_none()) << 2);
     let mut message = vec![flags];
-    message.extend_from_slice(&u32::try_from(request.args.len()).ok()?.to_le_bytes());
+    if let Some(call) = request.call {
+        encode_call(call, &mut message)?;
+    }
+    (message.len() <= REQUEST_MAX).then_some(message)
+}
+
+/// Appends a call: the number of arguments (u32 LE), then the arguments and the
+/// environment's names and values, each ended by a NUL. `None` when a string holds a
+/// NUL.
+fn encode_call(call: Call<'_>, message: &mut Vec<u8>) -> Option<()> {
+    message.extend_from_slice(&u32::try_from(call.args.len()).ok()?.to_le_bytes());
     let mut push = |bytes: &[u8]| -> Option<()> {
         if bytes.contains(&0) {
             return None;
@@ -397,14 +451,39 @@ fn encode(request: &Request<'_>) -> Option<Vec<u8>> {
         message.push(0);
         Some(())
     };
-    for arg in request.args {
+    for arg in call.args {
         push(arg.as_bytes())?;
     }
-    for (name, value) in request.env {
+    for (name, value) in call.env {
         push(name.as_bytes())?;
         push(value.as_bytes())?;
     }
-    (message.len() <= REQUEST_MAX).then_some(message)
+    Some(())
+}
+
+/// A call for a supervisor started ahead of it, as sent on its control socket: its
+/// length (u32 LE), then the call. `None` when a string holds a NUL or it is larger
+/// than a request may be.
+pub(crate) fn call_message(call: Call<'_>) -> Option<Vec<u8>> {
+    let mut message = vec![0; 4];
+    encode_call(call, &mut message)?;
+    let length =
+        u32::try_from(message.len() - 4).ok().filter(|&length| length as usize <= REQUEST_MAX)?;
+    message[..4].copy_from_slice(&length.to_le_bytes());
+    Some(message)
+}
+
+/// Reads the call a supervisor started ahead of it was sent ([`call_message`]).
+pub(crate) fn read_call(mut control: impl io::Read) -> io::Result<Given> {
+    let mut length = [0u8; 4];
+    control.read_exact(&mut length)?;
+    let length = u32::from_le_bytes(length) as usize;
+    if length > REQUEST_MAX {
+        return Err(io::Error::other("the call is larger than a request may be"));
+    }
+    let mut message = vec![0u8; length];
+    control.read_exact(&mut message)?;
+    decode_call(&message).ok_or_else(|| io::Error::other("the call is damaged"))
 }
 
 /// A request as the spawner reads it.
@@ -413,14 +492,30 @@ struct Decoded {
     own_group: bool,
     /// A fourth descriptor, the cgroup to be born in, comes with it.
     cgroup: bool,
-    args: Vec<OsString>,
-    env: Vec<(OsString, OsString)>,
+    /// `None`: the call comes later, on the control socket.
+    call: Option<Given>,
+}
+
+/// A call as a supervisor receives it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Given {
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
 }
 
 fn decode(message: &[u8]) -> Option<Decoded> {
     let (&flags, rest) = message.split_first()?;
-    let count = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    let body = rest.get(4..)?;
+    let call = match flags & 4 {
+        0 => Some(decode_call(rest)?),
+        _ if rest.is_empty() => None,
+        _ => return None,
+    };
+    Some(Decoded { own_group: flags & 1 != 0, cgroup: flags & 2 != 0, call })
+}
+
+fn decode_call(message: &[u8]) -> Option<Given> {
+    let count = u32::from_le_bytes(message.get(..4)?.try_into().ok()?) as usize;
+    let body = message.get(4..)?;
     if body.last().is_some_and(|&byte| byte != 0) {
         return None; // every string ends with a NUL
     }
@@ -434,13 +529,13 @@ fn decode(message: &[u8]) -> Option<Decoded> {
     }
     let mut rest = rest.into_iter();
     let env = std::iter::from_fn(|| Some((rest.next()?, rest.next()?))).collect();
-    Some(Decoded { own_group: flags & 1 != 0, cgroup: flags & 2 != 0, args, env })
+    Some(Given { args, env })
 }
 
-/// What a forked child runs to become a supervisor: the supervisor's arguments, the
-/// command's environment, and how many of its cgroups (the first ones) it was born
-/// in; returns the exit code.
-pub(crate) type Supervise = fn(Vec<OsString>, Vec<(OsString, OsString)>, usize) -> i32;
+/// What a forked child runs to become a supervisor: its call (`None`: it comes later,
+/// on the control socket) and how many of the call's cgroups (the first ones) it was
+/// born in; returns the exit code.
+pub(crate) type Supervise = fn(Option<Given>, usize) -> i32;
 
 /// The spawner's entry point (the binary started with [`SPAWNER_ARG`]): serves
 /// requests until the daemon goes away, each child running `supervise`. Returns the
@@ -551,7 +646,7 @@ fn run_supervisor(
         return 2;
     }
     let entered = usize::from(in_cgroup && request.cgroup);
-    supervise(request.args, request.env, entered)
+    supervise(request.call, entered)
 }
 
 /// The argument strings of a request as the spawner would see them (for tests).
@@ -564,41 +659,70 @@ fn round_trip(request: &Request<'_>) -> Option<Decoded> {
 mod tests {
     use super::*;
 
+    fn strings(strings: &[&str]) -> Vec<OsString> {
+        strings.iter().map(OsString::from).collect()
+    }
+
     #[test]
     fn a_request_survives_encoding() {
-        let args: Vec<OsString> =
-            ["--cwd", "/tmp", "--", "/bin/sh", "-c", ""].iter().map(OsString::from).collect();
+        let args = strings(&["--cwd", "/tmp", "--", "/bin/sh", "-c", ""]);
         let env =
             vec![("PATH".to_owned(), "/usr/bin".to_owned()), ("EMPTY".to_owned(), String::new())];
+        let call = Call { args: &args, env: &env };
         let decoded =
-            round_trip(&Request { args: &args, env: &env, own_group: true, cgroup: None }).unwrap();
+            round_trip(&Request { call: Some(call), own_group: true, cgroup: None }).unwrap();
         assert!(decoded.own_group);
-        assert_eq!(decoded.args, args);
-        assert_eq!(
-            decoded.env,
-            vec![
+        let given = Given {
+            args: args.clone(),
+            env: vec![
                 (OsString::from("PATH"), OsString::from("/usr/bin")),
-                (OsString::from("EMPTY"), OsString::new())
-            ]
-        );
-        let none =
-            round_trip(&Request { args: &[], env: &[], own_group: false, cgroup: None }).unwrap();
+                (OsString::from("EMPTY"), OsString::new()),
+            ],
+        };
+        assert_eq!(decoded.call, Some(given));
+        let none = Call { args: &[], env: &[] };
+        let none = round_trip(&Request { call: Some(none), own_group: false, cgroup: None });
         assert_eq!(
             none,
-            Decoded { own_group: false, cgroup: false, args: Vec::new(), env: Vec::new() }
+            Some(Decoded {
+                own_group: false,
+                cgroup: false,
+                call: Some(Given { args: Vec::new(), env: Vec::new() })
+            })
         );
+        let ahead = round_trip(&Request { call: None, own_group: true, cgroup: None });
+        assert_eq!(ahead, Some(Decoded { own_group: true, cgroup: false, call: None }));
+    }
+
+    #[test]
+    fn a_call_sent_later_reads_back_whole_and_alone() {
+        let args = strings(&["--cwd", "/tmp", "--", "true"]);
+        let env = vec![("HOME".to_owned(), "/root".to_owned())];
+        let mut stream = call_message(Call { args: &args, env: &env }).unwrap();
+        // What follows on the control socket (a descriptor's marker byte) stays there.
+        stream.extend_from_slice(b"D");
+        let mut reader = &stream[..];
+        let given = read_call(&mut reader).unwrap();
+        assert_eq!(given.args, args);
+        assert_eq!(given.env, vec![(OsString::from("HOME"), OsString::from("/root"))]);
+        assert_eq!(reader, b"D");
+        // Cut short, or claiming more than a request may hold: refused.
+        let whole = call_message(Call { args: &args, env: &env }).unwrap();
+        assert!(read_call(&whole[..whole.len() - 1]).is_err());
+        let huge = u32::try_from(REQUEST_MAX + 1).unwrap().to_le_bytes();
+        assert!(read_call(&huge[..]).is_err());
     }
 
     #[test]
     fn a_nul_or_an_oversized_request_goes_the_direct_way() {
         let nul = [OsString::from("a\0b")];
-        assert!(
-            encode(&Request { args: &nul, env: &[], own_group: false, cgroup: None }).is_none()
-        );
+        let call = Call { args: &nul, env: &[] };
+        assert!(encode(&Request { call: Some(call), own_group: false, cgroup: None }).is_none());
+        assert!(call_message(call).is_none());
         let big = vec![("X".to_owned(), "y".repeat(REQUEST_MAX))];
-        assert!(
-            encode(&Request { args: &[], env: &big, own_group: false, cgroup: None }).is_none()
-        );
+        let call = Call { args: &[], env: &big };
+        assert!(encode(&Request { call: Some(call), own_group: false, cgroup: None }).is_none());
+        assert!(call_message(call).is_none());
     }
 
     #[test]
@@ -606,5 +730,6 @@ mod tests {
         assert!(decode(&[]).is_none());
         assert!(decode(&[0, 2, 0, 0, 0, b'a', 0]).is_none()); // says 2 arguments, has 1
         assert!(decode(&[0, 0, 0, 0, 0, b'N', 0]).is_none()); // a name without a value
+        assert!(decode(&[4, 0, 0, 0, 0]).is_none()); // a call where it comes later
     }
 }
