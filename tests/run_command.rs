@@ -800,6 +800,23 @@ fn waiting_supervisors() -> Vec<u32> {
         .collect()
 }
 
+/// The one supervisor waiting ahead of the next call, but for those named (the calls'
+/// own, perhaps not yet reaped), and its cgroup v2 path; waits for it to appear.
+async fn one_waiting_supervisor(not: &[u32]) -> (u32, String) {
+    let deadline = Instant::now() + PATIENCE;
+    let pid = loop {
+        match waiting_supervisors().into_iter().filter(|pid| !not.contains(pid)).collect::<Vec<_>>()
+            [..]
+        {
+            [pid] => break pid,
+            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
+            ref other => panic!("no single supervisor started ahead of the next call: {other:?}"),
+        }
+    };
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    (pid, cgroup.lines().find_map(|line| line.strip_prefix("0::")).unwrap().to_owned())
+}
+
 #[tokio::test]
 async fn the_next_call_takes_a_supervisor_started_ahead_in_its_own_cgroup() {
     // Once a command runs, the spawner forks the next call's supervisor into a cgroup
@@ -819,18 +836,7 @@ async fn the_next_call_takes_a_supervisor_started_ahead_in_its_own_cgroup() {
     };
 
     let (first, _) = supervisor_and_cgroup().await;
-    let deadline = Instant::now() + PATIENCE;
-    let ready = loop {
-        match waiting_supervisors().into_iter().filter(|&pid| pid != first).collect::<Vec<_>>()[..]
-        {
-            [ready] => break ready,
-            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
-            ref other => panic!("no single supervisor started ahead of the next call: {other:?}"),
-        }
-    };
-    let ready_cgroup = std::fs::read_to_string(format!("/proc/{ready}/cgroup")).unwrap();
-    let ready_cgroup =
-        ready_cgroup.lines().find_map(|line| line.strip_prefix("0::")).unwrap().to_owned();
+    let (ready, ready_cgroup) = one_waiting_supervisor(&[first]).await;
 
     let (second, cgroup) = supervisor_and_cgroup().await;
     assert_eq!(second, ready, "the next call did not take the supervisor started ahead");
@@ -843,21 +849,7 @@ async fn the_next_call_takes_a_supervisor_started_ahead_in_its_own_cgroup() {
     }
 
     // The second call had the next one started behind it; letting it go ends it.
-    let deadline = Instant::now() + PATIENCE;
-    let next = loop {
-        match waiting_supervisors()
-            .into_iter()
-            .filter(|&pid| pid != first && pid != second)
-            .collect::<Vec<_>>()[..]
-        {
-            [next] => break next,
-            [] if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
-            ref other => panic!("no single supervisor started ahead of the third call: {other:?}"),
-        }
-    };
-    let next_cgroup = std::fs::read_to_string(format!("/proc/{next}/cgroup")).unwrap();
-    let next_cgroup =
-        next_cgroup.lines().find_map(|line| line.strip_prefix("0::")).unwrap().to_owned();
+    let (next, next_cgroup) = one_waiting_supervisor(&[first, second]).await;
     process::release_spares();
     let deadline = Instant::now() + PATIENCE;
     loop {

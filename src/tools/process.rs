@@ -477,10 +477,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         false => None,
     };
     let (ready, cgroup) = match ready {
-        Some(ready) => {
-            let (started, cgroup) = ready.into_parts();
-            (Some(started), cgroup.map(Ok))
-        }
+        Some(ReadySupervisor { started, cgroup, .. }) => (Some(started), cgroup.map(Ok)),
         None => (None, call_cgroup(process_limit)),
     };
     let took_spare_cgroup = ready.is_none() && !process_limit;
@@ -1058,10 +1055,6 @@ impl ReadySupervisor {
         usable.then_some(ready)
     }
 
-    fn into_parts(self) -> (StartedAhead, Option<CallCgroup>) {
-        (self.started, self.cgroup)
-    }
-
     /// Has the spawner fork the next one for `program` in the background (when this
     /// runs on a runtime, no other is being made, and there is a spawner).
     fn refill(program: PathBuf) {
@@ -1077,15 +1070,14 @@ impl ReadySupervisor {
             match ReadySupervisor::make(program).await {
                 Ok(Some(made)) => {
                     let mut slot = Self::slot();
-                    if READY_RELEASES.load(Ordering::Acquire) == releases {
-                        // None before: only one is made at a time, and taken before.
-                        let extra = slot.replace(made);
-                        drop(slot);
-                        drop(extra);
-                    } else {
-                        drop(slot);
-                        drop(made);
-                    }
+                    // Kept unless the spares were let go meanwhile; none is there before
+                    // (one is made at a time, and taken before). Dropped unlocked.
+                    let unkept = match READY_RELEASES.load(Ordering::Acquire) == releases {
+                        true => slot.replace(made),
+                        false => Some(made),
+                    };
+                    drop(slot);
+                    drop(unkept);
                 }
                 Ok(None) => {}
                 Err(err) => tracing::debug!(%err, "cannot start a supervisor ahead of its call"),
