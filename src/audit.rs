@@ -29,14 +29,15 @@ mod chain;
 mod redact;
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::{
     DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
 };
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FlockOperation, flock};
@@ -69,6 +70,13 @@ const COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
 /// What a record's link to the one before adds to its line: `,"prev":"`, the hash in
 /// hexadecimal, `"}`.
 const LINK_BYTES: usize = 9 + 64 + 2;
+
+/// Written records held for the threads that record to drop (see [`Spent`]).
+const SPENT_RECORDS: usize = MAX_BATCH;
+
+/// The largest record (as [`AuditLog::record`] estimates it) handed back to be
+/// dropped by a recording thread; larger ones are dropped by the writer.
+const SPENT_RECORD_BYTES: usize = 2048;
 
 /// `[audit]`: rotation and the size of what is recorded of a call's arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,7 +268,39 @@ struct Inner {
     dropped: AtomicU64,
     /// Bytes the queued records hold (approximately), against [`MAX_QUEUED_BYTES`].
     queued: Arc<AtomicUsize>,
+    spent: Arc<Spent>,
     path: PathBuf,
+}
+
+/// Records the writer has written, handed back to be dropped where records are made.
+///
+/// A record's memory comes from the heap of the thread that built it (the call's
+/// arguments, the record's box). Freed by the writer thread, which makes nothing of
+/// those sizes, nearly every block would go back through that heap's lock, taken
+/// while calls allocate from it on their own thread. [`AuditLog::record`] instead drops
+/// one written record as it queues the next one: the blocks it frees are those the
+/// next call allocates again, taken from the thread's own cache without a lock.
+/// Small records only ([`SPENT_RECORD_BYTES`]) and at most [`SPENT_RECORDS`] of them
+/// wait here; the writer drops the others itself.
+#[derive(Debug, Default)]
+struct Spent(Mutex<VecDeque<Box<AuditRecord>>>);
+
+impl Spent {
+    /// One written record, if there is one and the writer is not handing some back
+    /// right now (a call never waits for it).
+    fn take(&self) -> Option<Box<AuditRecord>> {
+        self.0.try_lock().ok()?.pop_front()
+    }
+
+    /// Hands written records back; those beyond the bound are dropped here.
+    fn give_back(&self, records: &mut Vec<Box<AuditRecord>>) {
+        if let Ok(mut spent) = self.0.lock() {
+            let room = SPENT_RECORDS.saturating_sub(spent.len());
+            let kept = records.len().min(room);
+            spent.extend(records.drain(..kept));
+        }
+        records.clear();
+    }
 }
 
 impl AuditLog {
@@ -312,11 +352,18 @@ impl AuditLog {
             open_file(path).map_err(|source| AuditError::Open { path: path.to_owned(), source })?;
         let (tx, rx) = mpsc::channel(capacity);
         let queued = Arc::new(AtomicUsize::new(0));
-        let inner =
-            Inner { tx, dropped: AtomicU64::new(0), queued: queued.clone(), path: path.to_owned() };
+        let spent = Arc::new(Spent::default());
+        let inner = Inner {
+            tx,
+            dropped: AtomicU64::new(0),
+            queued: queued.clone(),
+            spent: spent.clone(),
+            path: path.to_owned(),
+        };
         let writer = Writer {
             rx,
             queued,
+            spent,
             path: path.to_owned(),
             settings: settings.clone(),
             file,
@@ -342,6 +389,7 @@ impl AuditLog {
         let Some(inner) = &self.inner else {
             return;
         };
+        drop(inner.spent.take());
         let size = redact::approximate_size(&record.arguments) + 512;
         let before = inner.queued.fetch_add(size, Ordering::Relaxed);
         let outcome = if before.saturating_add(size) > MAX_QUEUED_BYTES {
@@ -446,6 +494,8 @@ fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
 struct Writer {
     rx: mpsc::Receiver<Message>,
     queued: Arc<AtomicUsize>,
+    /// Where written records go back to (see [`Spent`]).
+    spent: Arc<Spent>,
     path: PathBuf,
     settings: AuditSettings,
     /// The live file as this writer last opened it.
@@ -463,6 +513,7 @@ impl Writer {
     /// many times it paused to let records gather.
     fn run(mut self) -> u64 {
         let mut lines = Vec::new();
+        let mut written = Vec::new();
         let mut flushes = Vec::new();
         let mut pauses = 0;
         // The last batch was cut at `MAX_BATCH`: more records are waiting already.
@@ -484,10 +535,13 @@ impl Writer {
             while let Some(message) = next.take() {
                 match message {
                     Message::Record(record, size) => {
-                        if let Some(line) = self.encode(*record, size) {
+                        if let Some(line) = self.encode(&record, size) {
                             lines.push(line);
                         }
                         self.queued.fetch_sub(size, Ordering::Relaxed);
+                        if size <= SPENT_RECORD_BYTES {
+                            written.push(record);
+                        }
                     }
                     Message::Flush(reply) => flushes.push(reply),
                 }
@@ -505,6 +559,7 @@ impl Writer {
                 }
                 lines.clear();
             }
+            self.spent.give_back(&mut written);
             if !flushes.is_empty() {
                 if let Err(err) = self.file.sync_data() {
                     self.fail(format!("sync: {err}"));
@@ -527,10 +582,10 @@ impl Writer {
     /// The record as JSON without its closing brace (the chain link goes there).
     /// `size` is what the record was estimated to take when queued: the line starts
     /// with that much room (and the link's), rather than growing as it is written.
-    fn encode(&mut self, record: AuditRecord, size: usize) -> Option<Vec<u8>> {
+    fn encode(&mut self, record: &AuditRecord, size: usize) -> Option<Vec<u8>> {
         let arguments = redact::prepare(&record.arguments, self.settings.max_arguments_bytes);
         let mut line = Vec::with_capacity(size.min(self.settings.max_arguments_bytes + 1024) + 96);
-        match serde_json::to_writer(&mut line, &Encoded { record: &record, arguments }) {
+        match serde_json::to_writer(&mut line, &Encoded { record, arguments }) {
             Ok(()) if line.last() == Some(&b'}') => {
                 line.pop();
                 Some(line)
@@ -915,6 +970,46 @@ mod tests {
         assert_eq!(running.join().unwrap(), 1);
         assert_eq!(read_lines(&path).len(), count);
         verified(&path);
+    }
+
+    fn spent(log: &AuditLog) -> usize {
+        log.inner.as_ref().unwrap().spent.0.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn written_records_are_dropped_by_the_next_record_not_by_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        let arguments = Arc::new(json!({"path": "src/main.rs"}));
+        log.record(AuditRecord { arguments: arguments.clone(), ..record("1", json!({})) });
+        log.record(record("2", json!({"path": "a"})));
+        log.record(record("big", json!({"content": "x".repeat(SPENT_RECORD_BYTES)})));
+        log.flush().await.unwrap();
+        // The small records came back written; the big one was dropped by the writer.
+        assert_eq!(spent(&log), 2);
+        assert_eq!(Arc::strong_count(&arguments), 2, "the first record waits to be dropped");
+        log.record(record("3", json!({})));
+        assert_eq!(Arc::strong_count(&arguments), 1, "recording the next one dropped it");
+        log.flush().await.unwrap();
+        assert_eq!(spent(&log), 2);
+        assert_eq!(read_lines(&path).len(), 4);
+    }
+
+    #[tokio::test]
+    async fn written_records_wait_to_be_dropped_up_to_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let count = SPENT_RECORDS + 40;
+        let (log, writer) =
+            AuditLog::with_writer(&path, &AuditSettings::default(), count + 1).unwrap();
+        for idx in 0..count {
+            log.record(record(&idx.to_string(), json!({})));
+        }
+        std::thread::spawn(move || writer.run());
+        log.flush().await.unwrap();
+        assert_eq!(spent(&log), SPENT_RECORDS);
+        assert_eq!(read_lines(&path).len(), count);
     }
 
     #[tokio::test]
