@@ -38,7 +38,7 @@ use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
 use crate::daemon::Daemon;
 use crate::rpc::{Line, LineReader};
-use crate::tools::{ToolResult, json_text};
+use crate::tools::{ToolResult, json_text, scratch};
 
 mod direct;
 use direct::{Direct, Taken};
@@ -266,7 +266,7 @@ impl LineEncoder {
 
 /// A message as one line, serialized into a buffer of about `size_hint` bytes.
 fn encode_line(message: &ServerJsonRpcMessage, size_hint: usize) -> std::io::Result<Vec<u8>> {
-    let mut line = Vec::with_capacity(size_hint.max(256));
+    let mut line = scratch::LINES.take(size_hint.max(256));
     if let JsonRpcMessage::Response(JsonRpcResponse {
         id,
         result: ServerResult::CallToolResult(result),
@@ -370,7 +370,7 @@ fn plain_answer_line(
     if !result.attachments.is_empty() {
         return None;
     }
-    let mut line = Vec::with_capacity(size_hint.max(256));
+    let mut line = scratch::LINES.take(size_hint.max(256));
     let written = write_plain_answer(id, result, &mut line);
     line.push(b'\n');
     Some(written.map(|()| line))
@@ -621,8 +621,11 @@ async fn drain_lines<W: AsyncWrite + Unpin>(mut writer: W, mut lines: LineQueue)
         if write_all_lines(&mut writer, &batch).await.is_err() {
             return;
         }
-        // The lines, and their room in the queue, go once they are written.
-        batch.clear();
+        // The lines' room in the queue goes once they are written, and their buffers
+        // to the next answers.
+        for (line, _room) in batch.drain(..) {
+            scratch::LINES.give_back(line);
+        }
         if lines.is_empty() && writer.flush().await.is_err() {
             return;
         }

@@ -152,7 +152,7 @@ pub fn response_sized<T: Serialize>(id: &Value, result: &T, capacity: usize) -> 
         id: &'a Value,
         result: &'a T,
     }
-    let mut line = Vec::with_capacity(capacity);
+    let mut line = crate::tools::scratch::LINES.take(capacity);
     match serde_json::to_writer(&mut line, &Response { jsonrpc: "2.0", id, result }) {
         // serde_json writes UTF-8 only.
         Ok(()) => String::from_utf8(line).unwrap_or_default(),

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub use connection::Connection;
 
 use crate::daemon::Daemon;
+use crate::tools::scratch;
 
 /// The largest message accepted by default (a longer line is refused with an error and
 /// skipped; the connection stays usable). Tool arguments are small; file contents
@@ -177,10 +178,13 @@ impl Outgoing {
         self.bytes.len() - self.written < WRITE_BATCH
     }
 
+    /// Takes a line to write; the buffers it leaves go back to [`scratch::LINES`]
+    /// for the next answers.
     fn push(&mut self, line: String) {
         if self.bytes.is_empty() {
             // The common case (one answer at a time) moves the line, without a copy.
-            self.bytes = line.into_bytes();
+            let emptied = std::mem::replace(&mut self.bytes, line.into_bytes());
+            scratch::LINES.give_back(emptied);
         } else {
             // Answers pile up (pipelined calls, events): room for a whole batch at
             // once, rather than doubling (and copying what is there) several times.
@@ -189,6 +193,7 @@ impl Outgoing {
                 self.bytes.reserve(WRITE_BATCH.saturating_sub(self.bytes.len()).max(needed));
             }
             self.bytes.extend_from_slice(line.as_bytes());
+            scratch::LINES.give_back(line.into_bytes());
         }
         self.bytes.push(b'\n');
     }
