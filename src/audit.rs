@@ -293,6 +293,7 @@ impl Spent {
     }
 
     /// Hands written records back; those beyond the bound are dropped here.
+    #[expect(clippy::vec_box, reason = "the box is the block to free on a call's thread")]
     fn give_back(&self, records: &mut Vec<Box<AuditRecord>>) {
         if let Ok(mut spent) = self.0.lock() {
             let room = SPENT_RECORDS.saturating_sub(spent.len());
