@@ -981,11 +981,14 @@ mod tests {
     async fn written_records_are_dropped_by_the_next_record_not_by_the_writer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&path, &AuditSettings::default()).unwrap();
+        // The writer starts once all three are queued: none comes back before the
+        // next is recorded.
+        let (log, writer) = AuditLog::with_writer(&path, &AuditSettings::default(), 8).unwrap();
         let arguments = Arc::new(json!({"path": "src/main.rs"}));
         log.record(AuditRecord { arguments: arguments.clone(), ..record("1", json!({})) });
         log.record(record("2", json!({"path": "a"})));
         log.record(record("big", json!({"content": "x".repeat(SPENT_RECORD_BYTES)})));
+        std::thread::spawn(move || writer.run());
         log.flush().await.unwrap();
         // The small records came back written; the big one was dropped by the writer.
         assert_eq!(spent(&log), 2);
