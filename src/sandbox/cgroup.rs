@@ -462,10 +462,12 @@ impl CallCgroup {
         }
     }
 
-    /// Kills everything in the cgroup, waits until it is empty and removes it.
-    pub fn kill_and_remove(&mut self) {
+    /// Kills everything in the cgroup, waits until it is empty and removes it. Returns
+    /// whether it was found empty (its processes are all gone; it is removed unless
+    /// the kernel refused).
+    pub fn kill_and_remove(&mut self) -> bool {
         if self.removed {
-            return;
+            return true;
         }
         let start = Instant::now();
         let mut pause = Duration::from_micros(200);
@@ -476,7 +478,7 @@ impl CallCgroup {
             self.kill();
             if start.elapsed() > KILL_PATIENCE {
                 tracing::warn!(dir = %self.dir.display(), "processes of a call's cgroup did not die");
-                return;
+                return false;
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
@@ -512,12 +514,13 @@ impl CallCgroup {
             }
         }
         self.removed = true;
+        true
     }
 }
 
 impl Drop for CallCgroup {
     fn drop(&mut self) {
-        self.kill_and_remove();
+        let _ = self.kill_and_remove();
     }
 }
 

@@ -97,28 +97,114 @@ pub fn has_ruleset(profile: &Profile) -> bool {
 /// Builds `profile`'s Landlock ruleset: a descriptor that any process holding it can
 /// enter ([`install`]), `None` where the kernel has no Landlock. Building it does not
 /// restrict the caller, so the daemon builds a call's ruleset while the call's
-/// supervisor sets itself up, and hands it over. The system part comes from the
-/// base [`make_next_base`] made ahead of the call when one is ready and still holds.
+/// supervisor sets itself up, and hands it over.
+///
+/// A ruleset is only read when a process enters it, so one built for a profile is
+/// kept ([`KEPT`]) and handed to the next call with the same profile (the same roots
+/// and, as private temporary directories are reused, often the same one) for as long
+/// as building it again would give the same rules: [`Check::still_holds`]. Otherwise
+/// the system part comes from the base [`make_next_base`] made ahead of the call when
+/// one is ready and still holds.
 pub fn build_ruleset(profile: &Profile) -> Result<Option<OwnedFd>, String> {
-    if !has_ruleset(profile) {
-        return Ok(None);
+    KEPT.build(profile)
+}
+
+/// Whether the next call with `profile` would build its ruleset, rather than take one
+/// kept: then a base made ahead saves it time.
+pub fn wants_base(profile: &Profile) -> bool {
+    has_ruleset(profile) && !KEPT.has(profile)
+}
+
+/// The rulesets kept for the profiles of recent calls.
+static KEPT: KeptRulesets = KeptRulesets::new();
+
+/// How many complete rulesets are kept: a few profiles (sessions with other roots,
+/// calls at the same moment, each with its own temporary directory).
+const KEEP: usize = 4;
+
+/// Complete rulesets of recent calls, the most recently used last.
+struct KeptRulesets(Mutex<Vec<Kept>>);
+
+impl KeptRulesets {
+    const fn new() -> KeptRulesets {
+        KeptRulesets(Mutex::new(Vec::new()))
     }
-    let (key, rest) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
-    // Looked up once for the whole call: the base's check and the carving of the
-    // call's own paths both need it.
-    let existing = existing(&profile.protect);
-    let base = match take_base(&key, &existing) {
-        Some(base) => base,
-        None => Base::make(key, existing.clone(), SETTLE)?,
-    };
-    let created = finish_ruleset(base.ruleset, &rest, &existing, profile)?;
-    // A best-effort ruleset the kernel does not take has no descriptor.
-    let fd: Option<OwnedFd> = created.into();
-    fd.map(Some).ok_or_else(|| "landlock was not enforced".to_owned())
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn has(&self, profile: &Profile) -> bool {
+        self.lock().iter().any(|kept| kept.profile == *profile)
+    }
+
+    /// [`build_ruleset`] with these kept rulesets.
+    fn build(&self, profile: &Profile) -> Result<Option<OwnedFd>, String> {
+        if !has_ruleset(profile) {
+            return Ok(None);
+        }
+        // Looked up once for the whole call: the checks and the carving both need it.
+        let existing = existing(&profile.protect);
+        if let Some(kept) = self.take_copy(profile, &existing) {
+            return kept.map(Some);
+        }
+        let (key, rest) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+        let base = match take_base(&key, &existing) {
+            Some(base) => base,
+            None => Base::make(key, existing.clone(), SETTLE)?,
+        };
+        let started = SystemTime::now();
+        let mut check = base.check;
+        let created = finish_ruleset(base.ruleset, &rest, &existing, profile, &mut check)?;
+        let fd: Option<OwnedFd> = created.into();
+        // A best-effort ruleset the kernel does not take has no descriptor.
+        let fd = fd.ok_or_else(|| "landlock was not enforced".to_owned())?;
+        check.settled &= check.listed_settled(started, SETTLE);
+        if check.settled
+            && let Ok(copy) = fd.try_clone()
+        {
+            let mut kept = self.lock();
+            kept.retain(|kept| kept.profile != *profile);
+            if kept.len() == KEEP {
+                kept.remove(0);
+            }
+            kept.push(Kept { profile: profile.clone(), ruleset: copy, check });
+        }
+        Ok(Some(fd))
+    }
+
+    /// A copy of the ruleset kept for `profile`, if building it now would give the
+    /// same (`existing`: the protected paths that exist now); one that would not is
+    /// dropped.
+    fn take_copy(
+        &self,
+        profile: &Profile,
+        existing: &[PathBuf],
+    ) -> Option<Result<OwnedFd, String>> {
+        let mut kept = self.lock();
+        let at = kept.iter().position(|kept| kept.profile == *profile)?;
+        let found = kept.remove(at);
+        if !found.check.still_holds(existing) {
+            return None;
+        }
+        let copy = found.ruleset.try_clone().map_err(|err| format!("landlock: {err}"));
+        kept.push(found);
+        Some(copy)
+    }
+}
+
+/// A complete ruleset built for `profile`, and what building it saw. Its descriptor
+/// is close-on-exec, like every copy handed out: only the daemon and the supervisor
+/// that enters a copy ever hold it, never a command (which could add rules to it).
+struct Kept {
+    profile: Profile,
+    ruleset: OwnedFd,
+    check: Check,
 }
 
 /// Makes the system part of the next ruleset for a profile like `profile` and keeps
-/// it for [`build_ruleset`]: for the blocking pool, once a call has taken its own.
+/// it for [`build_ruleset`]: for the blocking pool, once a call has taken its own
+/// (and only where the next call would build one: [`wants_base`]).
 /// With a protected directory beneath a system one (the service layout's
 /// `/etc/toolgate`), that part is a rule for every entry of the directory above, a
 /// few hundred microseconds a command would otherwise wait for.
@@ -131,7 +217,7 @@ pub fn make_next_base(profile: &Profile) {
     // A base whose listed directories changed just before or while it was made could
     // have missed that change within a timestamp's granularity: not kept.
     if let Ok(base) = Base::make(key, existing, SETTLE)
-        && base.settled
+        && base.check.settled
     {
         *lock_next_base() = Some(base);
     }
@@ -147,11 +233,58 @@ fn lock_next_base() -> std::sync::MutexGuard<'static, Option<Base>> {
 /// The base made ahead for `key`, if there is one and it still holds (`existing`:
 /// the protected paths that exist now).
 fn take_base(key: &BaseKey, existing: &[PathBuf]) -> Option<Base> {
-    lock_next_base().take().filter(|base| base.key == *key && base.still_holds(existing))
+    lock_next_base().take().filter(|base| base.key == *key && base.check.still_holds(existing))
 }
 
-/// What a ruleset's system part is made from: the profile's system directories and
-/// device files, the protected paths carved out of them, and the domain's settings.
+/// What tells whether building a ruleset now would give the one built then.
+#[derive(Default)]
+struct Check {
+    /// The protected paths that existed (only those were carved out).
+    existing: Vec<PathBuf>,
+    /// The paths given a rule that did not exist (and so have none).
+    missing: Vec<PathBuf>,
+    /// The directories carving listed, as they were after it listed them.
+    listed: Vec<(PathBuf, Option<DirStamp>)>,
+    /// The call's own paths (the roots, the temporary directory, what it may read):
+    /// which inode each rule holds.
+    identities: Vec<(PathBuf, Identity)>,
+    /// Whether every listed directory had last changed well before ([`SETTLE`]) the
+    /// ruleset was made, and every identity is one that cannot come back.
+    settled: bool,
+}
+
+impl Check {
+    /// Whether building it now would give the same rules: the same protected paths
+    /// exist (`existing` now), every directory it listed is unchanged, no missing
+    /// path appeared, and each of the call's own paths is the inode it was.
+    fn still_holds(&self, existing: &[PathBuf]) -> bool {
+        existing == self.existing
+            && self.listed.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
+            && !self.missing.iter().any(|path| path.exists())
+            && self.identities.iter().all(|(path, identity)| Identity::of(path) == Some(*identity))
+    }
+
+    /// Whether every listed directory had last changed `settle` before `started`.
+    fn listed_settled(&self, started: SystemTime, settle: Duration) -> bool {
+        self.listed
+            .iter()
+            .all(|(_, stamp)| stamp.is_some_and(|stamp| stamp.changed() + settle < started))
+    }
+
+    /// Notes `paths` (given a rule each) as missing where they do not exist.
+    fn note_missing(&mut self, paths: &[PathBuf]) {
+        self.missing.extend(paths.iter().filter(|path| !path.exists()).cloned());
+    }
+
+    /// Notes the directories carving listed, as they are now.
+    fn note_listed(&mut self, dirs: &[PathBuf]) {
+        self.listed.extend(dirs.iter().map(|dir| (dir.clone(), DirStamp::of(dir))));
+    }
+}
+
+/// What a ruleset was made from, apart from the call's own paths: the profile's
+/// system directories and device files, the protected paths carved out of them, and
+/// the domain's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct BaseKey {
     read: Vec<PathBuf>,
@@ -191,27 +324,17 @@ impl BaseKey {
 struct Base {
     key: BaseKey,
     ruleset: RulesetCreated,
-    /// The protected paths that existed (only those were carved out).
-    existing: Vec<PathBuf>,
-    /// The system paths that did not exist (and so have no rule).
-    missing: Vec<PathBuf>,
-    /// The directories carving listed, as they were after it listed them.
-    listed: Vec<(PathBuf, Option<DirStamp>)>,
-    /// Whether every listed directory had last changed well before it was made
-    /// (`settle` before).
-    settled: bool,
+    check: Check,
 }
 
-/// How long before a base is made its listed directories must have last changed for
-/// it to be kept: far beyond any filesystem's timestamp granularity.
+/// How long before a ruleset is made its listed directories must have last changed
+/// for it to be kept: far beyond any filesystem's timestamp granularity.
 const SETTLE: Duration = Duration::from_secs(2);
 
 impl Base {
     /// `existing`: the protected paths that exist, the only ones carved out.
     fn make(key: BaseKey, existing: Vec<PathBuf>, settle: Duration) -> Result<Base, String> {
         let started = SystemTime::now();
-        let missing =
-            key.read.iter().chain(&key.write).filter(|path| !path.exists()).cloned().collect();
         let all = AccessFs::from_all(WANTED_ABI);
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
@@ -226,28 +349,36 @@ impl Base {
             .scope(Scope::Signal | Scope::AbstractUnixSocket)
             .map_err(|err| format!("landlock: {err}"))?;
         let created = ruleset.create().map_err(|err| format!("landlock: {err}"))?;
+        let mut check = Check::default();
+        check.note_missing(&key.read);
+        check.note_missing(&key.write);
         let (read_paths, read_dirs_only) = carve_existing(&key.read, &existing);
         let (write_paths, write_dirs_only) = carve_existing(&key.write, &existing);
-        let listed: Vec<(PathBuf, Option<DirStamp>)> = read_dirs_only
-            .iter()
-            .chain(&write_dirs_only)
-            .map(|dir| (dir.clone(), DirStamp::of(dir)))
-            .collect();
-        let settled = listed
-            .iter()
-            .all(|(_, stamp)| stamp.is_some_and(|stamp| stamp.changed() + settle < started));
+        check.note_listed(&read_dirs_only);
+        check.note_listed(&write_dirs_only);
+        check.existing = existing;
+        check.settled = check.listed_settled(started, settle);
         let created =
             add_carved(created, (read_paths, read_dirs_only), (write_paths, write_dirs_only))?;
-        Ok(Base { key, ruleset: created, existing, missing, listed, settled })
+        Ok(Base { key, ruleset: created, check })
     }
+}
 
-    /// Whether making it now would give what it gave: the same protected paths
-    /// exist (`existing` now), every directory it listed is unchanged and no missing
-    /// path appeared.
-    fn still_holds(&self, existing: &[PathBuf]) -> bool {
-        existing == self.existing
-            && self.listed.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
-            && !self.missing.iter().any(|path| path.exists())
+/// Which inode a path leads to (following links, as a rule does): its device and
+/// number, and when it was born, so that a number freed and given to a new file
+/// does not pass for the old one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    born: Option<SystemTime>,
+}
+
+impl Identity {
+    fn of(path: &Path) -> Option<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(path).ok()?;
+        Some(Identity { dev: metadata.dev(), ino: metadata.ino(), born: metadata.created().ok() })
     }
 }
 
@@ -287,24 +418,36 @@ impl DirStamp {
 
 /// Adds the per-call part of `profile` (`rest`, carved around the protected paths
 /// that exist, and the paths it may read whatever is protected above them) to a
-/// ruleset holding its base.
+/// ruleset holding its base, noting in `check` what it was made from.
 fn finish_ruleset(
     created: RulesetCreated,
     rest: &Rest,
     existing: &[PathBuf],
     profile: &Profile,
+    check: &mut Check,
 ) -> Result<RulesetCreated, String> {
-    let mut created = add_carved(
-        created,
-        carve_existing(&rest.read, existing),
-        carve_existing(&rest.write, existing),
-    )?;
+    for path in rest.read.iter().chain(&rest.write).chain(&profile.own_read) {
+        match Identity::of(path) {
+            Some(identity) => {
+                check.settled &= identity.born.is_some();
+                check.identities.push((path.clone(), identity));
+            }
+            None => check.missing.push(path.clone()),
+        }
+    }
+    let (read_paths, read_dirs_only) = carve_existing(&rest.read, existing);
+    let (write_paths, write_dirs_only) = carve_existing(&rest.write, existing);
+    check.note_listed(&read_dirs_only);
+    check.note_listed(&write_dirs_only);
+    let mut created =
+        add_carved(created, (read_paths, read_dirs_only), (write_paths, write_dirs_only))?;
     let read = AccessFs::from_read(WANTED_ABI);
     for path in &profile.own_read {
         // Protected directories above it do not apply; those beneath it do.
         let beneath: Vec<PathBuf> =
             profile.protect.iter().filter(|guarded| !path.starts_with(guarded)).cloned().collect();
         let (paths, dirs_only) = carve(std::slice::from_ref(path), &beneath);
+        check.note_listed(&dirs_only);
         created = created
             .add_rules(path_beneath_rules(paths, read))
             .and_then(|created| created.add_rules(path_beneath_rules(dirs_only, AccessFs::ReadDir)))
@@ -504,11 +647,11 @@ mod tests {
             Base::make(key.clone(), existing(&key.protect), Duration::ZERO)
                 .unwrap_or_else(|err| panic!("{err}"))
         };
-        let holds = |base: &Base| base.still_holds(&existing(&base.key.protect));
+        let holds = |base: &Base| base.check.still_holds(&existing(&base.key.protect));
 
         let base = made();
-        assert!(base.settled && holds(&base));
-        assert_eq!(base.listed.len(), 1, "only sys was listed: {:?}", base.listed);
+        assert!(base.check.settled && holds(&base));
+        assert_eq!(base.check.listed.len(), 1, "only sys was listed: {:?}", base.check.listed);
         // An entry added beside the protected directory must be in the next ruleset.
         std::fs::write(root.join("sys/new.txt"), "x").unwrap_or_else(|err| panic!("{err}"));
         assert!(!holds(&base));
@@ -523,7 +666,7 @@ mod tests {
         // Changed too recently to be trusted ahead of time.
         let fresh = Base::make(key.clone(), existing(&key.protect), SETTLE)
             .unwrap_or_else(|err| panic!("{err}"));
-        assert!(!fresh.settled);
+        assert!(!fresh.check.settled);
 
         // A system path that did not exist must get its rule once it does.
         let mut with_missing = key.clone();
@@ -547,7 +690,8 @@ mod tests {
         let existing = existing(&profile.protect);
         let base =
             Base::make(key, existing.clone(), Duration::ZERO).unwrap_or_else(|err| panic!("{err}"));
-        let created = finish_ruleset(base.ruleset, &rest, &existing, &profile)
+        let mut check = base.check;
+        let created = finish_ruleset(base.ruleset, &rest, &existing, &profile, &mut check)
             .unwrap_or_else(|err| panic!("{err}"));
         let ruleset: Option<OwnedFd> = created.into();
         let ruleset = ruleset.unwrap_or_else(|| panic!("no ruleset"));
@@ -569,6 +713,76 @@ mod tests {
         .join()
         .unwrap_or_else(|_| panic!("the restricted thread panicked"));
         assert_eq!(seen, (true, true, false, false, true, false));
+    }
+
+    /// What a thread restricted by `ruleset` can do: for each of `writes`, whether it
+    /// can create a file there, and for each of `reads`, whether it can read it.
+    fn can(ruleset: OwnedFd, writes: &[PathBuf], reads: &[PathBuf]) -> (Vec<bool>, Vec<bool>) {
+        let (writes, reads) = (writes.to_vec(), reads.to_vec());
+        std::thread::spawn(move || {
+            rustix::thread::set_no_new_privs(true).unwrap_or_else(|err| panic!("{err}"));
+            crate::sys::landlock_restrict_self(ruleset.as_fd())
+                .unwrap_or_else(|err| panic!("{err}"));
+            let wrote = writes.iter().map(|dir| std::fs::write(dir.join("made"), "y").is_ok());
+            let read = reads.iter().map(|path| std::fs::read_to_string(path).is_ok());
+            (wrote.collect(), read.collect())
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the restricted thread panicked"))
+    }
+
+    #[test]
+    fn a_kept_ruleset_is_handed_out_only_while_building_it_again_would_give_the_same() {
+        if landlock_abi() == 0 {
+            eprintln!("skipped: this kernel has no Landlock");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let root = dir.path().to_owned();
+        for sub in ["work/inner", "tmp", "aside"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap_or_else(|err| panic!("{err}"));
+        }
+        if Identity::of(&root).is_none_or(|identity| identity.born.is_none()) {
+            eprintln!("skipped: this file system does not tell when a file was born");
+            return;
+        }
+        let (work, tmp) = (root.join("work"), root.join("tmp"));
+        let secret = work.join("inner/secret");
+        let profile = Profile {
+            read: vec![root.join("work")],
+            write: vec![work.clone(), tmp.clone()],
+            protect: vec![secret.clone()],
+            network: true,
+            ..Default::default()
+        };
+        let kept = KeptRulesets::new();
+        let build = || {
+            kept.build(&profile)
+                .unwrap_or_else(|err| panic!("{err}"))
+                .unwrap_or_else(|| panic!("no ruleset"))
+        };
+        // Built, kept, and the copy handed out next allows what the profile allows.
+        let first = build();
+        assert!(kept.has(&profile));
+        assert_eq!(can(first, &[work.clone(), tmp.clone()], &[]).0, [true, true]);
+        let again = build();
+        assert!(kept.has(&profile));
+        assert_eq!(can(again, &[work.clone(), tmp.clone()], &[]).0, [true, true]);
+
+        // The temporary directory replaced by another (the old one moved aside): the
+        // rules held the old one's inode, so a kept ruleset would let the command
+        // write to the old one and not to the new one.
+        std::fs::rename(&tmp, root.join("aside/tmp")).unwrap_or_else(|err| panic!("{err}"));
+        std::fs::create_dir(&tmp).unwrap_or_else(|err| panic!("{err}"));
+        let rebuilt = build();
+        assert_eq!(can(rebuilt, &[tmp.clone(), root.join("aside/tmp")], &[]).0, [true, false]);
+
+        // A protected path that appears inside a root is cut out of the next ruleset.
+        std::fs::write(&secret, "s").unwrap_or_else(|err| panic!("{err}"));
+        let carved = build();
+        assert_eq!(can(carved, &[], std::slice::from_ref(&secret)).1, [false]);
+        // Carved from a directory that just changed: used, but not kept.
+        assert!(!kept.has(&profile));
     }
 
     #[test]

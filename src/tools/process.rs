@@ -654,7 +654,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if cgroup.is_some() && took_spare_cgroup {
         SPARE_CGROUP.refill(make_spare_cgroup);
     }
-    if let Some(profile) = sandbox.as_ref().filter(|profile| confine::has_ruleset(profile)) {
+    if let Some(profile) = sandbox.as_ref().filter(|profile| confine::wants_base(profile)) {
         refill_ruleset_base(profile.clone());
     }
     // Where a ready supervisor was taken, or could have been and the spawner is there
@@ -927,9 +927,9 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
 /// for. One is kept; the call that takes it, or that made its own, has the next one
 /// made in the background once its supervisor is on its way (before, the making
 /// would take a core from the spawner's fork). A second call at the same moment makes
-/// its own. A spare is fresh, like one made by the call: it was never handed to
-/// anyone.
-struct Spare<T>(std::sync::Mutex<Option<T>>);
+/// its own. A spare is as fresh as one made by the call: never handed to anyone, or
+/// given back ([`Spare::give_back`]) only as it was made.
+struct Spare<T>(std::sync::Mutex<Vec<T>>);
 
 /// What a spare can be: something that can tell whether it is still as it was made.
 trait SpareItem {
@@ -939,47 +939,64 @@ trait SpareItem {
     fn still_as_made(&self) -> bool;
 }
 
+/// How many spares given back are kept: one per call running at the same moment,
+/// for a few.
+const SPARES_KEPT: usize = 3;
+
 impl<T: SpareItem + Send + 'static> Spare<T> {
     const fn new() -> Spare<T> {
-        Spare(std::sync::Mutex::new(None))
+        Spare(std::sync::Mutex::new(Vec::new()))
     }
 
-    /// The spare if one is ready and still as made, else what `make` makes now. A
-    /// spare found changed is not ours to remove any more: whatever is at its name now
-    /// is left alone.
+    /// The spare if one is ready and still as made (the last given back first), else
+    /// what `make` makes now. A spare found changed is not ours to remove any more:
+    /// whatever is at its name now is left alone.
     fn take_or_make(&'static self, make: fn() -> std::io::Result<T>) -> std::io::Result<T> {
-        let spare = self.lock().take().and_then(|spare| {
+        loop {
+            let Some(spare) = self.lock().pop() else {
+                return make();
+            };
             if spare.still_as_made() {
-                Some(spare)
-            } else {
-                std::mem::forget(spare);
-                None
+                return Ok(spare);
             }
-        });
-        match spare {
-            Some(spare) => Ok(spare),
-            None => make(),
+            std::mem::forget(spare);
         }
     }
 
     /// Has the next spare made in the background, by the runtime's blocking pool (when
-    /// this runs on a runtime); one made while another is ready is dropped (removed).
+    /// this runs on a runtime), unless one is ready; one made while another became
+    /// ready is dropped (removed).
     fn refill(&'static self, make: fn() -> std::io::Result<T>) {
+        if !self.lock().is_empty() {
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn_blocking(move || {
                 if let Ok(made) = make() {
-                    self.lock().get_or_insert(made);
+                    let mut spares = self.lock();
+                    if spares.is_empty() {
+                        spares.push(made);
+                    }
                 }
             });
         }
     }
 
-    /// Drops the spare (removing it).
-    fn release(&self) {
-        drop(self.lock().take());
+    /// Keeps `spare`, which a call had and has given back as it was made, for the
+    /// next call, unless enough are kept (then it is dropped: removed).
+    fn give_back(&self, spare: T) {
+        let mut spares = self.lock();
+        if spares.len() < SPARES_KEPT {
+            spares.push(spare);
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<T>> {
+    /// Drops the spares (removing them).
+    fn release(&self) {
+        drop(std::mem::take(&mut *self.lock()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
@@ -1143,14 +1160,18 @@ pub fn release_spares() {
 }
 
 /// A command's private temporary directory (mode 0700), removed with everything in
-/// it when the call ends.
+/// it when the call ends, or kept for the next call where it is as it was made
+/// ([`CallTempDir::reusable`]).
 struct CallTempDir {
     path: PathBuf,
+    /// Its device and inode number, as made.
+    dev: u64,
+    ino: u64,
 }
 
 impl CallTempDir {
     fn create() -> std::io::Result<CallTempDir> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
         SWEPT.call_once(remove_stale_temp_dirs);
@@ -1158,11 +1179,58 @@ impl CallTempDir {
         let path =
             std::env::temp_dir().join(format!("toolgate-call-{}-{number}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let made = CallTempDir { path };
+        let mut made = CallTempDir { path, dev: 0, ino: 0 };
         // Exactly 0700 whatever the umask: what a spare is checked against.
         std::fs::set_permissions(&made.path, std::fs::Permissions::from_mode(0o700))?;
+        let metadata = std::fs::symlink_metadata(&made.path)?;
+        (made.dev, made.ino) = (metadata.dev(), metadata.ino());
         Ok(made)
     }
+
+    /// Whether the next call can have it as a fresh one: the same directory (not a
+    /// link, not another one at its name), still ours with mode 0700, empty, and with
+    /// no extended attribute a command could have set (an ACL would let others in).
+    /// Only for a directory no process of the call can reach any more.
+    fn reusable(&self) -> bool {
+        use rustix::fs::{Mode, OFlags};
+        let Ok(dir) = rustix::fs::open(
+            &self.path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return false;
+        };
+        let Ok(stat) = rustix::fs::fstat(&dir) else {
+            return false;
+        };
+        let as_made = stat.st_dev == self.dev
+            && stat.st_ino == self.ino
+            && stat.st_uid == rustix::process::geteuid().as_raw()
+            && stat.st_mode & 0o7777 == 0o700;
+        let mut names = [0u8; 512];
+        let no_attributes = match rustix::fs::flistxattr(&dir, &mut names[..]) {
+            // The security module's label is the system's, not a command's.
+            Ok(len) => names[..len]
+                .split(|byte| *byte == 0)
+                .all(|name| name.is_empty() || name.starts_with(b"security.")),
+            Err(errno) => errno == rustix::io::Errno::NOTSUP,
+        };
+        as_made && no_attributes && is_empty_dir(dir)
+    }
+}
+
+/// Whether the directory open as `dir` has no entry but `.` and `..`.
+fn is_empty_dir(dir: OwnedFd) -> bool {
+    let Ok(entries) = rustix::fs::Dir::new(dir) else {
+        return false;
+    };
+    for entry in entries {
+        match entry {
+            Ok(entry) if matches!(entry.file_name().to_bytes(), b"." | b"..") => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Removes the temporary directories of daemons that died mid-call (a SIGKILL runs
@@ -1238,10 +1306,16 @@ impl Drop for TreeGuard {
         if let Some(supervisor) = self.supervisor {
             signal_descendants(supervisor);
         }
-        if let Some(mut cgroup) = self.cgroup.take() {
-            cgroup.kill_and_remove();
+        // The call's processes are all gone once its cgroup is found empty, and only
+        // then: without a cgroup, one that left the supervisor's tree may live on.
+        let all_gone = self.cgroup.take().is_some_and(|mut cgroup| cgroup.kill_and_remove());
+        if let Some(temp_dir) = self.temp_dir.take()
+            && all_gone
+            && self.supervisor.is_none()
+            && temp_dir.reusable()
+        {
+            SPARE_TEMP_DIR.give_back(temp_dir);
         }
-        drop(self.temp_dir.take());
     }
 }
 

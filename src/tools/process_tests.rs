@@ -329,7 +329,7 @@ fn kill_tree_kills_every_descendant_but_not_the_root() {
 /// The path of the spare once the background has made one.
 async fn spare_made(spare: &'static Spare<CallTempDir>) -> PathBuf {
     for _ in 0..500 {
-        if let Some(made) = spare.lock().as_ref() {
+        if let Some(made) = spare.lock().last() {
             return made.path.clone();
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -401,4 +401,74 @@ async fn a_spare_that_changed_behind_the_daemon_is_not_handed_out() {
     SPARE.release();
     assert!(!last.exists());
     drop((first, second, third));
+}
+
+#[test]
+fn a_temporary_directory_is_reusable_only_empty_private_plain_and_the_same() {
+    use std::os::unix::fs::PermissionsExt;
+    let made = CallTempDir::create().unwrap();
+    let path = made.path.clone();
+    assert!(made.reusable());
+    // Something left in it, even a hidden file or an empty directory.
+    for left in [".hidden", "sub"] {
+        let inside = path.join(left);
+        if left == "sub" {
+            std::fs::create_dir(&inside).unwrap();
+        } else {
+            std::fs::write(&inside, "x").unwrap();
+        }
+        assert!(!made.reusable(), "{left} was left in it");
+        if left == "sub" {
+            std::fs::remove_dir(&inside).unwrap();
+        } else {
+            std::fs::remove_file(&inside).unwrap();
+        }
+        assert!(made.reusable());
+    }
+    // Opened to others.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(!made.reusable());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(made.reusable());
+    // An attribute set on it (as an ACL would be), where the file system has them.
+    match rustix::fs::setxattr(&path, "user.left", b"x", rustix::fs::XattrFlags::empty()) {
+        Ok(()) => {
+            assert!(!made.reusable());
+            rustix::fs::removexattr(&path, "user.left").unwrap();
+            assert!(made.reusable());
+        }
+        Err(errno) => eprintln!("skipped the attribute: the file system refuses it ({errno})"),
+    }
+    // Another directory at its name (the first moved aside), or a link to it.
+    let aside = path.with_extension("aside");
+    std::fs::rename(&path, &aside).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(!made.reusable());
+    std::fs::remove_dir(&path).unwrap();
+    std::os::unix::fs::symlink(&aside, &path).unwrap();
+    assert!(!made.reusable());
+    std::fs::remove_file(&path).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    assert!(made.reusable());
+    drop(made);
+    assert!(!path.exists());
+}
+
+#[test]
+fn spares_given_back_are_handed_out_last_first_and_only_a_few_are_kept() {
+    static SPARE: Spare<CallTempDir> = Spare::new();
+    let made: Vec<CallTempDir> =
+        (0..SPARES_KEPT + 1).map(|_| CallTempDir::create().unwrap()).collect();
+    let paths: Vec<PathBuf> = made.iter().map(|made| made.path.clone()).collect();
+    for made in made {
+        SPARE.give_back(made);
+    }
+    // One too many: removed.
+    assert!(!paths[SPARES_KEPT].exists());
+    let taken = SPARE.take_or_make(CallTempDir::create).unwrap();
+    assert_eq!(taken.path, paths[SPARES_KEPT - 1]);
+    SPARE.release();
+    assert!(paths[..SPARES_KEPT - 1].iter().all(|path| !path.exists()));
+    drop(taken);
 }
