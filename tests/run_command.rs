@@ -747,9 +747,7 @@ async fn a_call_is_answered_once_its_tree_is_gone_and_its_supervisor_and_cgroup_
         let cgroup = lines.next().unwrap_or_default().to_owned();
         assert_eq!(lines.next(), Some("last"), "{:?}", outcome.stdout.text);
         let cgroup = match outcome.containment {
-            toolgate::sandbox::Containment::Cgroup => {
-                Some(Path::new("/sys/fs/cgroup").join(cgroup.trim_start_matches('/')))
-            }
+            toolgate::sandbox::Containment::Cgroup => Some(cgroup_dir(&cgroup)),
             toolgate::sandbox::Containment::Supervisor => {
                 eprintln!("skipped the cgroup check: no per-call cgroups here");
                 None
@@ -759,18 +757,102 @@ async fn a_call_is_answered_once_its_tree_is_gone_and_its_supervisor_and_cgroup_
         loop {
             // Our child until it is reaped: its `/proc` entry goes with the reaping.
             let reaped = !Path::new(&format!("/proc/{supervisor}")).exists();
-            let removed = cgroup.as_ref().is_none_or(|cgroup| !cgroup.exists());
-            if reaped && removed {
+            // Removed, or kept empty for a later call.
+            let emptied = cgroup.as_ref().is_none_or(|cgroup| {
+                std::fs::read_to_string(cgroup.join("cgroup.procs"))
+                    .map_or(true, |procs| procs.trim().is_empty())
+            });
+            if reaped && emptied {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "left behind: supervisor {supervisor} reaped {reaped}, cgroup {cgroup:?} removed \
-                 {removed}"
+                "left behind: supervisor {supervisor} reaped {reaped}, cgroup {cgroup:?} emptied \
+                 {emptied}"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// The directory of a cgroup v2 path (as `/proc/PID/cgroup` gives it).
+fn cgroup_dir(path: &str) -> std::path::PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo
+        .lines()
+        .find_map(|line| {
+            let (fields, after) = line.split_once(" - ")?;
+            (after.split_whitespace().next() == Some("cgroup2"))
+                .then(|| fields.split_whitespace().nth(4).map(str::to_owned))
+                .flatten()
+        })
+        .unwrap_or_else(|| "/sys/fs/cgroup".to_owned());
+    Path::new(&mount).join(path.trim_start_matches('/'))
+}
+
+/// A call's cgroup goes to a later call only as good as new: one that was given a
+/// limit is removed when its call ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_cgroup_goes_to_a_later_call_only_as_good_as_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let show = "grep '^0::' /proc/$PPID/cgroup | cut -d: -f3-; grep -c . /proc/$PPID/cgroup";
+    let call = |max_processes: u64| {
+        let dir = dir.path().to_owned();
+        async move {
+            let mut spec = spec(Program::Shell(show.to_owned()), &dir);
+            spec.limits.max_processes = max_processes;
+            let outcome = process::run(spec).await.unwrap();
+            assert_eq!(outcome.status, Some(ExitStatus::Code(0)), "{:?}", outcome.stderr.text);
+            let cgroup = outcome.stdout.text.lines().next().unwrap_or_default().to_owned();
+            (cgroup, outcome.containment)
+        }
+    };
+    let (first, containment) = call(0).await;
+    if containment != toolgate::sandbox::Containment::Cgroup {
+        eprintln!("skipped: no per-call cgroups here");
+        return;
+    }
+    // Its processes gone, a call's cgroup is handed on (the clean-up follows the
+    // answer, so a call or two may get one made meanwhile first).
+    let mut seen = vec![first];
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (cgroup, _) = call(0).await;
+        if seen.contains(&cgroup) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no cgroup was handed on: {seen:?}");
+        seen.push(cgroup);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // One given a process limit is removed.
+    let (limited, _) = call(100).await;
+    let limited_dir = cgroup_dir(&limited);
+    let deadline = Instant::now() + PATIENCE;
+    while limited_dir.exists() {
+        assert!(Instant::now() < deadline, "{limited_dir:?} was not removed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..3 {
+        assert_ne!(call(0).await.0, limited);
+    }
+    // Calls whose trees were killed go on being followed by calls that run: one
+    // timed out (its supervisor kills the tree), one whose command never started
+    // (the daemon kills the cgroup: on some kernels a cgroup once killed kills what is
+    // born in it later, so that one is never handed on).
+    let mut timed = spec(Program::Shell(format!("{show}; sleep 30")), dir.path());
+    timed.timeout = Some(Duration::from_millis(300));
+    let outcome = process::run(timed).await.unwrap();
+    assert!(outcome.timed_out, "{:?}", outcome.stdout.text);
+    for _ in 0..3 {
+        call(0).await;
+    }
+    let missing = spec(exec("/nonexistent/program", &[]), dir.path());
+    assert!(matches!(process::run(missing).await, Err(ProcessError::Spawn { .. })));
+    for _ in 0..3 {
+        call(0).await;
+    }
+    process::release_spares();
 }
 
 /// Children of this process forked by the spawner and waiting as supervisors (their

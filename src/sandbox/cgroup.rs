@@ -20,12 +20,16 @@ use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a kill may take before the cgroup is left behind with a warning. Killed
 /// processes leave within milliseconds unless stuck in the kernel.
 const KILL_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The most memory still charged to a call's cgroup once its processes are gone for
+/// it to be another call's ([`CallCgroup::reusable`]).
+const REUSABLE_CHARGE: u64 = 1024 * 1024;
 
 /// Where per-call cgroups are created, as found at first use.
 #[derive(Debug)]
@@ -315,7 +319,14 @@ fn remove_stale(parent: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let cgroup = CallCgroup { dir: entry.path(), handle: None, v1_pids: None, removed: false };
+        let cgroup = CallCgroup {
+            dir: entry.path(),
+            handle: None,
+            v1_pids: None,
+            limited: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            removed: false,
+        };
         drop(cgroup);
     }
 }
@@ -329,6 +340,10 @@ pub struct CallCgroup {
     handle: Option<OwnedFd>,
     /// The call's cgroup in the v1 `pids` hierarchy, on a hybrid hierarchy.
     v1_pids: Option<PathBuf>,
+    /// Whether a limit was set ([`CallCgroup::set_limit`]).
+    limited: AtomicBool,
+    /// Whether it was killed ([`CallCgroup::kill`]).
+    killed: AtomicBool,
     removed: bool,
 }
 
@@ -365,7 +380,14 @@ impl CallCgroup {
             rustix::fs::Mode::empty(),
         )
         .ok();
-        Ok(CallCgroup { dir, handle, v1_pids, removed: false })
+        Ok(CallCgroup {
+            dir,
+            handle,
+            v1_pids,
+            limited: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            removed: false,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -407,7 +429,34 @@ impl CallCgroup {
 
     /// Sets a limit file (`pids.max`, `memory.max`).
     pub fn set_limit(&self, file: &str, value: &str) -> std::io::Result<()> {
+        self.limited.store(true, Ordering::Relaxed);
         std::fs::write(self.dir_of(file).join(file), value)
+    }
+
+    /// Whether, its call over, it can be another call's as if made for it: never
+    /// given a limit, never killed (some kernels go on killing what is born in a
+    /// cgroup once killed), in no v1 hierarchy, still there, with no process left, no
+    /// limit's event counted (an OOM kill counts even without a limit), and next to
+    /// nothing still charged to it (a later call's memory limit would count what a
+    /// command left in the page cache).
+    pub fn reusable(&self) -> bool {
+        !self.removed
+            && self.v1_pids.is_none()
+            && !self.limited.load(Ordering::Relaxed)
+            && !self.killed.load(Ordering::Relaxed)
+            && self.still_there()
+            && self.is_empty()
+            && self.counter("memory.events", "oom_kill") == 0
+            && self.counter("pids.events", "max") == 0
+            && self.counter_file("memory.current") <= REUSABLE_CHARGE
+    }
+
+    /// The number a one-value file holds (`memory.current`); 0 when absent.
+    fn counter_file(&self, file: &str) -> u64 {
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Reads one counter of a key-value file (`pids.events` `max`, `memory.events`
@@ -429,6 +478,7 @@ impl CallCgroup {
         if self.removed {
             return;
         }
+        self.killed.store(true, Ordering::Relaxed);
         match std::fs::write(self.dir.join("cgroup.kill"), "1") {
             Ok(()) => {}
             Err(err) if err.kind() == ErrorKind::NotFound => self.kill_members(),

@@ -1014,7 +1014,7 @@ impl SpareItem for CallTempDir {
 
 impl SpareItem for CallCgroup {
     fn still_as_made(&self) -> bool {
-        self.still_there()
+        self.still_there() && self.is_empty()
     }
 }
 
@@ -1106,7 +1106,7 @@ impl ReadySupervisor {
 
     async fn make(program: PathBuf) -> std::io::Result<Option<ReadySupervisor>> {
         let cgroup = match CallCgroups::get() {
-            Ok(_) => Some(make_spare_cgroup()?),
+            Ok(_) => Some(SPARE_CGROUP.take_or_make(make_spare_cgroup)?),
             Err(_) => None,
         };
         let (control, supervisor_end) = UnixStream::pair()?;
@@ -1307,11 +1307,20 @@ impl Drop for TreeGuard {
             signal_descendants(supervisor);
         }
         // The call's processes are all gone once its cgroup is found empty, and only
-        // then: without a cgroup, one that left the supervisor's tree may live on.
-        let all_gone = self.cgroup.take().is_some_and(|mut cgroup| cgroup.kill_and_remove());
+        // then: without a cgroup, one that left the supervisor's tree may live on. A
+        // cgroup as good as new is handed on with its temporary directory.
+        let reaped = self.supervisor.is_none();
+        let all_gone = match self.cgroup.take() {
+            Some(cgroup) if reaped && cgroup.reusable() => {
+                SPARE_CGROUP.give_back(cgroup);
+                true
+            }
+            Some(mut cgroup) => cgroup.kill_and_remove(),
+            None => false,
+        };
         if let Some(temp_dir) = self.temp_dir.take()
             && all_gone
-            && self.supervisor.is_none()
+            && reaped
             && temp_dir.reusable()
         {
             SPARE_TEMP_DIR.give_back(temp_dir);
