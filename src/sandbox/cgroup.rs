@@ -440,15 +440,18 @@ impl CallCgroup {
     /// nothing still charged to it (a later call's memory limit would count what a
     /// command left in the page cache).
     pub fn reusable(&self) -> bool {
+        // A controller's files are only there where it is enabled.
+        let has = |name: &str| CallCgroups::get().is_ok_and(|cgroups| cgroups.has_controller(name));
         !self.removed
             && self.v1_pids.is_none()
             && !self.limited.load(Ordering::Relaxed)
             && !self.killed.load(Ordering::Relaxed)
             && self.still_there()
             && self.is_empty()
-            && self.counter("memory.events", "oom_kill") == 0
-            && self.counter("pids.events", "max") == 0
-            && self.counter_file("memory.current") <= REUSABLE_CHARGE
+            && (!has("memory")
+                || (self.counter("memory.events", "oom_kill") == 0
+                    && self.counter_file("memory.current") <= REUSABLE_CHARGE))
+            && (!has("pids") || self.counter("pids.events", "max") == 0)
     }
 
     /// The number a one-value file holds (`memory.current`); 0 when absent.

@@ -1014,7 +1014,7 @@ impl SpareItem for CallTempDir {
 
 impl SpareItem for CallCgroup {
     fn still_as_made(&self) -> bool {
-        self.still_there() && self.is_empty()
+        self.still_there()
     }
 }
 
@@ -1457,17 +1457,16 @@ async fn drive_control(
     outcome
 }
 
-/// Resolves when the supervisor is found stopped (`T`, or `t` under a tracer), checked
-/// whenever a child of the daemon changes state (the kernel sends SIGCHLD when one
-/// stops) and once right after listening starts, so a stop just before is not missed.
+/// Resolves when the supervisor is found stopped, checked whenever a child of the
+/// daemon changes state (the kernel sends SIGCHLD when one stops) and once right
+/// after listening starts, so a stop just before is not missed.
 async fn supervisor_stopped(supervisor: Option<Pid>) {
     let Some(pid) = supervisor else {
         return std::future::pending().await;
     };
-    let is_stopped = || read_state(pid.as_raw()).is_some_and(|state| matches!(state, 'T' | 't'));
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
         Ok(mut changes) => loop {
-            if is_stopped() {
+            if is_stopped(pid) {
                 return;
             }
             if changes.recv().await.is_none() {
@@ -1476,7 +1475,7 @@ async fn supervisor_stopped(supervisor: Option<Pid>) {
         },
         // No SIGCHLD stream (no runtime signal driver): look now and then.
         Err(_) => loop {
-            if is_stopped() {
+            if is_stopped(pid) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1484,10 +1483,17 @@ async fn supervisor_stopped(supervisor: Option<Pid>) {
     }
 }
 
-/// The state letter of `/proc/PID/stat`.
-fn read_state(pid: i32) -> Option<char> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    text[text.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+/// Whether `pid`, an unreaped child of this process, is stopped: what `waitid`
+/// tells a parent, left for the next look (`WNOWAIT`). One system call, where reading
+/// `/proc/PID/stat` opens, reads and closes a file. A stop under a tracer other than
+/// this process is the tracer's to report, and to end.
+fn is_stopped(pid: Pid) -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let Some(pid) = rustix::process::Pid::from_raw(pid.as_raw()) else {
+        return false;
+    };
+    let options = WaitIdOptions::STOPPED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    matches!(waitid(WaitId::Pid(pid), options), Ok(Some(status)) if status.stopped() || status.trapped())
 }
 
 /// Shuts down the daemon's side of the control socket: the supervisor reads

@@ -472,3 +472,25 @@ fn spares_given_back_are_handed_out_last_first_and_only_a_few_are_kept() {
     assert!(paths[..SPARES_KEPT - 1].iter().all(|path| !path.exists()));
     drop(taken);
 }
+
+#[test]
+fn a_stopped_child_is_seen_stopped_and_left_waitable() {
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = pid_from_u32(child.id()).unwrap();
+    let until = |want: bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while is_stopped(pid) != want {
+            assert!(Instant::now() < deadline, "never seen stopped = {want}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    assert!(!is_stopped(pid));
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    until(true);
+    // Looking leaves the report for the next look.
+    assert!(is_stopped(pid) && is_stopped(pid));
+    nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
+    until(false);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
