@@ -8,7 +8,7 @@
 //! HTTP server is reached with rmcp's client transport (plain `http://`; this build
 //! links no TLS stack).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -74,8 +74,8 @@ pub(crate) struct Link {
     /// The live connection, while the server is ready. Calls take a clone of the peer;
     /// `None` makes every proxied tool answer `upstream_error` at once.
     live: RwLock<Option<Live>>,
-    /// Where the progress of each running call goes, by the progress token we sent.
-    progress: Mutex<HashMap<ProgressToken, OutputSink>>,
+    /// Where the progress of each running call goes.
+    progress: Mutex<Progress>,
     /// Set by the server's `notifications/tools/list_changed` (a permit is kept, so a
     /// notification arriving while the supervisor is busy is not lost).
     tools_changed: Notify,
@@ -96,7 +96,7 @@ impl Link {
         Arc::new(Link {
             name: name.to_owned(),
             live: RwLock::new(None),
-            progress: Mutex::new(HashMap::new()),
+            progress: Mutex::new(Progress::default()),
             tools_changed: Notify::new(),
             status: Mutex::new(UpstreamStatus {
                 name: name.to_owned(),
@@ -163,19 +163,30 @@ impl Link {
         self.tools_changed.notified().await;
     }
 
-    /// Routes the progress of one call to its output sink until the guard drops.
+    /// Routes the progress of one call to its output sink until the guard drops. The
+    /// call is sent before its token is known here, so a quick server's first
+    /// progress can come first: what came for the token is delivered now, in order.
     pub(crate) fn route_progress(
         self: &Arc<Link>,
         token: ProgressToken,
         sink: OutputSink,
     ) -> ProgressRoute {
-        self.progress_lock().insert(token.clone(), sink);
+        let mut progress = self.progress_lock();
+        let early = std::mem::take(&mut progress.early);
+        for (for_token, text) in early {
+            if for_token == token {
+                sink.emit(OutputStream::Stdout, &text);
+            } else {
+                progress.early.push_back((for_token, text));
+            }
+        }
+        progress.routes.insert(token.clone(), sink);
         ProgressRoute { link: self.clone(), token }
     }
 
+    /// Delivers one progress notification to its call, or keeps it for a call about
+    /// to route it. Delivered under the lock, so that what was kept goes first.
     fn progress(&self, params: &ProgressNotificationParam) {
-        let sink = self.progress_lock().get(&params.progress_token).cloned();
-        let Some(sink) = sink else { return };
         let mut text = match (&params.message, params.total) {
             (Some(message), _) => message.clone(),
             (None, Some(total)) => format!("progress {} of {}", params.progress, total),
@@ -184,17 +195,38 @@ impl Link {
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        sink.emit(OutputStream::Stdout, &text);
+        let mut progress = self.progress_lock();
+        match progress.routes.get(&params.progress_token) {
+            Some(sink) => sink.emit(OutputStream::Stdout, &text),
+            None => {
+                if progress.early.len() == EARLY_PROGRESS_KEPT {
+                    progress.early.pop_front();
+                }
+                progress.early.push_back((params.progress_token.clone(), text));
+            }
+        }
     }
 
     fn status_lock(&self) -> std::sync::MutexGuard<'_, UpstreamStatus> {
         self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn progress_lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, OutputSink>> {
+    fn progress_lock(&self) -> std::sync::MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
+
+/// The progress routes of running calls, by the progress token sent with each, and
+/// the last notifications that came for no route (yet).
+#[derive(Default)]
+struct Progress {
+    routes: HashMap<ProgressToken, OutputSink>,
+    early: VecDeque<(ProgressToken, String)>,
+}
+
+/// How many notifications for no route are kept: enough for the first lines of the
+/// calls being sent at one moment; a stray token's are let go first.
+const EARLY_PROGRESS_KEPT: usize = 32;
 
 /// Removes a call's progress route when the call ends, however it ends.
 pub(crate) struct ProgressRoute {
@@ -204,7 +236,7 @@ pub(crate) struct ProgressRoute {
 
 impl Drop for ProgressRoute {
     fn drop(&mut self) {
-        self.link.progress_lock().remove(&self.token);
+        self.link.progress_lock().routes.remove(&self.token);
     }
 }
 
@@ -553,5 +585,43 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
             }
             Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(token: u32, message: &str) -> ProgressNotificationParam {
+        let mut params = ProgressNotificationParam::new(
+            ProgressToken(rmcp::model::NumberOrString::Number(i64::from(token))),
+            1.0,
+        );
+        params.message = Some(message.to_owned());
+        params
+    }
+
+    #[test]
+    fn progress_that_comes_before_its_call_is_routed_is_delivered_first_and_in_order() {
+        let link = Link::new("fx");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let seen = seen.clone();
+            OutputSink::new(move |_, text| seen.lock().unwrap().push(text.to_owned()))
+        };
+        link.progress(&note(1, "step 1"));
+        link.progress(&note(2, "another call's"));
+        link.progress(&note(1, "step 2"));
+        let route =
+            link.route_progress(ProgressToken(rmcp::model::NumberOrString::Number(1)), sink);
+        link.progress(&note(1, "step 3"));
+        assert_eq!(*seen.lock().unwrap(), ["step 1\n", "step 2\n", "step 3\n"]);
+        // The other call's stays for its own route; this one's is gone with its route.
+        drop(route);
+        link.progress(&note(1, "late"));
+        let progress = link.progress_lock();
+        assert!(progress.routes.is_empty());
+        let kept: Vec<&str> = progress.early.iter().map(|(_, text)| text.as_str()).collect();
+        assert_eq!(kept, ["another call's\n", "late\n"]);
     }
 }
