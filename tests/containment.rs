@@ -280,8 +280,9 @@ fn a_command_that_stops_its_supervisor_leaves_nothing_stopped_or_running() {
         20_000,
     );
     assert_eq!(result["ok"], json!(false), "{result}");
-    // The supervisor did not simply wait out the deadline.
+    // The supervisor did not simply wait out the deadline: it was seen stopped.
     assert_ne!(result["error"]["type"], json!("timeout"), "{result}");
+    assert!(result.to_string().contains("supervisor was stopped"), "{result}");
     let supervisor = read_number(&pid_file).unwrap();
     let start = Instant::now();
     while let Some(state) = state_of(supervisor).filter(|state| *state != 'Z') {
