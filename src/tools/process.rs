@@ -924,11 +924,12 @@ fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
 /// Something a call makes before it starts its command, made ahead of the call that
 /// takes it: making a directory (a temporary directory on the disk's file system, a
 /// cgroup) costs the kernel tens of microseconds that the call would otherwise wait
-/// for. One is kept; the call that takes it, or that made its own, has the next one
-/// made in the background once its supervisor is on its way (before, the making
-/// would take a core from the spawner's fork). A second call at the same moment makes
-/// its own. A spare is as fresh as one made by the call: never handed to anyone, or
-/// given back ([`Spare::give_back`]) only as it was made.
+/// for. One made ahead is kept; the call that takes it, or that made its own, has the
+/// next one made in the background once its supervisor is on its way (before, the
+/// making would take a core from the spawner's fork), unless spares given back are
+/// ready (up to [`SPARES_KEPT`]). A second call at the same moment makes its own. A
+/// spare is as fresh as one made by the call: never handed to anyone, or given back
+/// ([`Spare::give_back`]) only as it was made.
 struct Spare<T>(std::sync::Mutex<Vec<T>>);
 
 /// What a spare can be: something that can tell whether it is still as it was made.
