@@ -312,12 +312,7 @@ async fn a_supervisor_starts_its_command_only_inside_the_ruleset_handed_to_it() 
     assert!(supervisor.wait().unwrap().success());
     assert!(!allowed.join("written").exists() && !dir.path().join("written").exists());
 
-    let profile = toolgate::sandbox::Profile {
-        read: vec!["/".into()],
-        write: vec![allowed.clone()],
-        network: true,
-        ..Default::default()
-    };
+    let profile = writing_only_to(&allowed);
     if toolgate::sandbox::confine::landlock_abi() == 0 {
         eprintln!("skipped the half with a ruleset: this kernel has no Landlock");
         return;
@@ -605,6 +600,16 @@ fn spec(program: Program, dir: &Path) -> Spec {
     spec
 }
 
+/// A sandbox that may read everything and write only beneath `dir`.
+fn writing_only_to(dir: &Path) -> toolgate::sandbox::Profile {
+    toolgate::sandbox::Profile {
+        read: vec!["/".into()],
+        write: vec![dir.to_owned()],
+        network: true,
+        ..Default::default()
+    }
+}
+
 fn exec(program: &str, args: &[&str]) -> Program {
     Program::Exec { program: program.into(), args: args.iter().map(Into::into).collect() }
 }
@@ -775,19 +780,19 @@ async fn a_call_is_answered_once_its_tree_is_gone_and_its_supervisor_and_cgroup_
     }
 }
 
-/// The directory of a cgroup v2 path (as `/proc/PID/cgroup` gives it).
+/// The directory of a call's cgroup, from its path as `/proc/PID/cgroup` gives it.
 fn cgroup_dir(path: &str) -> std::path::PathBuf {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let mount = mountinfo
-        .lines()
-        .find_map(|line| {
-            let (fields, after) = line.split_once(" - ")?;
-            (after.split_whitespace().next() == Some("cgroup2"))
-                .then(|| fields.split_whitespace().nth(4).map(str::to_owned))
-                .flatten()
-        })
-        .unwrap_or_else(|| "/sys/fs/cgroup".to_owned());
-    Path::new(&mount).join(path.trim_start_matches('/'))
+    let name = Path::new(path).file_name().unwrap();
+    toolgate::sandbox::CallCgroups::get().unwrap().parent().join(name)
+}
+
+/// Waits (within [`PATIENCE`]) until nothing is at `path`.
+async fn until_removed(path: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while path.exists() {
+        assert!(Instant::now() < deadline, "{path:?} was not removed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A call's cgroup goes to a later call only as good as new: one that was given a
@@ -827,12 +832,7 @@ async fn a_calls_cgroup_goes_to_a_later_call_only_as_good_as_new() {
     }
     // One given a process limit is removed.
     let (limited, _) = call(100).await;
-    let limited_dir = cgroup_dir(&limited);
-    let deadline = Instant::now() + PATIENCE;
-    while limited_dir.exists() {
-        assert!(Instant::now() < deadline, "{limited_dir:?} was not removed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_removed(&cgroup_dir(&limited)).await;
     for _ in 0..3 {
         assert_ne!(call(0).await.0, limited);
     }
@@ -973,12 +973,7 @@ async fn the_command_starts_with_no_signal_blocked_or_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_call_has_the_next_calls_temporary_directory_made_behind_it() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = toolgate::sandbox::Profile {
-        read: vec!["/".into()],
-        write: vec![dir.path().to_owned()],
-        network: true,
-        ..Default::default()
-    };
+    let profile = writing_only_to(dir.path());
     let temp_dir_of_a_call = || async {
         let mut spec = spec(exec("/bin/sh", &["-c", "printf %s \"$TMPDIR\""]), dir.path());
         spec.sandbox = Some(profile.clone());
@@ -1023,12 +1018,7 @@ async fn a_sandboxed_call_has_the_next_calls_temporary_directory_made_behind_it(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_temporary_directory_goes_to_a_later_call_only_as_it_was_made() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = toolgate::sandbox::Profile {
-        read: vec!["/".into()],
-        write: vec![dir.path().to_owned()],
-        network: true,
-        ..Default::default()
-    };
+    let profile = writing_only_to(dir.path());
     // Prints its TMPDIR, then anything in it, then runs `then`.
     let call = |then: &'static str| {
         let profile = profile.clone();
@@ -1066,16 +1056,9 @@ async fn a_temporary_directory_goes_to_a_later_call_only_as_it_was_made() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Something left in it, or opened to others: removed, never handed on.
-    let gone = |path: std::path::PathBuf| async move {
-        let deadline = Instant::now() + PATIENCE;
-        while path.exists() {
-            assert!(Instant::now() < deadline, "{path:?} was not removed");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
     for then in ["touch \"$TMPDIR/.left\"", "chmod 755 \"$TMPDIR\""] {
         let (used, _) = call(then).await;
-        gone(used.clone()).await;
+        until_removed(&used).await;
         for _ in 0..3 {
             assert_ne!(call("").await.0, used, "{then}");
         }

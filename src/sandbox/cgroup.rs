@@ -319,15 +319,7 @@ fn remove_stale(parent: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let cgroup = CallCgroup {
-            dir: entry.path(),
-            handle: None,
-            v1_pids: None,
-            limited: AtomicBool::new(false),
-            killed: AtomicBool::new(false),
-            removed: false,
-        };
-        drop(cgroup);
+        drop(CallCgroup::at(entry.path(), None, None));
     }
 }
 
@@ -380,14 +372,19 @@ impl CallCgroup {
             rustix::fs::Mode::empty(),
         )
         .ok();
-        Ok(CallCgroup {
+        Ok(CallCgroup::at(dir, handle, v1_pids))
+    }
+
+    /// The call cgroup at `dir`, neither limited nor killed yet.
+    fn at(dir: PathBuf, handle: Option<OwnedFd>, v1_pids: Option<PathBuf>) -> CallCgroup {
+        CallCgroup {
             dir,
             handle,
             v1_pids,
             limited: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             removed: false,
-        })
+        }
     }
 
     pub fn dir(&self) -> &Path {
