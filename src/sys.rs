@@ -129,6 +129,32 @@ pub(crate) fn async_fd(
     registered.map_err(|err| err.into_parts().1)
 }
 
+/// Receives from a socket (`recv` with `flags`) into at most `limit` bytes of the
+/// unfilled part of `buf`, without zeroing that room first, and counts what arrived
+/// as filled. Returns how many bytes that is.
+pub(crate) fn recv_into(
+    socket: std::os::fd::BorrowedFd<'_>,
+    buf: &mut tokio::io::ReadBuf<'_>,
+    limit: usize,
+    flags: rustix::net::RecvFlags,
+) -> std::io::Result<usize> {
+    // SAFETY: the room is only handed to the kernel to write into; nothing here
+    // writes uninitialized bytes over bytes `buf` counts as initialized.
+    #[allow(unsafe_code)]
+    let room = unsafe { buf.unfilled_mut() };
+    let limit = limit.min(room.len());
+    let ((received, _), _) = rustix::net::recv(socket, &mut room[..limit], flags)?;
+    let received = received.len();
+    // SAFETY: the kernel wrote the first `received` bytes of the unfilled room (rustix
+    // returns them as the initialized part of the slice it was given).
+    #[allow(unsafe_code)]
+    unsafe {
+        buf.assume_init(received);
+    }
+    buf.advance(received);
+    Ok(received)
+}
+
 /// Hands every free page of glibc's arenas back to the system (`malloc_trim`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) fn trim_heap() {

@@ -32,6 +32,8 @@ use super::ws;
 use crate::admission::{Admission, Busy, Limits, Pools};
 use crate::daemon::Daemon;
 
+mod socket;
+
 /// How long a new connection may take to send its first bytes by default. Editor
 /// plugins and the CLI speak at once; a connection that stays silent this long is
 /// not a client.
@@ -279,11 +281,12 @@ async fn serve_stream(
             return;
         }
     };
-    let stream = ws::Prefixed::new(prefix.clone(), stream);
     if prefix.starts_with(b"GET ") {
+        let stream = ws::Prefixed::new(prefix.clone(), stream);
         ws::serve_upgrade(daemon, stream, identity, max).await;
     } else {
-        let (reader, writer) = tokio::io::split(stream);
+        let (reader, writer) = socket::halves(stream);
+        let reader = ws::Prefixed::new(prefix, reader);
         super::serve_lines(daemon, identity, reader, writer, max).await;
     }
 }
