@@ -172,14 +172,13 @@ impl Link {
         sink: OutputSink,
     ) -> ProgressRoute {
         let mut progress = self.progress_lock();
-        let early = std::mem::take(&mut progress.early);
-        for (for_token, text) in early {
-            if for_token == token {
-                sink.emit(OutputStream::Stdout, &text);
-            } else {
-                progress.early.push_back((for_token, text));
+        progress.early.retain(|(for_token, text)| {
+            let ours = *for_token == token;
+            if ours {
+                sink.emit(OutputStream::Stdout, text);
             }
-        }
+            !ours
+        });
         progress.routes.insert(token.clone(), sink);
         ProgressRoute { link: self.clone(), token }
     }

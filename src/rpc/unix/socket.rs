@@ -33,7 +33,7 @@ use tokio::task::coop;
 
 use crate::sys;
 
-/// Bytes looked at per read at most (the room a read prepares first).
+/// Bytes looked at per read at most, and taken out per `recv`.
 const READ_CHUNK: usize = 16 * 1024;
 
 /// The reading and writing halves of one connection's socket.
