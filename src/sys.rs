@@ -191,3 +191,65 @@ pub fn give_large_blocks_back() {}
 /// Nothing to hand back outside glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(crate) fn trim_heap() {}
+
+/// Linux's scheduling policies this crate moves between (`sched_setscheduler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduling {
+    /// `SCHED_OTHER`: what every process starts with.
+    Normal,
+    /// `SCHED_BATCH`: the same share of the processor, but a thread that wakes up
+    /// waits for the one running where it lands to sleep or use up its slice, instead
+    /// of taking the processor from it at once.
+    Batch,
+}
+
+/// Sets the calling thread's scheduling policy; threads and processes it starts
+/// afterwards inherit it. The nice value is kept.
+#[cfg(target_os = "linux")]
+pub fn set_scheduling(scheduling: Scheduling) -> std::io::Result<()> {
+    let policy = match scheduling {
+        Scheduling::Normal => libc::SCHED_OTHER,
+        Scheduling::Batch => libc::SCHED_BATCH,
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid `sched_param` on this stack for the whole call, which
+    // only reads it; pid 0 names the calling thread. Neither policy needs a privilege,
+    // and neither touches memory of this process.
+    #[allow(unsafe_code)]
+    let status = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if status == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// The calling thread's scheduling policy, when it is one of [`Scheduling`]'s.
+#[cfg(target_os = "linux")]
+pub fn scheduling() -> Option<Scheduling> {
+    // SAFETY: takes a pid (0: the calling thread) and passes no memory.
+    #[allow(unsafe_code)]
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    match policy {
+        libc::SCHED_OTHER => Some(Scheduling::Normal),
+        libc::SCHED_BATCH => Some(Scheduling::Batch),
+        _ => None,
+    }
+}
+
+/// Only Linux's policies are set.
+#[cfg(not(target_os = "linux"))]
+pub fn set_scheduling(_: Scheduling) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn scheduling() -> Option<Scheduling> {
+    None
+}
+
+/// A process this binary becomes on behalf of a command (a supervisor, the spawner
+/// of supervisors, the sandbox launcher) leaves [`Scheduling::Batch`], which it
+/// inherits from `toolgate mcp`: commands run with the policy every process starts
+/// with.
+pub fn schedule_commands_normally() {
+    if scheduling() == Some(Scheduling::Batch) {
+        let _ = set_scheduling(Scheduling::Normal);
+    }
+}

@@ -2,6 +2,8 @@
 //! handshake of both eras, the tool mapping, progress, cancellation, approvals,
 //! roots, and bad input.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
 mod mcp_support;
 
 use std::time::Duration;
@@ -456,71 +458,115 @@ async fn the_stateless_era_discovers_and_asks_with_input_required() {
     client.close().await;
 }
 
+/// `toolgate mcp` started on pipes, as MCP hosts start it, with a root holding
+/// `hello.txt`. Its answers are read on a thread of their own, so that a silent
+/// server fails the test instead of hanging it.
+struct PipedServer {
+    _dir: tempfile::TempDir,
+    child: std::process::Child,
+    requests: std::io::PipeWriter,
+    answers: std::sync::mpsc::Receiver<String>,
+    /// Copies of the child's ends: they share its open file descriptions, flags included.
+    stdin_probe: std::io::PipeReader,
+    stdout_probe: std::io::PipeWriter,
+}
+
+impl PipedServer {
+    fn start(extra_args: &[&str]) -> PipedServer {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let root = std::fs::canonicalize(root).unwrap();
+        std::fs::write(root.join("hello.txt"), "hello over a pipe\n").unwrap();
+
+        let (stdin_read, requests) = std::io::pipe().unwrap();
+        let (stdout_read, stdout_write) = std::io::pipe().unwrap();
+        let stdin_probe = stdin_read.try_clone().unwrap();
+        let stdout_probe = stdout_write.try_clone().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("mcp")
+            .arg("--root")
+            .arg(&root)
+            .args(extra_args)
+            .current_dir(&root)
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(stdin_read)
+            .stdout(stdout_write)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (sender, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout_read).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut server =
+            PipedServer { _dir: dir, child, requests, answers, stdin_probe, stdout_probe };
+        server.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST_LEGACY, "capabilities": {},
+            "clientInfo": {"name": "pipes", "version": "1"}}}));
+        server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write;
+        self.requests.write_all(format!("{message}\n").as_bytes()).unwrap();
+    }
+
+    /// Calls `tool` and returns the answer.
+    fn call(&mut self, id: i64, tool: &str, arguments: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}));
+        loop {
+            let line = self.answers.recv_timeout(PATIENCE).expect("no answer from toolgate mcp");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// Ends its input and waits for it to exit.
+    fn end(mut self) -> std::process::ExitStatus {
+        drop(self.requests);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("toolgate mcp did not exit at end of input");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn blocking(fd: &dyn std::os::fd::AsFd) -> bool {
+    !rustix::fs::fcntl_getfl(fd.as_fd()).unwrap().contains(rustix::fs::OFlags::NONBLOCK)
+}
+
 /// The real binary on pipes (as MCP hosts start it): it drives them non-blocking
 /// while it serves, answers, and on end of input leaves their flags as it found
 /// them (the open file descriptions may be shared with other processes).
 #[test]
 fn the_binary_serves_pipes_and_leaves_their_flags_as_found() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
-
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir(&root).unwrap();
-    let root = std::fs::canonicalize(root).unwrap();
-    std::fs::write(root.join("hello.txt"), "hello over a pipe\n").unwrap();
-
-    let (stdin_read, mut stdin_write) = std::io::pipe().unwrap();
-    let (stdout_read, stdout_write) = std::io::pipe().unwrap();
-    // Copies of the child's ends: they share its open file descriptions, flags included.
-    let stdin_probe = stdin_read.try_clone().unwrap();
-    let stdout_probe = stdout_write.try_clone().unwrap();
-    let blocking = |fd: &dyn std::os::fd::AsFd| {
-        !rustix::fs::fcntl_getfl(fd.as_fd()).unwrap().contains(rustix::fs::OFlags::NONBLOCK)
-    };
-    assert!(blocking(&stdin_probe) && blocking(&stdout_probe));
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("mcp")
-        .arg("--root")
-        .arg(&root)
-        .current_dir(&root)
-        .env("XDG_CONFIG_HOME", dir.path().join("config"))
-        .env("XDG_STATE_HOME", dir.path().join("state"))
-        .env("TOOLGATE_LOG", "warn")
-        .stdin(stdin_read)
-        .stdout(stdout_write)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-
-    // The answers are read on a thread of their own so that a silent server fails
-    // the test instead of hanging it.
-    let (answers, answered) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout_read).lines() {
-            let Ok(line) = line else { return };
-            if answers.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut ask = |message: Value| {
-        stdin_write.write_all(format!("{message}\n").as_bytes()).unwrap();
-    };
-    ask(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": LATEST_LEGACY, "capabilities": {},
-        "clientInfo": {"name": "pipes", "version": "1"}}}));
-    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    ask(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
-    let answer = loop {
-        let line = answered.recv_timeout(PATIENCE).expect("no answer from toolgate mcp");
-        let message: Value = serde_json::from_str(&line).unwrap();
-        if message["id"] == json!(2) {
-            break message;
-        }
-    };
+    let mut server = PipedServer::start(&[]);
+    let (stdin_probe, stdout_probe) =
+        (server.stdin_probe.try_clone().unwrap(), server.stdout_probe.try_clone().unwrap());
+    let answer = server.call(2, "read_file", json!({"path": "hello.txt"}));
     assert_eq!(answer["result"]["structuredContent"]["ok"], json!(true), "{answer}");
     assert!(
         answer["result"]["content"][0]["text"]
@@ -531,16 +577,47 @@ fn the_binary_serves_pipes_and_leaves_their_flags_as_found() {
     // While it serves, the pipes are non-blocking.
     assert!(!blocking(&stdin_probe) && !blocking(&stdout_probe));
 
-    drop(stdin_write);
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(std::time::Instant::now() < deadline, "toolgate mcp did not exit at end of input");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = server.end();
     assert!(status.success(), "{status}");
     assert!(blocking(&stdin_probe), "stdin was left non-blocking");
     assert!(blocking(&stdout_probe), "stdout was left non-blocking");
+}
+
+/// The scheduling policy in a `/proc/.../stat` line (its 41st field).
+fn policy_in_stat(stat: &str) -> u32 {
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 1..];
+    after_name.split_whitespace().nth(41 - 3).expect("a policy field").parse().unwrap()
+}
+
+const SCHED_OTHER: u32 = 0;
+const SCHED_BATCH: u32 = 3;
+
+/// On its host's pipes, every thread of the server is `SCHED_BATCH`: a thread that
+/// wakes waits for the host to sleep (or use up its slice) instead of taking the
+/// processor from it in the middle of its work. The commands it runs do not keep
+/// that: they start with the policy every process starts with.
+#[test]
+fn on_pipes_the_server_yields_to_its_host_and_its_commands_schedule_as_usual() {
+    let mut server = PipedServer::start(&["--mode", "bypass"]);
+    let answer = server.call(1, "read_file", json!({"path": "hello.txt"}));
+    assert_eq!(answer["result"]["structuredContent"]["ok"], json!(true), "{answer}");
+    let tasks = format!("/proc/{}/task", server.child.id());
+    let mut threads = 0;
+    for task in std::fs::read_dir(&tasks).unwrap() {
+        let Ok(stat) = std::fs::read_to_string(task.unwrap().path().join("stat")) else {
+            continue; // a thread that just ended
+        };
+        threads += 1;
+        assert_eq!(policy_in_stat(&stat), SCHED_BATCH, "{stat}");
+    }
+    assert!(threads > 1, "only {threads} thread(s) in {tasks}");
+
+    let answer = server.call(2, "run_command", json!({"command": "cat /proc/self/stat"}));
+    let result = &answer["result"]["structuredContent"];
+    assert_eq!(result["ok"], json!(true), "{answer}");
+    let stat = result["content"].as_str().unwrap();
+    assert_eq!(policy_in_stat(stat.lines().next().unwrap()), SCHED_OTHER, "{stat}");
+
+    let status = server.end();
+    assert!(status.success(), "{status}");
 }

@@ -50,6 +50,7 @@ pub fn exec_if_requested() -> Option<i32> {
     if args.next().as_deref() != Some(OsStr::new(EXEC_ARG)) {
         return None;
     }
+    crate::sys::schedule_commands_normally();
     let message = match exec(args) {
         Ok(never) => match never {},
         Err(message) => message,

@@ -1794,8 +1794,12 @@ pub fn supervise_if_requested() -> Option<i32> {
     let mut args = std::env::args_os();
     let _program = args.next();
     match args.next() {
-        Some(arg) if arg == SUPERVISE_ARG => Some(supervise_main(args)),
+        Some(arg) if arg == SUPERVISE_ARG => {
+            crate::sys::schedule_commands_normally();
+            Some(supervise_main(args))
+        }
         Some(arg) if arg == super::spawner::SPAWNER_ARG => {
+            crate::sys::schedule_commands_normally();
             Some(super::spawner::serve(supervise_forked))
         }
         _ => None,
