@@ -143,7 +143,8 @@ where
 
     let (outbound, outbound_rx) = line_queue();
     let (inbound, inbound_rx) = mpsc::channel::<ClientJsonRpcMessage>(INBOUND_CAPACITY);
-    let direct = Arc::new(Direct::new(handler.clone(), outbound.clone()));
+    let listing = Arc::new(Listing::default());
+    let direct = Arc::new(Direct::new(handler.clone(), outbound.clone(), listing.clone()));
     let writer_task = tokio::spawn(write_lines(writer, outbound_rx));
     let reader_task = tokio::spawn(read_messages(
         reader,
@@ -152,8 +153,11 @@ where
         outbound.clone(),
         direct.clone(),
     ));
-    let transport =
-        LineTransport { inbound: inbound_rx, outbound, encoder: LineEncoder::default() };
+    let transport = LineTransport {
+        inbound: inbound_rx,
+        outbound,
+        encoder: LineEncoder { size_hint: 0, listing },
+    };
 
     let shutdown = daemon.shutdown_token().child_token();
     let outcome = match handler.clone().serve_with_ct(transport, shutdown.clone()).await {
@@ -221,11 +225,7 @@ struct LineEncoder {
     /// The size of the last line: the next one is serialized into a buffer of that
     /// capacity, so that a stream of similar answers is not regrown each time.
     size_hint: usize,
-    /// The last `tools/list` result and its JSON. A conversation's listing only
-    /// changes with the tools, and serializing it (every tool's input schema) is most
-    /// of what answering `tools/list` costs; comparing it to the last one is cheap,
-    /// since the tools share their schemas (`Arc`s compared by address first).
-    listing: Option<(ListToolsResult, Vec<u8>)>,
+    listing: Arc<Listing>,
 }
 
 impl LineEncoder {
@@ -235,23 +235,31 @@ impl LineEncoder {
                 id,
                 result: ServerResult::ListToolsResult(listed),
                 ..
-            }) => self.listing_line(id, listed)?,
+            }) => self.listing.line(id, listed)?,
             _ => encode_line(item, self.size_hint)?,
         };
         self.size_hint = line.len();
         Ok(line)
     }
+}
 
-    fn listing_line(
-        &mut self,
-        id: &RequestId,
-        listed: &ListToolsResult,
-    ) -> std::io::Result<Vec<u8>> {
-        let json = match &self.listing {
-            Some((last, json)) if last == listed => json,
+/// The last `tools/list` result and its JSON, for the lines of rmcp's loop and of the
+/// direct path alike. A conversation's listing only changes with the tools, and
+/// serializing it (every tool's input schema) is most of what answering `tools/list`
+/// costs; comparing it to the last one is cheap, since the tools share their schemas
+/// (`Arc`s compared by address first).
+#[derive(Default)]
+struct Listing(std::sync::Mutex<Option<(ListToolsResult, Vec<u8>)>>);
+
+impl Listing {
+    /// The line answering request `id` with `listed`.
+    fn line(&self, id: &RequestId, listed: &ListToolsResult) -> std::io::Result<Vec<u8>> {
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let json = match &*last {
+            Some((seen, json)) if seen == listed => json,
             _ => {
                 let json = serde_json::to_vec(listed).map_err(std::io::Error::other)?;
-                &self.listing.insert((listed.clone(), json)).1
+                &last.insert((listed.clone(), json)).1
             }
         };
         let mut line = Vec::with_capacity(json.len() + 64);
@@ -261,6 +269,13 @@ impl LineEncoder {
         line.extend_from_slice(json);
         line.extend_from_slice(b"}\n");
         Ok(line)
+    }
+
+    /// Where the cached JSON lies (tests: the same listing is answered from it).
+    #[cfg(test)]
+    fn cached(&self) -> Option<usize> {
+        let last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.as_ref().map(|(_, json)| json.as_ptr() as usize)
     }
 }
 
@@ -765,8 +780,7 @@ mod tests {
                 result: ServerResult::ListToolsResult(ListToolsResult::with_all_items(tools)),
             })
         };
-        let cached =
-            |encoder: &LineEncoder| encoder.listing.as_ref().map(|(_, json)| json.as_ptr());
+        let cached = |encoder: &LineEncoder| encoder.listing.cached();
 
         let mut encoder = LineEncoder::default();
         let mut seen = Vec::new();

@@ -11,15 +11,15 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities,
     ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage,
-    JsonRpcNotification, JsonRpcRequest, ProtocolVersion, RequestId, RequestMetaObject,
-    ServerJsonRpcMessage, ServerResult,
+    JsonRpcNotification, JsonRpcRequest, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{Peer, RequestContext};
-use rmcp::{ErrorData as McpError, RoleServer};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler as _};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use super::{LineSender, encode_line, plain_answer_line};
+use super::{LineSender, Listing, encode_line, plain_answer_line};
 use crate::mcp::server::{Answer, McpHandler};
 
 /// How long answers of calls still running at end of input (or at shutdown) are
@@ -74,10 +74,18 @@ pub(super) struct Direct {
     input_ended: CancellationToken,
     /// The size of the last answer, as [`LineEncoder::size_hint`].
     size_hint: AtomicUsize,
+    /// The last `tools/list` answer, shared with rmcp's lines.
+    listing: Arc<Listing>,
+}
+
+/// A request this path takes.
+enum Served {
+    Call(CallToolRequest),
+    List(Option<PaginatedRequestParams>),
 }
 
 impl Direct {
-    pub(super) fn new(handler: McpHandler, outbound: LineSender) -> Direct {
+    pub(super) fn new(handler: McpHandler, outbound: LineSender, listing: Arc<Listing>) -> Direct {
         Direct {
             handler,
             peer: OnceLock::new(),
@@ -87,6 +95,7 @@ impl Direct {
             ended: CancellationToken::new(),
             input_ended: CancellationToken::new(),
             size_hint: AtomicUsize::new(0),
+            listing,
         }
     }
 
@@ -108,14 +117,16 @@ impl Direct {
     pub(super) fn take(self: &Arc<Self>, message: ClientJsonRpcMessage) -> Taken {
         match message {
             JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
-                match self.serves(request) {
-                    Ok((call, peer)) => match self.start(id, call, peer) {
-                        Some(line) => Taken::Answer(line),
-                        None => Taken::Done,
-                    },
+                let answered = match self.serves(request) {
+                    Ok((Served::Call(call), peer)) => self.start(id, call, peer),
+                    Ok((Served::List(params), peer)) => self.list(id, params, peer),
                     Err(request) => {
-                        Taken::Engine(Box::new(ClientJsonRpcMessage::request(request, id)))
+                        return Taken::Engine(Box::new(ClientJsonRpcMessage::request(request, id)));
                     }
+                };
+                match answered {
+                    Some(line) => Taken::Answer(line),
+                    None => Taken::Done,
                 }
             }
             JsonRpcMessage::Notification(JsonRpcNotification {
@@ -136,14 +147,11 @@ impl Direct {
         }
     }
 
-    /// The call and the peer to serve it with, when `request` is a call this path
-    /// takes; the request back otherwise.
-    fn serves(
-        &self,
-        request: ClientRequest,
-    ) -> Result<(CallToolRequest, Peer<RoleServer>), ClientRequest> {
+    /// The request and the peer to serve it with, when `request` is a call or a
+    /// listing of the tools this path takes; the request back otherwise.
+    fn serves(&self, request: ClientRequest) -> Result<(Served, Peer<RoleServer>), ClientRequest> {
         let peer = match &request {
-            ClientRequest::CallToolRequest(_)
+            ClientRequest::CallToolRequest(_) | ClientRequest::ListToolsRequest(_)
                 if request.get_meta().protocol_version().is_none() =>
             {
                 self.legacy_peer()
@@ -151,8 +159,76 @@ impl Direct {
             _ => None,
         };
         match (request, peer) {
-            (ClientRequest::CallToolRequest(call), Some(peer)) => Ok((call, peer)),
+            (ClientRequest::CallToolRequest(call), Some(peer)) => Ok((Served::Call(call), peer)),
+            (ClientRequest::ListToolsRequest(list), Some(peer)) => {
+                Ok((Served::List(list.params), peer))
+            }
             (request, _) => Err(request),
+        }
+    }
+
+    /// `tools/list`, as rmcp's `Service::handle_request` answers it for a peer before
+    /// 2026-07-28, run here up to its first wait like a call: a listing is answered
+    /// at once nearly always (the session is open, the tools are mapped), from the
+    /// JSON of the last one when it has not changed, without the hand-offs of rmcp's
+    /// loop.
+    fn list(
+        self: &Arc<Self>,
+        id: RequestId,
+        params: Option<PaginatedRequestParams>,
+        peer: Peer<RoleServer>,
+    ) -> Option<Vec<u8>> {
+        let ctx = RequestContext::new(id.clone(), peer);
+        let handler = self.handler.clone();
+        let mut listing = Box::pin(async move { handler.list_tools(params, ctx).await });
+        let mut context = Context::from_waker(Waker::noop());
+        match std::panic::catch_unwind(AssertUnwindSafe(|| listing.as_mut().poll(&mut context))) {
+            Ok(Poll::Ready(result)) => self.listing_line(id, result),
+            Ok(Poll::Pending) => {
+                let direct = self.clone();
+                self.tasks.spawn(async move {
+                    let result = listing.await;
+                    if let Some(line) = direct.listing_line(id, result) {
+                        direct.send_later(line).await;
+                    }
+                });
+                None
+            }
+            Err(_) => {
+                tracing::error!(%id, "listing the tools panicked");
+                let error = McpError::internal_error("listing the tools failed", None);
+                self.listing_line(id, Err(error))
+            }
+        }
+    }
+
+    /// The line answering a `tools/list`, shaped for a peer before 2026-07-28 as rmcp
+    /// shapes it.
+    fn listing_line(
+        &self,
+        id: RequestId,
+        result: Result<ListToolsResult, McpError>,
+    ) -> Option<Vec<u8>> {
+        let line = match result {
+            Ok(listed) => {
+                let mut result = ServerResult::ListToolsResult(listed);
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                match &result {
+                    ServerResult::ListToolsResult(listed) => self.listing.line(&id, listed),
+                    _ => encode_line(&ServerJsonRpcMessage::response(result, id), 0),
+                }
+            }
+            Err(error) => encode_line(&ServerJsonRpcMessage::error(error, Some(id)), 0),
+        };
+        line.map_err(|err| tracing::error!(%err, "a listing could not be serialized")).ok()
+    }
+
+    /// Queues a line from a task of its own, unless the conversation has ended.
+    async fn send_later(&self, line: Vec<u8>) {
+        let outbound = self.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(outbound) = outbound {
+            let _ = outbound.send(line).await;
         }
     }
 
@@ -205,11 +281,7 @@ impl Direct {
                 self.tasks.spawn(async move {
                     let result = call.await;
                     let Some(line) = direct.answer(id, result) else { return };
-                    let outbound =
-                        direct.outbound.lock().unwrap_or_else(PoisonError::into_inner).clone();
-                    if let Some(outbound) = outbound {
-                        let _ = outbound.send(line).await;
-                    }
+                    direct.send_later(line).await;
                 });
                 None
             }
