@@ -285,13 +285,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
             harden_daemon();
-            if http.is_none() {
-                // A server on its host's pipes: its threads do not take the processor
-                // from the host when they wake (every thread it starts inherits this;
-                // the commands it runs go back to the usual policy).
-                if let Err(err) = toolgate::sys::set_scheduling(toolgate::sys::Scheduling::Batch) {
-                    tracing::debug!(%err, "batch scheduling is not available");
-                }
+            // A server on its host's pipes: its threads do not take the processor from
+            // the host when they wake (every thread it starts inherits this; the
+            // commands it runs go back to the usual policy).
+            if http.is_none()
+                && let Err(err) = toolgate::sys::set_scheduling(toolgate::sys::Scheduling::Batch)
+            {
+                tracing::debug!(%err, "batch scheduling is not available");
             }
             runtime()?.block_on(toolgate::server::serve_mcp(
                 toolgate::server::McpCommandOptions {

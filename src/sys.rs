@@ -222,7 +222,7 @@ pub fn set_scheduling(scheduling: Scheduling) -> std::io::Result<()> {
 
 /// The calling thread's scheduling policy, when it is one of [`Scheduling`]'s.
 #[cfg(target_os = "linux")]
-pub fn scheduling() -> Option<Scheduling> {
+fn scheduling() -> Option<Scheduling> {
     // SAFETY: takes a pid (0: the calling thread) and passes no memory.
     #[allow(unsafe_code)]
     let policy = unsafe { libc::sched_getscheduler(0) };
@@ -240,7 +240,7 @@ pub fn set_scheduling(_: Scheduling) -> std::io::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn scheduling() -> Option<Scheduling> {
+fn scheduling() -> Option<Scheduling> {
     None
 }
 

@@ -230,14 +230,7 @@ struct LineEncoder {
 
 impl LineEncoder {
     fn encode(&mut self, item: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
-        let line = match item {
-            JsonRpcMessage::Response(JsonRpcResponse {
-                id,
-                result: ServerResult::ListToolsResult(listed),
-                ..
-            }) => self.listing.line(id, listed)?,
-            _ => encode_line(item, self.size_hint)?,
-        };
+        let line = self.listing.encode(item, self.size_hint)?;
         self.size_hint = line.len();
         Ok(line)
     }
@@ -252,6 +245,19 @@ impl LineEncoder {
 struct Listing(std::sync::Mutex<Option<(ListToolsResult, Vec<u8>)>>);
 
 impl Listing {
+    /// `message` as one line: a listing from the last one's JSON when it has not
+    /// changed, anything else as [`encode_line`] writes it.
+    fn encode(&self, message: &ServerJsonRpcMessage, size_hint: usize) -> std::io::Result<Vec<u8>> {
+        match message {
+            JsonRpcMessage::Response(JsonRpcResponse {
+                id,
+                result: ServerResult::ListToolsResult(listed),
+                ..
+            }) => self.line(id, listed),
+            _ => encode_line(message, size_hint),
+        }
+    }
+
     /// The line answering request `id` with `listed`.
     fn line(&self, id: &RequestId, listed: &ListToolsResult) -> std::io::Result<Vec<u8>> {
         let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
@@ -77,6 +78,9 @@ pub(super) struct Direct {
     /// The last `tools/list` answer, shared with rmcp's lines.
     listing: Arc<Listing>,
 }
+
+/// How a request's result becomes its line (`None`: no answer is due).
+type AnswerWith<T> = fn(&Direct, RequestId, Result<T, McpError>) -> Option<Vec<u8>>;
 
 /// A request this path takes.
 enum Served {
@@ -180,48 +184,22 @@ impl Direct {
     ) -> Option<Vec<u8>> {
         let ctx = RequestContext::new(id.clone(), peer);
         let handler = self.handler.clone();
-        let mut listing = Box::pin(async move { handler.list_tools(params, ctx).await });
-        let mut context = Context::from_waker(Waker::noop());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| listing.as_mut().poll(&mut context))) {
-            Ok(Poll::Ready(result)) => self.listing_line(id, result),
-            Ok(Poll::Pending) => {
-                let direct = self.clone();
-                self.tasks.spawn(async move {
-                    let result = listing.await;
-                    if let Some(line) = direct.listing_line(id, result) {
-                        direct.send_later(line).await;
-                    }
-                });
-                None
-            }
-            Err(_) => {
-                tracing::error!(%id, "listing the tools panicked");
-                let error = McpError::internal_error("listing the tools failed", None);
-                self.listing_line(id, Err(error))
-            }
-        }
+        let listing = Box::pin(async move { handler.list_tools(params, ctx).await });
+        self.run_here(id, listing, Direct::listing_line, "listing the tools")
     }
 
     /// The line answering a `tools/list`, shaped for a peer before 2026-07-28 as rmcp
-    /// shapes it.
+    /// shapes it, the listing's JSON taken from the last one when it has not changed.
     fn listing_line(
         &self,
         id: RequestId,
         result: Result<ListToolsResult, McpError>,
     ) -> Option<Vec<u8>> {
-        let line = match result {
-            Ok(listed) => {
-                let mut result = ServerResult::ListToolsResult(listed);
-                result.strip_result_type_for_legacy_peer();
-                result.strip_non_object_output_for_legacy_peer();
-                match &result {
-                    ServerResult::ListToolsResult(listed) => self.listing.line(&id, listed),
-                    _ => encode_line(&ServerJsonRpcMessage::response(result, id), 0),
-                }
-            }
-            Err(error) => encode_line(&ServerJsonRpcMessage::error(error, Some(id)), 0),
-        };
-        line.map_err(|err| tracing::error!(%err, "a listing could not be serialized")).ok()
+        let message = legacy_message(id, result.map(ServerResult::ListToolsResult));
+        self.listing
+            .encode(&message, 0)
+            .map_err(|err| tracing::error!(%err, "a listing could not be serialized"))
+            .ok()
     }
 
     /// Queues a line from a task of its own, unless the conversation has ended.
@@ -269,26 +247,43 @@ impl Direct {
         // built in place on the heap, where it stays, rather than inside a task,
         // whose future tokio moves on spawn and writes over at each change of state.
         let handler = self.handler.clone();
-        let mut call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
-        // The first poll needs no waker of its own: a call that is not done goes to a
-        // task, whose first poll registers that task's waker with what it waits on. A
-        // panic (a bug: tools' own are results) costs the call, not the conversation.
+        let call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
+        self.run_here(id, call, Direct::answer, "the call")
+    }
+
+    /// Runs a request's handler (`work`) up to its first wait, right here on the
+    /// reader's task, and returns the line `answer` makes of its result. The first
+    /// poll needs no waker of its own: work that is not done goes on in a task, whose
+    /// first poll registers that task's waker with what it waits on, and which queues
+    /// the answer. A panic (a bug: tools' own are results) costs the request, not the
+    /// conversation: it is answered as an internal error.
+    fn run_here<T, F>(
+        self: &Arc<Self>,
+        id: RequestId,
+        mut work: Pin<Box<F>>,
+        answer: AnswerWith<T>,
+        what: &'static str,
+    ) -> Option<Vec<u8>>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, McpError>> + Send + 'static,
+    {
         let mut context = Context::from_waker(Waker::noop());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut context))) {
-            Ok(Poll::Ready(result)) => self.answer(id, result),
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(&mut context))) {
+            Ok(Poll::Ready(result)) => answer(self, id, result),
             Ok(Poll::Pending) => {
                 let direct = self.clone();
                 self.tasks.spawn(async move {
-                    let result = call.await;
-                    let Some(line) = direct.answer(id, result) else { return };
-                    direct.send_later(line).await;
+                    let result = work.await;
+                    if let Some(line) = answer(&direct, id, result) {
+                        direct.send_later(line).await;
+                    }
                 });
                 None
             }
             Err(_) => {
-                tracing::error!(%id, "a call panicked outside its tool");
-                let error = McpError::internal_error("the call failed", None);
-                self.answer(id, Err(error))
+                tracing::error!(%id, "{what} panicked");
+                answer(self, id, Err(McpError::internal_error(format!("{what} failed"), None)))
             }
         }
     }
@@ -373,14 +368,19 @@ fn answer_line(
         Ok(Answer::Response(response)) => Ok(response),
         Err(error) => Err(error),
     };
-    let message = match response {
-        Ok(response) => {
-            let mut result = ServerResult::from(response);
+    encode_line(&legacy_message(id, response.map(ServerResult::from)), size_hint)
+}
+
+/// The answer to request `id` as rmcp's `Service::handle_request` shapes it for a peer
+/// before 2026-07-28: no `resultType`, no output schema or structured content that is
+/// not an object.
+fn legacy_message(id: RequestId, result: Result<ServerResult, McpError>) -> ServerJsonRpcMessage {
+    match result {
+        Ok(mut result) => {
             result.strip_result_type_for_legacy_peer();
             result.strip_non_object_output_for_legacy_peer();
             ServerJsonRpcMessage::response(result, id)
         }
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-    };
-    encode_line(&message, size_hint)
+    }
 }
