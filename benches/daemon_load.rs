@@ -19,7 +19,9 @@
 //! over a `Daemon` with the built-in tools). When the `toolgate` binary's `serve`
 //! command creates its socket, the real binary is measured as well (startup to a
 //! listening socket, memory, and the Unix NDJSON load); otherwise that part is
-//! reported as skipped.
+//! reported as skipped. That binary is `TOOLGATE_BIN`, else the bench profile's build,
+//! whose code is not laid out by `link/text-order.txt` (the list names the release
+//! build's symbols): for the shipped binary's memory, give `target/release/toolgate`.
 //!
 //! Run: `cargo bench --bench daemon_load`. Knobs (environment):
 //! `TOOLGATE_LOAD_SECONDS` (measured seconds per throughput run, default 3),
@@ -296,7 +298,8 @@ fn main() -> anyhow::Result<()> {
 
     // The real binary, when its `serve` command is wired.
     println!();
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_toolgate"));
+    let binary = std::env::var_os("TOOLGATE_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolgate")), PathBuf::from);
     match client.block_on(measure_binary(&binary, &root, scratch.path(), &plan))? {
         Some(real) => {
             real.print();

@@ -1,0 +1,65 @@
+//! The executable's layout: the functions `link/text-order.txt` lists (what a server
+//! runs from its start to idle, then what a call runs) come first in its code, together,
+//! so that the little code an idle server has run sits in few pages. `build.rs` hands
+//! the list to the linker where the linker is lld.
+
+use std::collections::{HashMap, HashSet};
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+#[test]
+fn the_listed_functions_come_first_in_the_executables_code_and_together() {
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))
+        || std::env::var("TOOLGATE_TEXT_ORDER").as_deref() == Ok("0")
+    {
+        eprintln!("skipped: the text order is applied by lld on x86-64 Linux with glibc only");
+        return;
+    }
+    let list = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/link/text-order.txt"))
+        .expect("link/text-order.txt");
+    let listed: Vec<&str> = list
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    assert!(listed.len() > 1000, "the list names {} functions", listed.len());
+
+    let data = std::fs::read(env!("CARGO_BIN_EXE_toolgate")).expect("the binary");
+    let binary = object::File::parse(&*data).expect("an ELF file");
+    let functions: Vec<(u64, &str)> = binary
+        .symbols()
+        .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.size() > 0)
+        .filter_map(|symbol| Some((symbol.address(), symbol.name().ok()?)))
+        .collect();
+    // A name may be defined more than once (local copies of one generic function in
+    // several code units); the linker puts every copy where the name is listed.
+    let mut address: HashMap<&str, u64> = HashMap::new();
+    for &(at, name) in &functions {
+        address.entry(name).and_modify(|first| *first = (*first).min(at)).or_insert(at);
+    }
+
+    // A build keeps only some of the listed functions (this one is not the release
+    // build the list was made from); those it keeps open the code, and no function
+    // the list does not name comes among them.
+    let kept: Vec<u64> = listed.iter().filter_map(|name| address.get(name).copied()).collect();
+    assert!(kept.len() >= 50, "only {} of the listed functions are in the binary", kept.len());
+    let listed: HashSet<&str> = listed.into_iter().collect();
+    let first = kept.iter().copied().min().expect("kept");
+    let last = kept.iter().copied().max().expect("kept");
+    let interlopers: Vec<&str> = functions
+        .iter()
+        .filter(|&&(at, name)| at < last && !listed.contains(name))
+        .map(|&(_, name)| name)
+        .collect();
+    // The linker places input sections, and a few of the standard library's hold more
+    // than one function: an unlisted function that shares one with a listed function
+    // comes along with it. Without the order, thousands would be interleaved.
+    assert!(
+        interlopers.len() * 10 <= kept.len(),
+        "{} unlisted functions are laid out among the listed ones, such as {:?}",
+        interlopers.len(),
+        &interlopers[..interlopers.len().min(5)]
+    );
+    let code = binary.section_by_name(".text").expect("a .text section");
+    assert_eq!(first, code.address(), "the first listed function opens the code");
+}
