@@ -53,6 +53,8 @@ fn order_text() {
     }
     println!("cargo:rustc-link-arg-bin=toolgate=-Wl,--symbol-ordering-file={text}");
     println!("cargo:rustc-link-arg-bin=toolgate=-Wl,--no-warn-symbol-ordering");
+    // For the test that checks the layout it gives.
+    println!("cargo:rustc-env=TOOLGATE_TEXT_ORDER_FILE={text}");
 }
 
 /// Whether rustc links this target with its own lld: on x86-64 Linux with glibc since
