@@ -155,6 +155,182 @@ pub(crate) fn recv_into(
     Ok(received)
 }
 
+/// The longest answer [`send_then_take_out`] sends: answers to single calls; longer
+/// writes (a batch, a large file) go the usual way.
+pub(crate) const PAIRED_SEND_BYTES: usize = 16 * 1024;
+/// The most bytes [`send_then_take_out`] takes out of the socket.
+pub(crate) const PAIRED_TAKE_OUT_BYTES: usize = 16 * 1024;
+
+/// What [`send_then_take_out`] did; `None` for a part it did not do.
+pub(crate) struct SentAndTaken {
+    /// Bytes sent, or why not (`WouldBlock` when the socket is full).
+    pub(crate) sent: Option<std::io::Result<usize>>,
+    /// Bytes taken out of the receive queue, or why not.
+    pub(crate) taken: Option<std::io::Result<usize>>,
+}
+
+/// Sends `answer` on a stream socket and takes `take_out` bytes, which a `MSG_PEEK`
+/// already returned, out of its receive queue, in one system call: two requests
+/// submitted together to this thread's `io_uring`, both without waiting
+/// (`MSG_DONTWAIT`), so both are done when the call returns. No return to user space
+/// falls between them, so a client the answer woke cannot take the processor before
+/// its request is taken out (see `rpc/unix/socket.rs` for why that matters).
+///
+/// `None` when the thread has no ring: the kernel refuses `io_uring` (too old, turned
+/// off, or filtered) or lacks its send and receive requests, `answer` is longer than
+/// [`PAIRED_SEND_BYTES`], or `take_out` is more than [`PAIRED_TAKE_OUT_BYTES`].
+/// The caller then makes the two calls itself.
+#[cfg(target_os = "linux")]
+pub(crate) fn send_then_take_out(
+    socket: std::os::fd::BorrowedFd<'_>,
+    answer: &[u8],
+    take_out: usize,
+) -> Option<SentAndTaken> {
+    if answer.len() > PAIRED_SEND_BYTES || take_out > PAIRED_TAKE_OUT_BYTES {
+        return None;
+    }
+    PAIRED.with(|state| {
+        let mut state = state.borrow_mut();
+        if let Paired::Untried = *state {
+            *state = PairRing::open().map_or(Paired::Off, |ring| Paired::Ready(Box::new(ring)));
+        }
+        let Paired::Ready(ring) = &mut *state else { return None };
+        match ring.submit(socket, answer, take_out) {
+            Ok(done) => Some(done),
+            Err(done) => {
+                // Requests may still be in the kernel's hands: the ring and the
+                // memory they name are never used nor freed again.
+                if let Paired::Ready(ring) = std::mem::replace(&mut *state, Paired::Off) {
+                    std::mem::forget(ring);
+                }
+                done
+            }
+        }
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn send_then_take_out(
+    _: std::os::fd::BorrowedFd<'_>,
+    _: &[u8],
+    _: usize,
+) -> Option<SentAndTaken> {
+    None
+}
+
+#[cfg(target_os = "linux")]
+enum Paired {
+    Untried,
+    Ready(Box<PairRing>),
+    Off,
+}
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    static PAIRED: std::cell::RefCell<Paired> = const { std::cell::RefCell::new(Paired::Untried) };
+}
+
+/// One thread's ring for [`send_then_take_out`], with the only memory its requests
+/// name. Every request submitted is reaped before `submit` returns, so when the ring
+/// is dropped (its thread ends) nothing of it is in the kernel's hands.
+#[cfg(target_os = "linux")]
+struct PairRing {
+    ring: io_uring::IoUring,
+    /// The answer, copied for the kernel to send.
+    out: Box<[u8]>,
+    /// Where taken-out bytes land, never read.
+    sink: Box<[u8]>,
+}
+
+#[cfg(target_os = "linux")]
+impl PairRing {
+    const SEND: u64 = 1;
+    const TAKE_OUT: u64 = 2;
+
+    fn open() -> Option<PairRing> {
+        use io_uring::opcode;
+        let ring = io_uring::IoUring::new(4).ok()?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter().register_probe(&mut probe).ok()?;
+        if !probe.is_supported(opcode::Send::CODE) || !probe.is_supported(opcode::Recv::CODE) {
+            return None;
+        }
+        Some(PairRing {
+            ring,
+            out: vec![0; PAIRED_SEND_BYTES].into_boxed_slice(),
+            sink: vec![0; PAIRED_TAKE_OUT_BYTES].into_boxed_slice(),
+        })
+    }
+
+    /// `Err` when the ring can no longer be trusted: it may hold requests not reaped,
+    /// or requests not submitted. What was done is in it all the same.
+    fn submit(
+        &mut self,
+        socket: std::os::fd::BorrowedFd<'_>,
+        answer: &[u8],
+        take_out: usize,
+    ) -> Result<SentAndTaken, Option<SentAndTaken>> {
+        use io_uring::{opcode, types};
+        use std::os::fd::AsRawFd;
+        let fd = types::Fd(socket.as_raw_fd());
+        self.out[..answer.len()].copy_from_slice(answer);
+        let send = opcode::Send::new(fd, self.out.as_ptr(), answer.len() as u32)
+            .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(Self::SEND);
+        let take = opcode::Recv::new(fd, self.sink.as_mut_ptr(), take_out as u32)
+            .flags(libc::MSG_DONTWAIT)
+            .build()
+            .user_data(Self::TAKE_OUT);
+        // SAFETY: the two requests name `self.out` and `self.sink`, which live as long
+        // as the ring and serve nothing else. Both requests are reaped below before
+        // this returns `Ok`, so the next submission's copy into `out` cannot race the
+        // kernel, and dropping the ring with its buffers leaves nothing in flight. On
+        // `Err` the caller forgets the ring with its buffers, so memory a request may
+        // still name is never freed or reused. The socket descriptor is borrowed for
+        // this whole call, so the kernel resolves it to the caller's socket.
+        #[allow(unsafe_code)]
+        let pushed = unsafe { self.ring.submission().push_multiple(&[send, take]) };
+        if pushed.is_err() {
+            // The queue is empty between calls; a full one means it is not.
+            return Err(None);
+        }
+        let mut done = SentAndTaken { sent: None, taken: None };
+        let mut submitted = false;
+        let mut reaped = 0;
+        while reaped < 2 {
+            match self.ring.submit_and_wait(2 - reaped) {
+                Ok(_) => submitted = true,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                // Nothing submitted: the caller does both itself.
+                Err(_) if !submitted => return Err(None),
+                // Submitted, but not every outcome is known: the unknown ones fail.
+                Err(_) => {
+                    let unknown = || Some(Err(std::io::Error::other("io_uring lost a request")));
+                    done.sent = done.sent.or_else(unknown);
+                    done.taken = done.taken.or_else(unknown);
+                    return Err(Some(done));
+                }
+            }
+            for completion in self.ring.completion() {
+                let result = completion.result();
+                let result = if result < 0 {
+                    Err(std::io::Error::from_raw_os_error(-result))
+                } else {
+                    Ok(result as usize)
+                };
+                match completion.user_data() {
+                    Self::SEND => done.sent = Some(result),
+                    Self::TAKE_OUT => done.taken = Some(result),
+                    _ => {}
+                }
+                reaped += 1;
+            }
+        }
+        Ok(done)
+    }
+}
+
 /// Hands every free page of glibc's arenas back to the system (`malloc_trim`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub(crate) fn trim_heap() {

@@ -49,6 +49,52 @@ struct Socket {
 }
 
 impl Socket {
+    /// Writes `buf` (an answer), then takes the bytes reads already returned out of the
+    /// socket: both in one system call where the kernel allows it, so that a client
+    /// the answer woke cannot run before its request is taken out and wait again.
+    fn write_answer(&self, buf: &[u8]) -> io::Result<usize> {
+        let written = match self.send_taking_out(buf)? {
+            Some(written) => written,
+            None => self.stream.try_write(buf)?,
+        };
+        // The client has been woken by what was just written, if it waited.
+        self.take_out_handed_out()?;
+        Ok(written)
+    }
+
+    /// [`sys::send_then_take_out`] of `buf` and the bytes handed out; `None` when it
+    /// did not send (it may still have taken bytes out).
+    fn send_taking_out(&self, buf: &[u8]) -> io::Result<Option<usize>> {
+        let handed_out = self.handed_out.swap(0, Ordering::Relaxed);
+        if handed_out == 0 {
+            return Ok(None);
+        }
+        let mut taken = None;
+        let sent = self.stream.try_io(Interest::WRITABLE, || {
+            match sys::send_then_take_out(self.stream.as_fd(), buf, handed_out) {
+                Some(done) => {
+                    taken = done.taken;
+                    done.sent.transpose()
+                }
+                None => Ok(None),
+            }
+        });
+        let left = match taken {
+            None => handed_out,
+            Some(Ok(taken)) if taken > 0 => handed_out.saturating_sub(taken),
+            Some(Ok(_)) => return Err(Self::gone()),
+            Some(Err(err)) if err.kind() == io::ErrorKind::WouldBlock => return Err(Self::gone()),
+            Some(Err(err)) => return Err(err),
+        };
+        self.handed_out.fetch_add(left, Ordering::Relaxed);
+        sent
+    }
+
+    fn gone() -> io::Error {
+        // Only this connection reads the socket: what was seen is still there.
+        io::Error::other("bytes already read left the socket")
+    }
+
     /// Takes the bytes reads already returned out of the socket.
     fn take_out_handed_out(&self) -> io::Result<()> {
         let mut left = self.handed_out.swap(0, Ordering::Relaxed);
@@ -62,8 +108,7 @@ impl Socket {
             let ((taken, _), _) =
                 rustix::net::recv(&self.stream, &mut sink[..want], RecvFlags::DONTWAIT)?;
             if taken.is_empty() {
-                // Only this connection reads the socket: what was seen is still there.
-                return Err(io::Error::other("bytes already read left the socket"));
+                return Err(Self::gone());
             }
             left -= taken.len();
         }
@@ -127,11 +172,9 @@ impl AsyncWrite for Writer {
         let coop = ready!(coop::poll_proceed(cx));
         loop {
             ready!(socket.stream.poll_write_ready(cx))?;
-            match socket.stream.try_write(buf) {
+            match socket.write_answer(buf) {
                 Ok(written) => {
                     coop.made_progress();
-                    // The client has been woken by what was just written, if it waited.
-                    socket.take_out_handed_out()?;
                     return Poll::Ready(Ok(written));
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
@@ -201,6 +244,52 @@ mod tests {
         drop(client);
         assert!(read_some(&mut reader).await.is_empty());
         assert!(queued(&copy).is_empty());
+    }
+
+    /// Whether this kernel lets the process set up an `io_uring`, asked directly.
+    fn io_uring_allowed() -> bool {
+        io_uring::IoUring::new(2).is_ok()
+    }
+
+    #[tokio::test]
+    async fn where_the_kernel_allows_the_answer_and_the_take_out_are_one_call() {
+        let (daemon_end, mut client) = UnixStream::pair().expect("pair");
+        client.write_all(b"request\n").await.expect("send");
+        daemon_end.readable().await.expect("readable");
+        assert_eq!(queued(&daemon_end.as_fd().try_clone_to_owned().expect("dup")), b"request\n");
+
+        let done = sys::send_then_take_out(daemon_end.as_fd(), b"answer\n", 8);
+        let Some(done) = done else {
+            assert!(!io_uring_allowed(), "io_uring is allowed, yet the pair was not submitted");
+            eprintln!(
+                "skipped: this kernel or its filters refuse io_uring; answers go the usual way"
+            );
+            return;
+        };
+        assert_eq!(done.sent.expect("send submitted").expect("sent"), 7);
+        assert_eq!(done.taken.expect("take-out submitted").expect("taken"), 8);
+        assert!(queued(&daemon_end.as_fd().try_clone_to_owned().expect("dup")).is_empty());
+        let mut answer = [0; 7];
+        client.read_exact(&mut answer).await.expect("answer read");
+        assert_eq!(&answer, b"answer\n");
+
+        // Too long for one paired call: left to the usual calls.
+        let long = vec![b'x'; sys::PAIRED_SEND_BYTES + 1];
+        assert!(sys::send_then_take_out(daemon_end.as_fd(), &long, 1).is_none());
+        // Nothing to take out is said so, and waited for by neither part.
+        let done = sys::send_then_take_out(daemon_end.as_fd(), b"more\n", 1).expect("ring");
+        assert_eq!(done.sent.expect("send submitted").expect("sent"), 5);
+        let taken = done.taken.expect("take-out submitted").expect_err("nothing to take out");
+        assert_eq!(taken.kind(), io::ErrorKind::WouldBlock);
+        // Nor is a full socket: the send says so instead of waiting for room.
+        let chunk = [b'y'; 16 * 1024];
+        while rustix::net::send(&daemon_end, &chunk, rustix::net::SendFlags::DONTWAIT).is_ok() {}
+        client.write_all(b"r\n").await.expect("send");
+        daemon_end.readable().await.expect("readable");
+        let done = sys::send_then_take_out(daemon_end.as_fd(), b"late\n", 2).expect("ring");
+        let sent = done.sent.expect("send submitted").expect_err("the socket is full");
+        assert_eq!(sent.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(done.taken.expect("take-out submitted").expect("taken"), 2);
     }
 
     #[tokio::test]
