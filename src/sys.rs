@@ -189,7 +189,8 @@ pub(crate) fn send_then_take_out(
     if answer.len() > PAIRED_SEND_BYTES || take_out > PAIRED_TAKE_OUT_BYTES {
         return None;
     }
-    PAIRED.with(|state| {
+    // `try_with`: a thread already tearing down its locals writes the usual way.
+    let paired = PAIRED.try_with(|state| {
         let mut state = state.borrow_mut();
         if let Paired::Untried = *state {
             *state = PairRing::open().map_or(Paired::Off, |ring| Paired::Ready(Box::new(ring)));
@@ -206,7 +207,8 @@ pub(crate) fn send_then_take_out(
                 done
             }
         }
-    })
+    });
+    paired.ok().flatten()
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -240,6 +240,15 @@ mod tests {
         assert_eq!(read_some(&mut reader).await, b"four\n");
         assert_eq!(queued(&copy), b"four\n");
 
+        // An answer too long to go with the take-out in one call goes the usual way:
+        // sent, then the request taken out.
+        let long = vec![b'z'; sys::PAIRED_SEND_BYTES + 1];
+        writer.write_all(&long).await.expect("long answer");
+        assert!(queued(&copy).is_empty(), "taken out after a long answer too");
+        let mut answer = vec![0; long.len()];
+        client.read_exact(&mut answer).await.expect("long answer read");
+        assert_eq!(answer, long);
+
         // The end of input reads as one.
         drop(client);
         assert!(read_some(&mut reader).await.is_empty());
