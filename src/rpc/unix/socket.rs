@@ -16,6 +16,11 @@
 //! its own task) are taken out at the next read. Every byte is still returned once,
 //! in order; only when the client's end learns it has room again moves.
 //!
+//! Where the kernel allows it, the answer and the take-out go in one system call
+//! ([`sys::send_then_take_out`]). As two calls, a client the answer woke could take
+//! the processor as the first returned, read its answer, send its next request and
+//! wait again, all before the second, which would then wake it for nothing.
+//!
 //! [`MSG_PEEK`]: rustix::net::RecvFlags::PEEK
 
 use std::io;
