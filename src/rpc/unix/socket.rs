@@ -306,6 +306,51 @@ mod tests {
         assert_eq!(done.taken.expect("take-out submitted").expect("taken"), 2);
     }
 
+    #[test]
+    fn a_thread_the_kernel_refuses_io_uring_answers_the_usual_way() {
+        // A seccomp filter, as a service manager may install, makes `io_uring_setup`
+        // fail with EPERM for one thread (filters bind only the thread installing them).
+        let refused = std::thread::spawn(|| {
+            let filter = seccompiler::SeccompFilter::new(
+                [(libc::SYS_io_uring_setup, vec![])].into_iter().collect(),
+                seccompiler::SeccompAction::Allow,
+                seccompiler::SeccompAction::Errno(libc::EPERM as u32),
+                std::env::consts::ARCH.try_into().expect("arch"),
+            )
+            .expect("filter");
+            let program: seccompiler::BpfProgram = filter.try_into().expect("program");
+            rustix::thread::set_no_new_privs(true).expect("no_new_privs");
+            seccompiler::apply_filter(&program).expect("seccomp");
+            assert!(!io_uring_allowed(), "the filter did not refuse io_uring");
+
+            let (daemon_end, mut client) = std::os::unix::net::UnixStream::pair().expect("pair");
+            std::io::Write::write_all(&mut client, b"req\n").expect("send");
+            let done = sys::send_then_take_out(daemon_end.as_fd(), b"answer\n", 4);
+            // Nothing done: the caller sends and takes out itself.
+            assert!(done.is_none());
+            let copy = daemon_end.as_fd().try_clone_to_owned().expect("dup");
+            assert_eq!(queued(&copy), b"req\n");
+
+            // So a connection served on this thread reads, answers and takes out as ever.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                daemon_end.set_nonblocking(true).expect("nonblocking");
+                let (mut reader, mut writer) =
+                    halves(UnixStream::from_std(daemon_end).expect("register"));
+                assert_eq!(read_some(&mut reader).await, b"req\n");
+                writer.write_all(b"answer\n").await.expect("answer");
+                assert!(queued(&copy).is_empty(), "taken out once the answer went");
+            });
+            let mut answer = [0; 7];
+            std::io::Read::read_exact(&mut client, &mut answer).expect("answer read");
+            assert_eq!(&answer, b"answer\n");
+        });
+        refused.join().expect("the refused thread's checks");
+    }
+
     #[tokio::test]
     async fn a_long_stream_arrives_whole_and_in_order_between_answers() {
         let (daemon_end, mut client) = UnixStream::pair().expect("pair");
