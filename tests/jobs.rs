@@ -292,11 +292,17 @@ fn a_python_repl_is_driven_through_a_terminal() {
     let written = client.call("process_write", json!({"id": id, "input": "1+1\n"}));
     assert_eq!(written["ok"], true, "{written}");
     // The terminal echoes the input, then Python prints the value on a line of its own.
-    let (text, _) =
+    let (text, offset) =
         client.read_until(&id, offset, |text| text.split("\r\n").skip(1).any(|line| line == "2"));
     assert!(text.starts_with("1+1\r\n"), "{text:?}");
     let resized = client.call("process_resize", json!({"id": id, "rows": 40, "cols": 120}));
     assert_eq!(resized["ok"], true, "{resized}");
+    // One more line answered after the resize, so that the redraw its `SIGWINCH`
+    // causes is over before the end-of-file comes: a Ctrl-D sent right after the
+    // resize has, in rare runs, left Python waiting at its prompt.
+    let written = client.call("process_write", json!({"id": id, "input": "2+2\n"}));
+    assert_eq!(written["ok"], true, "{written}");
+    client.read_until(&id, offset, |text| text.split("\r\n").any(|line| line == "4"));
     let ended = client.call("process_write", json!({"id": id, "input": "", "close_stdin": true}));
     assert_eq!(ended["ok"], true, "{ended}");
     assert_eq!(client.wait_exit(&id)["exit_code"], 0);
