@@ -53,8 +53,12 @@ fn order_text() {
     }
     println!("cargo:rustc-link-arg-bin=toolgate=-Wl,--symbol-ordering-file={text}");
     println!("cargo:rustc-link-arg-bin=toolgate=-Wl,--no-warn-symbol-ordering");
-    // For the test that checks the layout it gives.
+    // For the test that checks the layout it gives, and that the list was made with
+    // this toolchain.
     println!("cargo:rustc-env=TOOLGATE_TEXT_ORDER_FILE={text}");
+    if let Some(version) = rustc_version() {
+        println!("cargo:rustc-env=TOOLGATE_RUSTC_VERSION={version}");
+    }
 }
 
 /// Whether rustc links this target with its own lld: on x86-64 Linux with glibc since
@@ -68,14 +72,19 @@ fn linker_is_lld() -> bool {
     if flags.split('\x1f').any(|flag| chosen.iter().any(|word| flag.contains(word))) {
         return false;
     }
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let Ok(output) = Command::new(rustc).arg("-V").output() else { return false };
+    let Some(version) = rustc_version() else { return false };
     // "rustc 1.95.0 (59807616e 2026-04-14)"
-    let version = String::from_utf8_lossy(&output.stdout);
     let mut numbers = version.split_whitespace().nth(1).unwrap_or("").split('.');
     let major = numbers.next().and_then(|n| n.parse::<u32>().ok());
     let minor = numbers.next().and_then(|n| n.parse::<u32>().ok());
     matches!((major, minor), (Some(1), Some(minor)) if minor >= 90)
+}
+
+/// What `rustc -V` says of the compiler building this crate.
+fn rustc_version() -> Option<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let output = Command::new(rustc).arg("-V").output().ok()?;
+    Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 fn git(args: &[&str]) -> Option<String> {
