@@ -429,34 +429,14 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
     let limit =
         args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
 
-    let mut content = String::with_capacity(decoded.text.len().min(MAX_TEXT_BYTES) + total * 8);
-    let mut shown = 0usize;
-    let mut cut_lines = 0usize;
-    let mut hit_byte_cap = false;
-    if start <= total {
-        let window = split_lines(&decoded.text).skip(start - 1).take(limit);
-        for (idx, line) in (start..).zip(window) {
-            let (line, cut) = cap_line(line);
-            let note = cut.map(|extra| format!("… [line cut: {extra} more characters]"));
-            let numbered_len =
-                number_width(idx) + 1 + line.len() + note.as_ref().map_or(0, String::len);
-            if content.len() + numbered_len + 1 > MAX_TEXT_BYTES {
-                hit_byte_cap = true;
-                break;
-            }
-            if shown > 0 {
-                content.push('\n');
-            }
-            push_line_number(&mut content, idx);
-            content.push('\t');
-            content.push_str(line);
-            if let Some(note) = note {
-                cut_lines += 1;
-                content.push_str(&note);
-            }
-            shown += 1;
-        }
-    }
+    let numbered = (start == 1 && total <= limit)
+        .then(|| number_whole(&decoded.text, total))
+        .flatten()
+        .map_or_else(
+            || number_window(&decoded.text, start, limit, total),
+            |content| Numbered { content, shown: total, cut_lines: 0, hit_byte_cap: false },
+        );
+    let Numbered { mut content, shown, cut_lines, hit_byte_cap } = numbered;
     let end = start + shown - usize::from(shown > 0);
     let more_after = shown > 0 && end < total;
     let truncated = more_after || cut_lines > 0 || hit_byte_cap;
@@ -535,6 +515,106 @@ fn split_lines(text: &str) -> impl Iterator<Item = &str> {
         };
         Some(line.strip_suffix('\r').unwrap_or(line))
     })
+}
+
+/// Lines numbered by [`render`]: the text and what it shows.
+struct Numbered {
+    content: String,
+    shown: usize,
+    /// Lines cut to [`MAX_LINE_CHARS`].
+    cut_lines: usize,
+    /// The text reached [`MAX_TEXT_BYTES`] before the window's end.
+    hit_byte_cap: bool,
+}
+
+/// The window of `limit` lines from line `start` (1-based) of a text of `total`
+/// lines, numbered like `cat -n`, long lines cut and the whole capped.
+fn number_window(text: &str, start: usize, limit: usize, total: usize) -> Numbered {
+    let mut content = String::with_capacity(text.len().min(MAX_TEXT_BYTES) + total * 8);
+    let mut shown = 0usize;
+    let mut cut_lines = 0usize;
+    let mut hit_byte_cap = false;
+    if start <= total {
+        let window = split_lines(text).skip(start - 1).take(limit);
+        for (idx, line) in (start..).zip(window) {
+            let (line, cut) = cap_line(line);
+            let note = cut.map(|extra| format!("… [line cut: {extra} more characters]"));
+            let numbered_len =
+                number_width(idx) + 1 + line.len() + note.as_ref().map_or(0, String::len);
+            if content.len() + numbered_len + 1 > MAX_TEXT_BYTES {
+                hit_byte_cap = true;
+                break;
+            }
+            if shown > 0 {
+                content.push('\n');
+            }
+            push_line_number(&mut content, idx);
+            content.push('\t');
+            content.push_str(line);
+            if let Some(note) = note {
+                cut_lines += 1;
+                content.push_str(&note);
+            }
+            shown += 1;
+        }
+    }
+    Numbered { content, shown, cut_lines, hit_byte_cap }
+}
+
+/// The whole text numbered, in one pass, when nothing in it needs [`number_window`]'s
+/// care: at least one line and fewer than 100,000 (so every number fits its six
+/// columns), no carriage return, no line longer than [`MAX_LINE_CHARS`] bytes, and
+/// the numbered text within [`MAX_TEXT_BYTES`]. The same text [`number_window`]
+/// makes of the whole file (the tests compare them), for nearly every source file.
+fn number_whole(text: &str, total: usize) -> Option<String> {
+    /// A line number and its tab, as [`number_window`] writes them below 10^6.
+    const PREFIX: usize = 7;
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    if total == 0
+        || total >= 100_000
+        || body.len() + PREFIX * total + 1 > MAX_TEXT_BYTES
+        || memchr::memchr(b'\r', body.as_bytes()).is_some()
+    {
+        return None;
+    }
+    let mut content = String::with_capacity(body.len() + PREFIX * total);
+    // The number counts up in place, digit by digit, as an odometer does.
+    let mut number = *b"     1\t";
+    let mut from = 0;
+    for end in memchr::memchr_iter(b'\n', body.as_bytes()).chain([body.len()]) {
+        let line = &body[from..end];
+        if line.len() > MAX_LINE_CHARS {
+            return None;
+        }
+        if from > 0 {
+            content.push('\n');
+        }
+        // Seven ASCII characters pushed as they are: cheaper than checking them as
+        // text for every line.
+        for &byte in &number {
+            content.push(char::from(byte));
+        }
+        content.push_str(line);
+        from = end + 1;
+        let mut at = PREFIX - 2;
+        loop {
+            match number[at] {
+                b'9' => {
+                    number[at] = b'0';
+                    at = at.checked_sub(1)?;
+                }
+                b' ' => {
+                    number[at] = b'1';
+                    break;
+                }
+                digit => {
+                    number[at] = digit + 1;
+                    break;
+                }
+            }
+        }
+    }
+    Some(content)
 }
 
 /// How many lines [`split_lines`] yields.
@@ -766,6 +846,57 @@ mod tests {
             push_line_number(&mut out, number);
             assert_eq!(out, format!("{number:>6}"));
             assert_eq!(number_width(number), out.len(), "{number}");
+        }
+    }
+
+    /// The one-pass numbering of a whole file is the general loop's text, wherever
+    /// the numbers gain a digit, and declines what only the loop handles.
+    #[test]
+    fn a_whole_file_is_numbered_in_one_pass_as_the_window_loop_numbers_it() {
+        let same = |text: &str| {
+            let total = count_lines(text);
+            let whole = number_whole(text, total).expect("taken in one pass");
+            let window = number_window(text, 1, usize::MAX, total);
+            assert_eq!(whole, window.content, "{text:?}");
+            assert_eq!(window.shown, total);
+            assert!(!window.hit_byte_cap && window.cut_lines == 0);
+        };
+        for lines in [1, 2, 9, 10, 11, 99, 100, 101, 1000, 10_000] {
+            let text: String = (0..lines).map(|n| format!("line {n} é\n")).collect();
+            same(&text);
+            same(text.trim_end_matches('\n'));
+        }
+        same("\n");
+        same("\n\n\ttabbed\n\n");
+        // As many lines as the byte cap allows.
+        same(&"\n".repeat(MAX_TEXT_BYTES / 8));
+        same(&"x".repeat(MAX_LINE_CHARS));
+
+        // What needs the loop's care is left to it.
+        let declined = |text: &str| assert_eq!(number_whole(text, count_lines(text)), None);
+        declined("");
+        declined("a\r\nb\r\n");
+        declined(&format!("short\n{}\n", "x".repeat(MAX_LINE_CHARS + 1)));
+        declined(&"\n".repeat(100_000));
+        declined(&"y\n".repeat(MAX_TEXT_BYTES / 8));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_the_one_pass_takes_comes_out_as_the_loop_makes_it(
+            lines in proptest::collection::vec("[a-z \t\"é\\\\]{0,40}", 0..300),
+            trailing_newline: bool,
+        ) {
+            let mut text = lines.join("\n");
+            if trailing_newline {
+                text.push('\n');
+            }
+            let total = count_lines(&text);
+            if let Some(whole) = number_whole(&text, total) {
+                proptest::prop_assert_eq!(whole, number_window(&text, 1, usize::MAX, total).content);
+            } else {
+                proptest::prop_assert_eq!(total, 0);
+            }
         }
     }
 
