@@ -186,11 +186,23 @@ impl Outgoing {
             let emptied = std::mem::replace(&mut self.bytes, line.into_bytes());
             scratch::LINES.give_back(emptied);
         } else {
-            // Answers pile up (pipelined calls, events): room for a whole batch at
-            // once, rather than doubling (and copying what is there) several times.
+            // Answers pile up (pipelined calls, events): a batch buffer, with room for
+            // the whole batch and the line that ends it, rather than doubling (and
+            // copying what is there) on the way.
             let needed = line.len() + 1;
+            if self.bytes.capacity() - self.bytes.len() < needed && self.written > 0 {
+                // What the client already has makes room first.
+                self.bytes.drain(..self.written);
+                self.written = 0;
+            }
             if self.bytes.capacity() - self.bytes.len() < needed {
-                self.bytes.reserve(WRITE_BATCH.saturating_sub(self.bytes.len()).max(needed));
+                if self.bytes.capacity() < WRITE_BATCH {
+                    let mut batch = BATCHES.take(BATCH_CAPACITY.max(self.bytes.len() + needed));
+                    batch.extend_from_slice(&self.bytes);
+                    scratch::LINES.give_back(std::mem::replace(&mut self.bytes, batch));
+                } else {
+                    self.bytes.reserve(needed);
+                }
             }
             self.bytes.extend_from_slice(line.as_bytes());
             scratch::LINES.give_back(line.into_bytes());
@@ -213,16 +225,17 @@ impl Outgoing {
     }
 
     /// Records `n` more bytes written; true once everything is. The buffer is then
-    /// emptied, and given back if a large answer made it grow, so that an idle
-    /// connection holds no write buffer.
+    /// emptied; a batch buffer goes back to [`BATCHES`] for the next batch (a larger
+    /// one, grown for a long answer, is freed), so that an idle connection holds no
+    /// large write buffer.
     fn advance(&mut self, n: usize) -> bool {
         self.written += n;
         if self.written < self.bytes.len() {
             return false;
         }
         self.written = 0;
-        if self.bytes.capacity() > WRITE_BATCH {
-            self.bytes = Vec::new();
+        if self.bytes.capacity() >= WRITE_BATCH {
+            BATCHES.give_back(std::mem::take(&mut self.bytes));
         } else {
             self.bytes.clear();
         }
@@ -234,6 +247,16 @@ impl Outgoing {
 /// reading: enough to carry a burst of answers and events in one system call, small
 /// enough not to hold a large copy.
 const WRITE_BATCH: usize = 64 * 1024;
+
+/// Room of a batch buffer: a full batch and the answer that crosses its end (answers
+/// are a few KiB; a longer one grows the buffer once).
+const BATCH_CAPACITY: usize = WRITE_BATCH + WRITE_BATCH / 2;
+
+/// Batch buffers between batches, whichever connection fills them next. A pipelining
+/// client would otherwise cost each batch a buffer grown to past 64 KiB, copied on
+/// the way and freed once written, and freeing a block that large also makes the
+/// allocator merge its small free blocks and give memory back to the system.
+static BATCHES: scratch::Spares = scratch::Spares::new(2, BATCH_CAPACITY);
 
 /// Reads newline-delimited frames with a size limit, never holding more than the limit
 /// (plus one read) in memory: an oversized line is skipped, not buffered.
@@ -443,6 +466,54 @@ mod tests {
         assert!(!out.has_room());
         assert!(out.advance(WRITE_BATCH + 1));
         assert!(out.has_room() && out.bytes.capacity() == 0);
+    }
+
+    #[test]
+    fn pipelined_answers_fill_one_batch_buffer_that_the_next_batch_takes_again() {
+        let answer = "y".repeat(4700);
+        let mut out = Outgoing::default();
+        out.push(answer.clone());
+        let mut capacities = Vec::new();
+        while out.has_room() {
+            out.push(answer.clone());
+            capacities.push(out.bytes.capacity());
+        }
+        // One buffer from the second answer to the last: never grown, never copied.
+        assert!(capacities.len() > 10);
+        assert!(capacities.iter().all(|&capacity| capacity == BATCH_CAPACITY), "{capacities:?}");
+        let buffer = out.bytes.as_ptr();
+        let batch = out.unwritten().len();
+        assert_eq!(batch, capacities.len().saturating_add(1) * (answer.len() + 1));
+        assert!(out.advance(batch));
+        assert_eq!(out.bytes.capacity(), 0, "an idle connection holds no batch buffer");
+        // The next batch takes the same buffer again.
+        out.push(answer.clone());
+        out.push(answer.clone());
+        assert_eq!(out.bytes.as_ptr(), buffer);
+        assert_eq!(out.unwritten().len(), 2 * (answer.len() + 1));
+
+        // A client that takes its answers a part at a time: what it has makes room
+        // for the next ones, in the same buffer, in order.
+        let numbered = |n: usize| format!("{n:06}{}", &answer[6..]);
+        let mut pushed: Vec<String> = vec![answer.clone(), answer.clone()];
+        let mut sent = Vec::new();
+        for n in 0..200 {
+            let take = out.unwritten().len().min(3000 + n);
+            sent.extend_from_slice(&out.unwritten()[..take]);
+            out.advance(take);
+            while out.has_room() && pushed.len() < 150 {
+                let line = numbered(pushed.len());
+                out.push(line.clone());
+                pushed.push(line);
+            }
+            let capacity = out.bytes.capacity();
+            assert!(capacity < WRITE_BATCH || capacity == BATCH_CAPACITY, "{capacity}");
+        }
+        sent.extend_from_slice(out.unwritten());
+        assert_eq!(
+            sent,
+            pushed.iter().flat_map(|line| format!("{line}\n").into_bytes()).collect::<Vec<_>>()
+        );
     }
 
     /// Serves one NDJSON connection over an in-memory pipe to a daemon rooted in `root`:
