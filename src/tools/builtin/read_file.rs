@@ -423,20 +423,20 @@ fn finish_line(current: &mut Vec<u8>, dropped: &mut usize) -> (String, usize) {
 
 /// Numbers and windows the text, with every cap applied and reported.
 fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) -> ToolResult {
-    let crlf = text::uses_crlf(&decoded.text);
     let total = count_lines(&decoded.text);
     let start = usize::try_from(args.offset.unwrap_or(1).max(1)).unwrap_or(usize::MAX);
     let limit =
         args.limit.map_or(DEFAULT_LINE_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
 
-    let numbered = (start == 1 && total <= limit)
-        .then(|| number_whole(&decoded.text, total))
-        .flatten()
-        .map_or_else(
-            || number_window(&decoded.text, start, limit, total),
-            |content| Numbered { content, shown: total, cut_lines: 0, hit_byte_cap: false },
-        );
-    let Numbered { mut content, shown, cut_lines, hit_byte_cap } = numbered;
+    let whole =
+        (start == 1 && total <= limit).then(|| number_whole(&decoded.text, total)).flatten();
+    // A text the one pass took holds no carriage return: its line endings are LF
+    // without looking again.
+    let crlf = whole.is_none() && text::uses_crlf(&decoded.text);
+    let Numbered { mut content, shown, cut_lines, hit_byte_cap } = match whole {
+        Some(content) => Numbered { content, shown: total, cut_lines: 0, hit_byte_cap: false },
+        None => number_window(&decoded.text, start, limit, total),
+    };
     let end = start + shown - usize::from(shown > 0);
     let more_after = shown > 0 && end < total;
     let truncated = more_after || cut_lines > 0 || hit_byte_cap;
