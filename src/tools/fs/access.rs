@@ -19,6 +19,7 @@
 //! or written, so no rename between check and use can change what it applies to.
 
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -104,6 +105,8 @@ struct AccessInner {
     /// Absolute paths of toolgate's own files and directories (everything beneath a
     /// directory is covered).
     own: Vec<PathBuf>,
+    /// Whether each of `own` is plain ([`super::lexical::is_plain`]), found once.
+    own_plain: Vec<bool>,
     rules: Option<Arc<dyn PathRules>>,
 }
 
@@ -122,9 +125,10 @@ impl Access {
     /// are canonicalized where they exist, and both spellings are kept). `rules`: the
     /// configured deny and ask rules.
     pub fn new(own: Vec<PathBuf>, rules: Option<Arc<dyn PathRules>>) -> Access {
-        Access {
-            inner: Arc::new(RwLock::new(Arc::new(AccessInner { own: spellings(own), rules }))),
-        }
+        let own = spellings(own);
+        let own_plain =
+            own.iter().map(|path| super::lexical::is_plain(path.as_os_str().as_bytes())).collect();
+        Access { inner: Arc::new(RwLock::new(Arc::new(AccessInner { own, own_plain, rules }))) }
     }
 
     /// Replaces what this access (and every clone of it) checks against with what
@@ -181,7 +185,10 @@ impl AccessInner {
         named: Option<&Path>,
         roots: &[PathBuf],
     ) -> Result<(), Refusal> {
-        if self.own.iter().any(|own| super::lexical::starts_with(real, own)) {
+        let real_plain = super::lexical::is_plain(real.as_os_str().as_bytes());
+        if (self.own.iter().zip(&self.own_plain)).any(|(own, &own_plain)| {
+            super::lexical::starts_with_as(real, real_plain, own, own_plain)
+        }) {
             return Err(Refusal::OwnFile);
         }
         let Some(rules) = &self.rules else {
@@ -275,6 +282,13 @@ mod tests {
         assert_eq!(check("/w/home/.config/toolgate"), Err(Refusal::OwnFile));
         assert_eq!(check("/w/home/.config/toolgatex"), Ok(()));
         assert_eq!(check("/w/home/.config"), Ok(()));
+        // Spellings that are not plain, of the own path or of the path checked, are
+        // compared by components: the same paths are covered.
+        let access = Access::new(vec![PathBuf::from("/w/home//.config/./toolgate/")], None);
+        let check = |path: &str| access.check(AccessKind::Read, Path::new(path), None, &roots);
+        assert_eq!(check("/w/home/.config/toolgate/tokens"), Err(Refusal::OwnFile));
+        assert_eq!(check("/w/home/.config//toolgate/tokens"), Err(Refusal::OwnFile));
+        assert_eq!(check("/w/home/.config/toolgatex"), Ok(()));
     }
 
     #[test]

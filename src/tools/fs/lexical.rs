@@ -50,10 +50,11 @@ pub(crate) fn strictly_below(path: &Path, dir: &Path) -> bool {
 }
 
 /// `path.starts_with(dir)` as `Path` says it, compared by bytes when both are plain
-/// (the component walk only for the others).
-pub(crate) fn starts_with(path: &Path, dir: &Path) -> bool {
-    let (bytes, prefix) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
-    if is_plain(bytes) && is_plain(prefix) {
+/// (the component walk only for the others). Whether each is plain ([`is_plain`]) is
+/// the caller's to say: a path checked against many directories is looked at once.
+pub(crate) fn starts_with_as(path: &Path, path_plain: bool, dir: &Path, dir_plain: bool) -> bool {
+    if path_plain && dir_plain {
+        let (bytes, prefix) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
         return bytes.starts_with(prefix)
             && (bytes.len() == prefix.len() || bytes[prefix.len()] == b'/');
     }
@@ -107,7 +108,12 @@ mod tests {
         for path in paths {
             for dir in paths {
                 assert_eq!(
-                    starts_with(Path::new(path), Path::new(dir)),
+                    starts_with_as(
+                        Path::new(path),
+                        is_plain(path.as_bytes()),
+                        Path::new(dir),
+                        is_plain(dir.as_bytes())
+                    ),
                     Path::new(path).starts_with(dir),
                     "{path:?} {dir:?}"
                 );
