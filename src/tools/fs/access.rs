@@ -104,10 +104,21 @@ pub struct Access {
 struct AccessInner {
     /// Absolute paths of toolgate's own files and directories (everything beneath a
     /// directory is covered).
-    own: Vec<PathBuf>,
-    /// Whether each of `own` is plain ([`super::lexical::is_plain`]), found once.
-    own_plain: Vec<bool>,
+    own: Vec<OwnPath>,
     rules: Option<Arc<dyn PathRules>>,
+}
+
+/// One of toolgate's own paths, and whether it is plain ([`super::lexical::is_plain`]),
+/// found once rather than at every check.
+struct OwnPath {
+    path: PathBuf,
+    plain: bool,
+}
+
+impl fmt::Debug for OwnPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.path.fmt(f)
+    }
 }
 
 impl fmt::Debug for Access {
@@ -125,10 +136,14 @@ impl Access {
     /// are canonicalized where they exist, and both spellings are kept). `rules`: the
     /// configured deny and ask rules.
     pub fn new(own: Vec<PathBuf>, rules: Option<Arc<dyn PathRules>>) -> Access {
-        let own = spellings(own);
-        let own_plain =
-            own.iter().map(|path| super::lexical::is_plain(path.as_os_str().as_bytes())).collect();
-        Access { inner: Arc::new(RwLock::new(Arc::new(AccessInner { own, own_plain, rules }))) }
+        let own = spellings(own)
+            .into_iter()
+            .map(|path| OwnPath {
+                plain: super::lexical::is_plain(path.as_os_str().as_bytes()),
+                path,
+            })
+            .collect();
+        Access { inner: Arc::new(RwLock::new(Arc::new(AccessInner { own, rules }))) }
     }
 
     /// Replaces what this access (and every clone of it) checks against with what
@@ -140,7 +155,7 @@ impl Access {
 
     /// toolgate's own paths as configured (and canonicalized).
     pub fn own_paths(&self) -> Vec<PathBuf> {
-        self.snapshot().own.clone()
+        self.snapshot().own.iter().map(|own| own.path.clone()).collect()
     }
 
     fn snapshot(&self) -> Arc<AccessInner> {
@@ -169,6 +184,7 @@ impl Access {
         let own = inner
             .own
             .iter()
+            .map(|own| &own.path)
             .filter(|own| own.starts_with(base) || base.starts_with(own))
             .cloned()
             .collect();
@@ -186,9 +202,11 @@ impl AccessInner {
         roots: &[PathBuf],
     ) -> Result<(), Refusal> {
         let real_plain = super::lexical::is_plain(real.as_os_str().as_bytes());
-        if (self.own.iter().zip(&self.own_plain)).any(|(own, &own_plain)| {
-            super::lexical::starts_with_as(real, real_plain, own, own_plain)
-        }) {
+        if self
+            .own
+            .iter()
+            .any(|own| super::lexical::starts_with_as(real, real_plain, &own.path, own.plain))
+        {
             return Err(Refusal::OwnFile);
         }
         let Some(rules) = &self.rules else {
