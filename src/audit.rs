@@ -153,7 +153,7 @@ impl Serialize for Encoded<'_> {
         let record = self.record;
         let mut line = s.serialize_struct("AuditRecord", 12)?;
         // The time goes straight into the line, without a string of its own.
-        line.serialize_field("ts", &Displayed(Rfc3339(record.ts)))?;
+        line.serialize_field("ts", &Rfc3339(record.ts))?;
         line.serialize_field("session_id", &*record.session_id)?;
         line.serialize_field("client", &*record.client)?;
         line.serialize_field("call_id", &*record.call_id)?;
@@ -174,15 +174,6 @@ impl Serialize for Encoded<'_> {
     }
 }
 
-/// Serializes as the string its `Display` writes.
-struct Displayed<T>(T);
-
-impl<T: std::fmt::Display> Serialize for Displayed<T> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
 /// Formats a time as RFC 3339 in UTC with milliseconds (`2026-01-31T09:05:00.250Z`).
 /// Times before 1970 are clamped to the epoch.
 pub fn rfc3339_utc(ts: SystemTime) -> String {
@@ -192,8 +183,40 @@ pub fn rfc3339_utc(ts: SystemTime) -> String {
 /// A time shown as [`rfc3339_utc`] writes it.
 struct Rfc3339(SystemTime);
 
-impl std::fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Rfc3339 {
+    /// The text, its digits put in place one by one: every record's line has one, and
+    /// the formatting machinery took more than the rest of the line's fields. `None`
+    /// past the year 9999, where the year takes more than four digits.
+    fn fixed(&self) -> Option<[u8; 24]> {
+        let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = since_epoch.as_secs();
+        let (year, month, day) = civil_from_days(secs / 86_400);
+        if year > 9999 {
+            return None;
+        }
+        let secs_of_day = secs % 86_400;
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let fields = [
+            (0..4, year),
+            (5..7, month),
+            (8..10, day),
+            (11..13, secs_of_day / 3600),
+            (14..16, secs_of_day % 3600 / 60),
+            (17..19, secs_of_day % 60),
+            (20..23, u64::from(since_epoch.subsec_millis())),
+        ];
+        for (range, mut value) in fields {
+            for digit in text[range].iter_mut().rev() {
+                // Below ten: one ASCII digit.
+                *digit = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        Some(text)
+    }
+
+    /// The same text through the formatting machinery, for years of any length.
+    fn formatted(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
         let secs = since_epoch.as_secs();
         let (year, month, day) = civil_from_days(secs / 86_400);
@@ -206,6 +229,28 @@ impl std::fmt::Display for Rfc3339 {
             secs_of_day % 60,
             since_epoch.subsec_millis()
         )
+    }
+}
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.fixed() {
+            Some(text) => f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?),
+            None => self.formatted(f),
+        }
+    }
+}
+
+/// Serialized as one string, straight from [`Rfc3339::fixed`] where it applies.
+impl Serialize for Rfc3339 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.fixed() {
+            Some(text) => match std::str::from_utf8(&text) {
+                Ok(text) => s.serialize_str(text),
+                Err(err) => Err(serde::ser::Error::custom(err)),
+            },
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -829,6 +874,32 @@ mod tests {
         assert_eq!(rfc3339_utc(with_millis), "2023-11-14T22:13:20.007Z");
         let before_epoch = UNIX_EPOCH - Duration::from_secs(10);
         assert_eq!(rfc3339_utc(before_epoch), "1970-01-01T00:00:00.000Z");
+        // Past the year 9999 the year grows a digit.
+        let far = UNIX_EPOCH + Duration::from_millis(253_402_300_800_042);
+        assert_eq!(rfc3339_utc(far), "10000-01-01T00:00:00.042Z");
+        // In a record's line the time is the same string.
+        for (ts, expected) in
+            [(with_millis, "2023-11-14T22:13:20.007Z"), (far, "10000-01-01T00:00:00.042Z")]
+        {
+            assert_eq!(serde_json::to_string(&Rfc3339(ts)).unwrap(), format!("\"{expected}\""));
+        }
+    }
+
+    /// What the formatting machinery writes, to check the digits put in place by hand.
+    struct Formatted(SystemTime);
+
+    impl std::fmt::Display for Formatted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            Rfc3339(self.0).formatted(f)
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fixed_width_times_match_the_formatted_ones(millis in 0u64..253_402_300_800_000) {
+            let ts = UNIX_EPOCH + Duration::from_millis(millis);
+            proptest::prop_assert_eq!(rfc3339_utc(ts), Formatted(ts).to_string());
+        }
     }
 
     #[tokio::test]
