@@ -184,29 +184,37 @@ pub fn rfc3339_utc(ts: SystemTime) -> String {
 struct Rfc3339(SystemTime);
 
 impl Rfc3339 {
+    /// Year, month, day, hour, minute, second and millisecond, in UTC.
+    fn fields(&self) -> [u64; 7] {
+        let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = since_epoch.as_secs();
+        let (year, month, day) = civil_from_days(secs / 86_400);
+        let secs_of_day = secs % 86_400;
+        [
+            year,
+            month,
+            day,
+            secs_of_day / 3600,
+            secs_of_day % 3600 / 60,
+            secs_of_day % 60,
+            u64::from(since_epoch.subsec_millis()),
+        ]
+    }
+
     /// The text, its digits put in place one by one: every record's line has one, and
     /// the formatting machinery took more than the rest of the line's fields. `None`
     /// past the year 9999, where the year takes more than four digits.
     fn fixed(&self) -> Option<[u8; 24]> {
-        let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = since_epoch.as_secs();
-        let (year, month, day) = civil_from_days(secs / 86_400);
-        if year > 9999 {
+        /// Where each of [`Rfc3339::fields`] goes.
+        const PLACES: [std::ops::Range<usize>; 7] =
+            [0..4, 5..7, 8..10, 11..13, 14..16, 17..19, 20..23];
+        let fields = self.fields();
+        if fields[0] > 9999 {
             return None;
         }
-        let secs_of_day = secs % 86_400;
         let mut text = *b"0000-00-00T00:00:00.000Z";
-        let fields = [
-            (0..4, year),
-            (5..7, month),
-            (8..10, day),
-            (11..13, secs_of_day / 3600),
-            (14..16, secs_of_day % 3600 / 60),
-            (17..19, secs_of_day % 60),
-            (20..23, u64::from(since_epoch.subsec_millis())),
-        ];
-        for (range, mut value) in fields {
-            for digit in text[range].iter_mut().rev() {
+        for (place, mut value) in PLACES.into_iter().zip(fields) {
+            for digit in text[place].iter_mut().rev() {
                 // Below ten: one ASCII digit.
                 *digit = b'0' + (value % 10) as u8;
                 value /= 10;
@@ -217,18 +225,8 @@ impl Rfc3339 {
 
     /// The same text through the formatting machinery, for years of any length.
     fn formatted(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let since_epoch = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = since_epoch.as_secs();
-        let (year, month, day) = civil_from_days(secs / 86_400);
-        let secs_of_day = secs % 86_400;
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            secs_of_day / 3600,
-            secs_of_day % 3600 / 60,
-            secs_of_day % 60,
-            since_epoch.subsec_millis()
-        )
+        let [year, month, day, hour, minute, second, millis] = self.fields();
+        write!(f, "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z")
     }
 }
 
