@@ -812,7 +812,8 @@ impl Session {
         }
         let sink = self.output_sink(&call.id);
         let env = self.env();
-        let result = self.registry.execute_streaming(call, &env, cancel, sink).await;
+        // The admitted token is this call's own: the tool gets it, not a child of it.
+        let result = self.registry.execute_owned(call, &env, cancel.clone(), sink).await;
         Finished { result, decision, arguments: prepared.arguments.clone() }
     }
 

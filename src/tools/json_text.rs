@@ -100,29 +100,43 @@ pub fn escape_into(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    let mut stage = Stage::new(out);
+    // Escaped bytes gather in `stage` and go to the output in a few large copies. Its
+    // length is a local of its own, apart from the buffer (whose address the copies
+    // take), so that the compiler keeps it in a register rather than in memory.
+    let mut stage = [0u8; STAGE_BYTES];
+    let mut len = 0;
     let mut blocks = bytes.chunks_exact(BLOCK);
     for block in &mut blocks {
-        stage.make_room(BLOCK / WORD * WORD_ROOM);
+        if len + BLOCK / WORD * WORD_ROOM > STAGE_BYTES {
+            out.extend_from_slice(&stage[..len]);
+            len = 0;
+        }
         // Not `any`: a fold without early exit is what the compiler vectorizes.
         if !block.iter().fold(false, |dirty, &byte| dirty | needs_escape(byte)) {
-            stage.put(block);
+            stage[len..len + BLOCK].copy_from_slice(block);
+            len += BLOCK;
             continue;
         }
         for word in block.chunks_exact(WORD) {
-            stage.word(word);
+            len = escape_word(&mut stage, len, word);
         }
     }
-    let mut words = blocks.remainder().chunks_exact(WORD);
-    for word in &mut words {
-        stage.make_room(WORD_ROOM);
-        stage.word(word);
+    for piece in blocks.remainder().chunks(WORD) {
+        if len + WORD_ROOM > STAGE_BYTES {
+            out.extend_from_slice(&stage[..len]);
+            len = 0;
+        }
+        if piece.len() == WORD {
+            len = escape_word(&mut stage, len, piece);
+        } else {
+            for &byte in piece {
+                let (escaped, kept) =
+                    if needs_escape(byte) { escape_of(byte) } else { (u64::from(byte), 1) };
+                len = store(&mut stage, len, escaped, kept);
+            }
+        }
     }
-    for &byte in words.remainder() {
-        stage.make_room(WORD_ROOM);
-        stage.byte(byte);
-    }
-    stage.flush();
+    out.extend_from_slice(&stage[..len]);
     out.push(b'"');
 }
 
@@ -132,77 +146,37 @@ const WORD: usize = 8;
 /// The most a word's escaping writes past where it starts: eight six-byte escapes,
 /// the last of them stored as a whole word.
 const WORD_ROOM: usize = WORD * 6 + WORD;
-/// Escaped bytes gather here and go to the output in a few large copies.
+/// How many escaped bytes gather before they are copied to the output.
 const STAGE_BYTES: usize = 1024;
 
-/// A buffer written a whole word at a time: a store writes eight bytes and keeps
-/// only as many as it counts, the rest being overwritten by the next store or left
-/// out when the buffer is flushed.
-struct Stage<'a> {
-    out: &'a mut Vec<u8>,
-    buf: [u8; STAGE_BYTES],
-    len: usize,
+/// Writes `value`'s eight bytes (little-endian) at `len` and keeps the first `keep`:
+/// the rest are overwritten by the next store or left out when the stage is copied.
+/// Returns the new length.
+fn store(stage: &mut [u8; STAGE_BYTES], len: usize, value: u64, keep: usize) -> usize {
+    stage[len..len + WORD].copy_from_slice(&value.to_le_bytes());
+    len + keep
 }
 
-impl<'a> Stage<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
-        Stage { out, buf: [0; STAGE_BYTES], len: 0 }
+/// Eight bytes, escaped into the stage at `len`; returns the new length.
+fn escape_word(stage: &mut [u8; STAGE_BYTES], mut len: usize, bytes: &[u8]) -> usize {
+    let mut word = [0u8; WORD];
+    word.copy_from_slice(bytes);
+    let word = u64::from_le_bytes(word);
+    let mut mask = escape_mask(word);
+    let mut from = 0;
+    while mask != 0 {
+        // The flag of byte i is bit 8i + 7 (little-endian load).
+        let at = (mask.trailing_zeros() / 8) as usize;
+        len = store(stage, len, word >> (8 * from), at - from);
+        let (escaped, kept) = escape_of(bytes[at]);
+        len = store(stage, len, escaped, kept);
+        from = at + 1;
+        mask &= mask - 1;
     }
-
-    /// Makes sure `room` bytes past the end can be written.
-    fn make_room(&mut self, room: usize) {
-        if self.len + room > STAGE_BYTES {
-            self.flush();
-        }
+    if from < WORD {
+        len = store(stage, len, word >> (8 * from), WORD - from);
     }
-
-    fn flush(&mut self) {
-        self.out.extend_from_slice(&self.buf[..self.len]);
-        self.len = 0;
-    }
-
-    /// Writes `value`'s eight bytes (little-endian) and keeps the first `keep`.
-    fn store(&mut self, value: u64, keep: usize) {
-        self.buf[self.len..self.len + WORD].copy_from_slice(&value.to_le_bytes());
-        self.len += keep;
-    }
-
-    /// Bytes that need no escaping.
-    fn put(&mut self, clean: &[u8]) {
-        self.buf[self.len..self.len + clean.len()].copy_from_slice(clean);
-        self.len += clean.len();
-    }
-
-    /// Eight bytes, escaped.
-    fn word(&mut self, bytes: &[u8]) {
-        let mut word = [0u8; WORD];
-        word.copy_from_slice(bytes);
-        let word = u64::from_le_bytes(word);
-        let mut mask = escape_mask(word);
-        let mut from = 0;
-        while mask != 0 {
-            // The flag of byte i is bit 8i + 7 (little-endian load).
-            let at = (mask.trailing_zeros() / 8) as usize;
-            self.store(word >> (8 * from), at - from);
-            let (escape, len) = escape_of(bytes[at]);
-            self.store(escape, len);
-            from = at + 1;
-            mask &= mask - 1;
-        }
-        if from < WORD {
-            self.store(word >> (8 * from), WORD - from);
-        }
-    }
-
-    /// One byte, escaped.
-    fn byte(&mut self, byte: u8) {
-        if needs_escape(byte) {
-            let (escape, len) = escape_of(byte);
-            self.store(escape, len);
-        } else {
-            self.store(u64::from(byte), 1);
-        }
-    }
+    len
 }
 
 /// The high bit of each of the eight bytes that is `"`, `\` or below 0x20, and no

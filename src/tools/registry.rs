@@ -456,6 +456,20 @@ impl Registry {
         cancel: &CancellationToken,
         output: OutputSink,
     ) -> ToolResult {
+        self.execute_owned(call, env, cancel.child_token(), output).await
+    }
+
+    /// [`Registry::execute_streaming`] with a token that belongs to this call alone, as
+    /// the session's token for an admitted call does: the tool is handed that token
+    /// itself rather than a child of it, and it is canceled when the run ends, however
+    /// it ends. A caller whose token outlives the call uses `execute_streaming`.
+    pub async fn execute_owned(
+        &self,
+        call: &Call,
+        env: &Arc<Env>,
+        cancel: CancellationToken,
+        output: OutputSink,
+    ) -> ToolResult {
         self.run_guarded(call, env, cancel, output).await.stamp(&call.name, &call.id)
     }
 
@@ -463,7 +477,7 @@ impl Registry {
         &self,
         call: &Call,
         env: &Arc<Env>,
-        cancel: &CancellationToken,
+        tool_cancel: CancellationToken,
         output: OutputSink,
     ) -> ToolResult {
         // 1. Unknown name.
@@ -500,10 +514,9 @@ impl Registry {
             .min(env.max_timeout);
 
         // 5. Cancellation and deadline.
-        if cancel.is_cancelled() {
+        if tool_cancel.is_cancelled() {
             return canceled();
         }
-        let tool_cancel = cancel.child_token();
         let ctx = ToolContext {
             call_id: call.id.clone(),
             env,
@@ -529,10 +542,7 @@ impl Registry {
                     )
                 }
             },
-            () = cancel.cancelled() => {
-                tool_cancel.cancel();
-                canceled()
-            }
+            () = tool_cancel.cancelled() => canceled(),
             () = tokio::time::sleep(timeout) => {
                 tool_cancel.cancel();
                 ToolResult::failure(

@@ -380,6 +380,39 @@ async fn timeout_and_cancel_are_distinct_and_cancel_the_tool() {
 }
 
 #[tokio::test]
+async fn an_owned_token_is_the_tools_and_a_borrowed_one_outlives_the_call() {
+    let tool =
+        TestTool::new("sleep", Behaviour::SleepForever).with_timeout(Duration::from_millis(50));
+    let token = tool.token.clone();
+    let registry = registry_with(vec![tool, TestTool::new("echo", Behaviour::Echo)]);
+    let tool_token = || token.lock().unwrap().take().expect("the tool never started");
+
+    // A caller's token that outlives the call: the tool gets a child of it, and neither
+    // a timeout nor the end of a call cancels the caller's.
+    let shared = CancellationToken::new();
+    let res = registry.execute(&Call::new("c1", "sleep", "{}"), &env(), &shared).await;
+    assert_eq!(res.error_type, Some(ErrorType::Timeout));
+    assert!(tool_token().is_cancelled(), "the tool's token was not canceled on timeout");
+    assert!(!shared.is_cancelled(), "a timeout canceled the caller's token");
+    let res = registry.execute(&Call::new("c2", "echo", "{}"), &env(), &shared).await;
+    assert!(res.ok, "{res:?}");
+    assert!(!shared.is_cancelled(), "the end of a call canceled the caller's token");
+
+    // A token owned by the call: canceled on timeout, and at the end of a call that
+    // went well.
+    let owned = CancellationToken::new();
+    let call = Call::new("c3", "sleep", "{}");
+    let res = registry.execute_owned(&call, &env(), owned.clone(), OutputSink::discard()).await;
+    assert_eq!(res.error_type, Some(ErrorType::Timeout));
+    assert!(tool_token().is_cancelled() && owned.is_cancelled());
+    let owned = CancellationToken::new();
+    let call = Call::new("c4", "echo", "{}");
+    let res = registry.execute_owned(&call, &env(), owned.clone(), OutputSink::discard()).await;
+    assert!(res.ok, "{res:?}");
+    assert!(owned.is_cancelled(), "the call ended and its own token was left live");
+}
+
+#[tokio::test]
 async fn an_already_canceled_call_does_not_run() {
     let registry = registry_with(vec![TestTool::new("boom", Behaviour::Panic)]);
     let cancel = CancellationToken::new();

@@ -577,44 +577,47 @@ fn number_whole(text: &str, total: usize) -> Option<String> {
     {
         return None;
     }
-    let mut content = String::with_capacity(body.len() + PREFIX * total);
-    // The number counts up in place, digit by digit, as an odometer does.
-    let mut number = *b"     1\t";
+    let mut content: Vec<u8> = Vec::with_capacity(body.len() + PREFIX * total);
+    // Each line after the first starts with the line break before it, its number and
+    // its tab, written as one piece of constant size. The number counts up in place,
+    // digit by digit, as an odometer does.
+    let mut number = *b"\n     1\t";
+    content.extend_from_slice(&number[1..]);
     let mut from = 0;
     for end in memchr::memchr_iter(b'\n', body.as_bytes()).chain([body.len()]) {
-        let line = &body[from..end];
+        if from > 0 {
+            let mut at = PREFIX - 1;
+            loop {
+                match number[at] {
+                    b'9' => {
+                        number[at] = b'0';
+                        at -= 1;
+                        // Past the sixth column: impossible below 100,000 lines.
+                        if at == 0 {
+                            return None;
+                        }
+                    }
+                    b' ' => {
+                        number[at] = b'1';
+                        break;
+                    }
+                    digit => {
+                        number[at] = digit + 1;
+                        break;
+                    }
+                }
+            }
+            content.extend_from_slice(&number);
+        }
+        let line = &body.as_bytes()[from..end];
         if line.len() > MAX_LINE_CHARS {
             return None;
         }
-        if from > 0 {
-            content.push('\n');
-        }
-        // Seven ASCII characters pushed as they are: cheaper than checking them as
-        // text for every line.
-        for &byte in &number {
-            content.push(char::from(byte));
-        }
-        content.push_str(line);
+        content.extend_from_slice(line);
         from = end + 1;
-        let mut at = PREFIX - 2;
-        loop {
-            match number[at] {
-                b'9' => {
-                    number[at] = b'0';
-                    at = at.checked_sub(1)?;
-                }
-                b' ' => {
-                    number[at] = b'1';
-                    break;
-                }
-                digit => {
-                    number[at] = digit + 1;
-                    break;
-                }
-            }
-        }
     }
-    Some(content)
+    // Lines cut from a `str` at line breaks, and ASCII between them.
+    String::from_utf8(content).ok()
 }
 
 /// How many lines [`split_lines`] yields.
