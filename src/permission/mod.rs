@@ -868,7 +868,8 @@ impl PermissionEngine {
             return Decision::new(
                 Verdict::Allow,
                 Layer::Mode,
-                format!("read-only tools are allowed in {mode} mode"),
+                // Every read-only call comes this way: joined, not formatted.
+                ["read-only tools are allowed in ", mode.as_str(), " mode"].concat(),
             );
         }
         match mode {

@@ -30,7 +30,11 @@ impl Metadata {
     /// Sets `key` to `value`, replacing what it held.
     pub fn insert(&mut self, key: impl Into<Cow<'static, str>>, value: Value) {
         let key = key.into();
-        match self.position(&key) {
+        // A key past the last one (as a tool that reports its facts in key order gives
+        // them) goes on the end without a search.
+        let at_end = self.0.last().is_none_or(|(last, _)| last.as_ref() < key.as_ref());
+        let position = if at_end { Err(self.0.len()) } else { self.position(&key) };
+        match position {
             Ok(at) => self.0[at].1 = value,
             Err(at) => {
                 if self.0.capacity() == 0 {
@@ -182,6 +186,23 @@ mod tests {
         let metadata: Metadata = serde_json::from_str(r#"{"b":1,"a":2,"b":3}"#).unwrap();
         assert_eq!(serde_json::to_string(&metadata).unwrap(), r#"{"a":2,"b":3}"#);
         assert!(serde_json::from_str::<Metadata>("[1]").is_err());
+    }
+
+    proptest::proptest! {
+        // Keys in order (taken at the end), out of order and repeated alike.
+        #[test]
+        fn any_inserts_read_as_a_json_maps(entries in proptest::collection::vec(("[a-e]{0,3}", 0u8..4), 0..12)) {
+            let mut metadata = Metadata::new();
+            let mut map = serde_json::Map::new();
+            for (key, value) in entries {
+                metadata.insert(key.clone(), json!(value));
+                map.insert(key, json!(value));
+            }
+            proptest::prop_assert_eq!(
+                serde_json::to_string(&metadata).unwrap(),
+                serde_json::to_string(&map).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -480,19 +480,19 @@ fn render(decoded: &text::Decoded, args: &Args, shown_path: String, len: u64) ->
         content.push_str(&note);
     }
 
+    // In key order, the order they are kept in: each goes on the end.
     let mut res = ToolResult::success(content)
-        .with_meta("path", shown_path)
-        .with_meta("total_lines", total)
-        .with_meta("start_line", start)
-        .with_meta("lines_shown", shown)
-        .with_meta("truncated", truncated)
         .with_meta("bytes", len)
         .with_meta("encoding", decoded.encoding.as_str())
-        .with_meta("line_endings", if crlf { "crlf" } else { "lf" });
+        .with_meta("line_endings", if crlf { "crlf" } else { "lf" })
+        .with_meta("lines_shown", shown);
     if decoded.lossy {
         res = res.with_meta("lossy", true);
     }
-    res
+    res.with_meta("path", shown_path)
+        .with_meta("start_line", start)
+        .with_meta("total_lines", total)
+        .with_meta("truncated", truncated)
 }
 
 /// Splits text into lines without their terminators (`\n` or `\r\n`); a final
