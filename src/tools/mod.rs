@@ -79,7 +79,9 @@ pub struct Definition {
 }
 
 /// One tool call as the model produced it. `arguments` is raw text on purpose: it is
-/// untrusted and is only parsed (and schema-checked) at the registry boundary.
+/// untrusted, and what decides whether it is valid is the registry's boundary, which
+/// parses it and checks it against the tool's schema. (The session parses it once more,
+/// before that, for what the policy, the events and the audit record see of it.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
     /// Shared, not copied, by the call's events, records and output.
