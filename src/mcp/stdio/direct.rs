@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities,
     ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage,
@@ -255,8 +256,9 @@ impl Direct {
     /// reader's task, and returns the line `answer` makes of its result. The first
     /// poll needs no waker of its own: work that is not done goes on in a task, whose
     /// first poll registers that task's waker with what it waits on, and which queues
-    /// the answer. A panic (a bug: tools' own are results) costs the request, not the
-    /// conversation: it is answered as an internal error.
+    /// the answer. A panic (a bug: tools' own are results), on the first poll or in
+    /// the task, costs the request, not the conversation: it is answered as an
+    /// internal error.
     fn run_here<T, F>(
         self: &Arc<Self>,
         id: RequestId,
@@ -274,7 +276,7 @@ impl Direct {
             Ok(Poll::Pending) => {
                 let direct = self.clone();
                 self.tasks.spawn(async move {
-                    let result = work.await;
+                    let result = caught(work, &id, what).await;
                     if let Some(line) = answer(&direct, id, result) {
                         direct.send_later(line).await;
                     }
@@ -282,8 +284,8 @@ impl Direct {
                 None
             }
             Err(_) => {
-                tracing::error!(%id, "{what} panicked");
-                answer(self, id, Err(McpError::internal_error(format!("{what} failed"), None)))
+                let failed = panicked(&id, what);
+                answer(self, id, failed)
             }
         }
     }
@@ -353,6 +355,21 @@ async fn legacy_call(
     Ok(answer)
 }
 
+/// Runs the rest of a request's handler; a panic becomes the request's internal
+/// error (see [`Direct::run_here`]).
+async fn caught<T, F>(work: F, id: &RequestId, what: &str) -> Result<T, McpError>
+where
+    F: Future<Output = Result<T, McpError>>,
+{
+    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| panicked(id, what))
+}
+
+/// The error that answers a request whose handler panicked (a bug), logged.
+fn panicked<T>(id: &RequestId, what: &str) -> Result<T, McpError> {
+    tracing::error!(%id, "{what} panicked");
+    Err(McpError::internal_error(format!("{what} failed"), None))
+}
+
 /// The line answering a call: a plain result written straight from it, anything else
 /// in rmcp's types, shaped for a peer before 2026-07-28 as rmcp shapes it.
 fn answer_line(
@@ -382,5 +399,33 @@ fn legacy_message(id: RequestId, result: Result<ServerResult, McpError>) -> Serv
             ServerJsonRpcMessage::response(result, id)
         }
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_after_its_first_wait_is_answered_with_an_internal_error() {
+        let id = RequestId::Number(7);
+        let failing = async {
+            // Past the first poll: the part of a call that runs in a task of its own.
+            tokio::task::yield_now().await;
+            if id == RequestId::Number(7) {
+                panic!("a bug after the first wait");
+            }
+            Ok::<u8, McpError>(0)
+        };
+        let error = caught(failing, &id, "the call").await.expect_err("a panic is an error");
+        assert_eq!(error.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
+        assert_eq!(error.message, "the call failed");
+
+        // A handler that finishes is its own result.
+        let finishing = async {
+            tokio::task::yield_now().await;
+            Ok::<u8, McpError>(3)
+        };
+        assert_eq!(caught(finishing, &id, "the call").await.expect("finished"), 3);
     }
 }
