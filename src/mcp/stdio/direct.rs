@@ -408,14 +408,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_handler_that_panics_after_its_first_wait_is_answered_with_an_internal_error() {
+        fn bug() -> Result<u8, McpError> {
+            panic!("a bug after the first wait")
+        }
         let id = RequestId::Number(7);
         let failing = async {
             // Past the first poll: the part of a call that runs in a task of its own.
             tokio::task::yield_now().await;
-            if id == RequestId::Number(7) {
-                panic!("a bug after the first wait");
-            }
-            Ok::<u8, McpError>(0)
+            bug()
         };
         let error = caught(failing, &id, "the call").await.expect_err("a panic is an error");
         assert_eq!(error.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
