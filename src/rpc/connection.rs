@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
@@ -174,7 +175,7 @@ impl Connection {
                     let mut first_poll = Some(self.first_polls.token());
                     let this = self.clone();
                     self.daemon.tasks().spawn(async move {
-                        let mut request = std::pin::pin!(this.run_request(id, &method, params));
+                        let mut request = std::pin::pin!(this.run_caught(&id, &method, params));
                         let answer = std::future::poll_fn(|context| {
                             let polled = request.as_mut().poll(context);
                             first_poll.take();
@@ -190,7 +191,7 @@ impl Connection {
                 }
                 let this = self.clone();
                 let mut request = Box::pin(async move {
-                    let answer = this.run_request(id, &method, params).await;
+                    let answer = this.run_caught(&id, &method, params).await;
                     drop(permit);
                     answer
                 });
@@ -214,19 +215,26 @@ impl Connection {
         }
     }
 
+    /// [`Connection::run_request`], where a panic (a bug: a tool's own panic is already
+    /// its result) costs the request, not the connection: it is answered as an internal
+    /// error, on the first poll as in a task of its own, and the connection reads on.
+    async fn run_caught(&self, id: &Value, method: &str, params: Params) -> Option<String> {
+        caught(self.run_request(id, method, params), id, method).await
+    }
+
     /// Runs one request with its own cancel token (registered for `$/cancelRequest`)
     /// and renders its response line (`None` when the method answered by itself).
-    async fn run_request(&self, id: Value, method: &str, params: Params) -> Option<String> {
+    async fn run_request(&self, id: &Value, method: &str, params: Params) -> Option<String> {
         let cancel = self.closed.child_token();
-        let key = jsonrpc::id_key(&id);
+        let key = jsonrpc::id_key(id);
         let number = self.next_request.fetch_add(1, Ordering::Relaxed);
         self.requests.insert(key.clone(), (number, cancel.clone()));
-        let reply = self.request(method, params, &id, &cancel).await;
+        let reply = self.request(method, params, id, &cancel).await;
         self.requests.remove_if(&key, |_, (registered, _)| *registered == number);
         match reply {
             Ok(Reply::Line(line)) => Some(line),
             Ok(Reply::Sent) => None,
-            Err(error) => Some(jsonrpc::error_response(&id, &error)),
+            Err(error) => Some(jsonrpc::error_response(id, &error)),
         }
     }
 
@@ -266,7 +274,7 @@ impl Connection {
                 None
             }
             Ok(Incoming::Request { id, method, params }) => {
-                self.run_request(id, &method, params).await
+                self.run_caught(&id, &method, params).await
             }
         }
     }
@@ -654,5 +662,55 @@ fn id_text(id: &Value) -> Arc<str> {
         Value::String(text) => Arc::from(text.as_str()),
         Value::Number(number) => jsonrpc::number_text(number),
         other => Arc::from(other.to_string()),
+    }
+}
+
+/// Runs `work`, a request's handling; a panic in it becomes the request's internal
+/// error (see [`Connection::run_caught`]), logged.
+async fn caught<F>(work: F, id: &Value, method: &str) -> Option<String>
+where
+    F: Future<Output = Option<String>>,
+{
+    use futures::FutureExt as _;
+
+    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| {
+        tracing::error!(%id, method, "request panicked");
+        let error = RpcError::new(jsonrpc::INTERNAL_ERROR, format!("{method} failed"));
+        Some(jsonrpc::error_response(id, &error))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bug() -> Option<String> {
+        panic!("a bug in a request's handling")
+    }
+
+    #[tokio::test]
+    async fn a_request_that_panics_is_answered_with_an_internal_error() {
+        let id = Value::from(7);
+        // On the first poll (the connection's own task) and after a wait (a task of its
+        // own), alike.
+        let at_once = caught(async { bug() }, &id, method::TOOLS_CALL).await;
+        let later = caught(
+            async {
+                tokio::task::yield_now().await;
+                bug()
+            },
+            &id,
+            method::TOOLS_CALL,
+        )
+        .await;
+        for answer in [at_once, later] {
+            let answer: Value = serde_json::from_str(&answer.expect("answered")).unwrap();
+            assert_eq!(answer["id"], 7);
+            assert_eq!(answer["error"]["code"], jsonrpc::INTERNAL_ERROR);
+            assert_eq!(answer["error"]["message"], "tools/call failed");
+        }
+        // A request that does not panic keeps its own answer.
+        let fine = caught(async { Some("answer".to_owned()) }, &id, method::TOOLS_CALL).await;
+        assert_eq!(fine.as_deref(), Some("answer"));
     }
 }
