@@ -1,7 +1,8 @@
 //! Memory under one hostile client, against the real daemon: what one request costs is
 //! bounded by a small multiple of its size and given back afterwards; a client that
 //! stops reading costs a bounded queue, not the output it is not reading; sessions
-//! with large task lists give their memory back when they end.
+//! with large task lists give their memory back when they end; reads of large files
+//! that follow each other share one buffer, given back once they stop.
 //!
 //! The daemon's memory is read from `/proc/<pid>/status` (`VmHWM`, the peak resident
 //! set, and `VmRSS`).
@@ -65,6 +66,20 @@ impl Daemon {
 
     fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
+    }
+
+    /// The workspace root (the daemon's working directory).
+    fn root(&self) -> PathBuf {
+        std::fs::canonicalize(self._dir.path()).unwrap().join("root")
+    }
+
+    /// Page faults the daemon has taken that needed no reading from disk (a page of
+    /// memory handed to it for the first time, mostly).
+    fn minor_faults(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // The fields after the command's name, which ends with the last ')'.
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        fields[7].parse().unwrap()
     }
 
     /// The highest RSS seen, sampled every 100 ms for 4 s (at least `idle`), printed
@@ -352,4 +367,34 @@ fn an_upstream_flooding_progress_to_a_subscriber_that_stops_reading_costs_a_boun
         "RSS grew from {idle} to {highest} while a subscriber did not read upstream progress"
     );
     drop(client);
+}
+
+#[test]
+fn large_reads_that_follow_each_other_share_one_buffer_given_back_once_they_stop() {
+    let daemon = Daemon::start("");
+    let text = "a line of a large file, read whole again and again\n".repeat(180_000);
+    let pages = text.len() as u64 / 4096;
+    std::fs::write(daemon.root().join("large.txt"), &text).unwrap();
+    let mut client = daemon.connect();
+    let mut read = |path: &str| {
+        let result =
+            client.request("tools/call", json!({"name": "read_file", "arguments": {"path": path}}));
+        assert_eq!(result["ok"], true, "{result}");
+    };
+    read("small.txt");
+    let idle = daemon.status("VmRSS:");
+    read("large.txt");
+    // Each read after the first writes the file's bytes into the pages the first one
+    // faulted in: four of them take fewer faults than one read of fresh memory.
+    let before = daemon.minor_faults();
+    for _ in 0..4 {
+        read("large.txt");
+    }
+    let faults = daemon.minor_faults() - before;
+    println!("{} pages per read, {faults} faults over four reads", pages);
+    assert!(faults < pages, "{faults} page faults over four reads of {pages} pages");
+    // The client stays connected: the buffer goes because the reads stopped.
+    let after = settle(&daemon, idle, 6 * MIB);
+    println!("idle {} MiB, after {} MiB", idle / MIB, after / MIB);
+    assert!(after <= idle + 6 * MIB, "RSS {after} after the reads stopped, {idle} before");
 }

@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::sync::Mutex;
 use std::thread::LocalKey;
+use std::time::Duration;
 
 /// A buffer [`with`] can empty and measure.
 pub(crate) trait Buffer: Default {
@@ -109,6 +110,93 @@ impl Spares {
     }
 }
 
+/// One large buffer kept while the work that needs it keeps coming, and given back to
+/// the system once none has come for its idle time. A block of a megabyte or more is
+/// mapped on its own and unmapped when freed (see `sys::give_large_blocks_back`), so
+/// each new one costs a page fault per 4 KiB page the first time it is written: for a
+/// 10 MiB read, more than the read itself. Kept only a moment, a buffer serves a burst
+/// of such work and costs nothing to a daemon that has gone idle.
+pub(crate) struct Lingering {
+    slot: Mutex<Lingered>,
+    /// Larger buffers than this are never kept.
+    largest: usize,
+    idle: Duration,
+}
+
+#[derive(Default)]
+struct Lingered {
+    buffer: Vec<u8>,
+    /// Buffers given back so far: the timer frees the buffer only when this has not
+    /// moved for a whole idle time.
+    uses: u64,
+    /// Whether a timer is waiting to free the buffer.
+    timed: bool,
+}
+
+impl Lingering {
+    pub(crate) const fn new(largest: usize, idle: Duration) -> Lingering {
+        Lingering {
+            slot: Mutex::new(Lingered { buffer: Vec::new(), uses: 0, timed: false }),
+            largest,
+            idle,
+        }
+    }
+
+    /// The kept buffer, empty (an empty, unallocated one when there is none, or when
+    /// another caller has it).
+    pub(crate) fn take(&self) -> Vec<u8> {
+        match self.slot.try_lock() {
+            Ok(mut slot) => std::mem::take(&mut slot.buffer),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Keeps `buffer`, emptied, for the next [`Lingering::take`] (the larger one when
+    /// one is kept already), and starts the timer that frees it once no buffer has
+    /// come back for the idle time. Outside a runtime nothing can time it: it is freed.
+    pub(crate) fn give_back(&'static self, mut buffer: Vec<u8>) {
+        if buffer.capacity() == 0 || buffer.capacity() > self.largest {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        buffer.clear();
+        let Ok(mut slot) = self.slot.lock() else {
+            return;
+        };
+        slot.uses += 1;
+        if buffer.capacity() > slot.buffer.capacity() {
+            // The one kept before goes once the lock is let go.
+            buffer = std::mem::replace(&mut slot.buffer, buffer);
+        }
+        if !slot.timed {
+            slot.timed = true;
+            runtime.spawn(self.free_when_idle());
+        }
+        drop(slot);
+        drop(buffer);
+    }
+
+    /// Frees the kept buffer once no buffer has come back for a whole idle time.
+    async fn free_when_idle(&self) {
+        loop {
+            let seen = self.slot.lock().map_or(0, |slot| slot.uses);
+            tokio::time::sleep(self.idle).await;
+            let Ok(mut slot) = self.slot.lock() else {
+                return;
+            };
+            if slot.uses == seen {
+                slot.timed = false;
+                let freed = std::mem::take(&mut slot.buffer);
+                drop(slot);
+                drop(freed);
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +249,40 @@ mod tests {
         }
         assert_eq!(spares.buffers.lock().unwrap().len(), 2);
         assert!(spares.buffers.lock().unwrap().iter().all(|buffer| buffer.capacity() < 8192));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_buffer_serves_a_burst_and_is_freed_once_idle() {
+        static LARGE: Lingering = Lingering::new(1 << 20, Duration::from_millis(250));
+        assert_eq!(LARGE.take().capacity(), 0, "nothing kept at first");
+        let mut buffer = Vec::with_capacity(64 * 1024);
+        buffer.extend_from_slice(b"a file's bytes");
+        let address = buffer.as_ptr();
+        LARGE.give_back(buffer);
+        // A burst: each use finds the same buffer, empty, and the uses keep it.
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let again = LARGE.take();
+            assert_eq!((again.as_ptr(), again.len()), (address, 0));
+            // Taken, it is nobody else's.
+            assert_eq!(LARGE.take().capacity(), 0);
+            LARGE.give_back(again);
+        }
+        // Of two, the larger is kept.
+        LARGE.give_back(Vec::with_capacity(1024));
+        let kept = LARGE.take();
+        assert_eq!(kept.as_ptr(), address);
+        LARGE.give_back(kept);
+        LARGE.give_back(Vec::with_capacity(128 * 1024));
+        let larger = LARGE.take();
+        assert!(larger.capacity() >= 128 * 1024);
+        LARGE.give_back(larger);
+        // A buffer past the bound is not kept.
+        LARGE.give_back(Vec::with_capacity(2 << 20));
+        assert!(LARGE.slot.lock().unwrap().buffer.capacity() < 2 << 20);
+        // Idle for longer than its idle time: freed, and the timer has ended.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let slot = LARGE.slot.lock().unwrap();
+        assert_eq!((slot.buffer.capacity(), slot.timed), (0, false));
     }
 }
