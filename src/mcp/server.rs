@@ -14,11 +14,13 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use futures::FutureExt as _;
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
@@ -26,7 +28,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorCode,
     GetTaskParams, GetTaskResult, InputRequiredResult, ListToolsResult, LoggingLevel,
     NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+    ProtocolVersion, RequestId, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
     UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
@@ -930,6 +932,23 @@ impl McpHandler {
     }
 }
 
+/// Runs a request's handler (the rest of it, when part ran elsewhere); a panic (a bug:
+/// a tool's own panic is already its result) becomes the request's internal error, so
+/// it costs that request and not the conversation. rmcp runs each request in a task of
+/// its own and answers nothing when that task panics.
+pub(crate) async fn caught<T, F>(work: F, id: &RequestId, what: &str) -> Result<T, McpError>
+where
+    F: Future<Output = Result<T, McpError>>,
+{
+    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| panicked(id, what))
+}
+
+/// The error that answers a request whose handler panicked (a bug), logged.
+pub(crate) fn panicked<T>(id: &RequestId, what: &str) -> Result<T, McpError> {
+    tracing::error!(%id, "{what} panicked");
+    Err(McpError::internal_error(format!("{what} failed"), None))
+}
+
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
         match self {
@@ -943,7 +962,8 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        self.live().list_tools(request, ctx).await
+        let id = ctx.id.clone();
+        caught(self.live().list_tools(request, ctx), &id, "tools/list").await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -955,7 +975,8 @@ impl ServerHandler for McpHandler {
         params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call_tool_answer(params, ctx).await?.into_response()
+        let id = ctx.id.clone();
+        caught(self.call_tool_answer(params, ctx), &id, "the call").await?.into_response()
     }
 
     async fn get_task(
@@ -963,7 +984,8 @@ impl ServerHandler for McpHandler {
         request: GetTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        self.live().get_task(request, ctx).await
+        let id = ctx.id.clone();
+        caught(self.live().get_task(request, ctx), &id, "tasks/get").await
     }
 
     async fn update_task(
@@ -971,7 +993,8 @@ impl ServerHandler for McpHandler {
         request: UpdateTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.live().update_task(request, ctx).await
+        let id = ctx.id.clone();
+        caught(self.live().update_task(request, ctx), &id, "tasks/update").await
     }
 
     async fn cancel_task(
@@ -979,7 +1002,8 @@ impl ServerHandler for McpHandler {
         request: CancelTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.live().cancel_task(request, ctx).await
+        let id = ctx.id.clone();
+        caught(self.live().cancel_task(request, ctx), &id, "tasks/cancel").await
     }
 
     fn accepted_subscription_filter(
@@ -1115,5 +1139,33 @@ impl ServerHandler for McpHandler {
             McpHandler::Live(_) => not_served("completion/complete"),
             McpHandler::Conformance(conformance) => conformance.complete(request, ctx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_after_its_first_wait_is_answered_with_an_internal_error() {
+        fn bug() -> Result<u8, McpError> {
+            panic!("a bug after the first wait")
+        }
+        let id = RequestId::Number(7);
+        let failing = async {
+            // Past the first poll: the part of a call that runs in a task of its own.
+            tokio::task::yield_now().await;
+            bug()
+        };
+        let error = caught(failing, &id, "the call").await.expect_err("a panic is an error");
+        assert_eq!(error.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
+        assert_eq!(error.message, "the call failed");
+
+        // A handler that finishes is its own result.
+        let finishing = async {
+            tokio::task::yield_now().await;
+            Ok::<u8, McpError>(3)
+        };
+        assert_eq!(caught(finishing, &id, "the call").await.expect("finished"), 3);
     }
 }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities,
     ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage,
@@ -22,7 +21,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use super::{LineSender, Listing, encode_line, plain_answer_line};
-use crate::mcp::server::{Answer, McpHandler};
+use crate::mcp::server::{Answer, McpHandler, caught, panicked};
 
 /// How long answers of calls still running at end of input (or at shutdown) are
 /// waited for before the calls are canceled: rmcp's own waits for the requests it
@@ -355,21 +354,6 @@ async fn legacy_call(
     Ok(answer)
 }
 
-/// Runs the rest of a request's handler; a panic becomes the request's internal
-/// error (see [`Direct::run_here`]).
-async fn caught<T, F>(work: F, id: &RequestId, what: &str) -> Result<T, McpError>
-where
-    F: Future<Output = Result<T, McpError>>,
-{
-    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| panicked(id, what))
-}
-
-/// The error that answers a request whose handler panicked (a bug), logged.
-fn panicked<T>(id: &RequestId, what: &str) -> Result<T, McpError> {
-    tracing::error!(%id, "{what} panicked");
-    Err(McpError::internal_error(format!("{what} failed"), None))
-}
-
 /// The line answering a call: a plain result written straight from it, anything else
 /// in rmcp's types, shaped for a peer before 2026-07-28 as rmcp shapes it.
 fn answer_line(
@@ -399,33 +383,5 @@ fn legacy_message(id: RequestId, result: Result<ServerResult, McpError>) -> Serv
             ServerJsonRpcMessage::response(result, id)
         }
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_handler_that_panics_after_its_first_wait_is_answered_with_an_internal_error() {
-        fn bug() -> Result<u8, McpError> {
-            panic!("a bug after the first wait")
-        }
-        let id = RequestId::Number(7);
-        let failing = async {
-            // Past the first poll: the part of a call that runs in a task of its own.
-            tokio::task::yield_now().await;
-            bug()
-        };
-        let error = caught(failing, &id, "the call").await.expect_err("a panic is an error");
-        assert_eq!(error.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
-        assert_eq!(error.message, "the call failed");
-
-        // A handler that finishes is its own result.
-        let finishing = async {
-            tokio::task::yield_now().await;
-            Ok::<u8, McpError>(3)
-        };
-        assert_eq!(caught(finishing, &id, "the call").await.expect("finished"), 3);
     }
 }
