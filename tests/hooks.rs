@@ -102,6 +102,19 @@ fn sleep_alive(pid: i32) -> bool {
     cmdline.starts_with(b"sleep\0")
 }
 
+/// A background `sleep` writes its pid (the shell's `$!`) as soon as it is forked,
+/// before it has become `sleep`: poll until it has, bounded by the safety timeout.
+async fn wait_until_sleeping(pid: i32) -> bool {
+    let give_up = tokio::time::Instant::now() + SAFETY_TIMEOUT;
+    while tokio::time::Instant::now() < give_up {
+        if sleep_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// SIGKILL is delivered asynchronously: poll until the process is gone, bounded by the
 /// safety timeout.
 async fn wait_until_dead(pid: i32) -> bool {
@@ -372,7 +385,7 @@ async fn cancellation_kills_the_whole_process_group() {
     let run = hooks.run_pre(&call, &env, &cancel);
     let canceller = async {
         let pid: i32 = wait_for_file(&pid_file).await.trim().parse().unwrap();
-        assert!(sleep_alive(pid), "the probe must see the running child");
+        assert!(wait_until_sleeping(pid).await, "the probe must see the running child");
         cancel.cancel();
         pid
     };
