@@ -226,11 +226,10 @@ impl Connection {
     /// and renders its response line (`None` when the method answered by itself).
     async fn run_request(&self, id: &Value, method: &str, params: Params) -> Option<String> {
         let cancel = self.closed.child_token();
-        let key = jsonrpc::id_key(id);
-        let number = self.next_request.fetch_add(1, Ordering::Relaxed);
-        self.requests.insert(key.clone(), (number, cancel.clone()));
+        let registered =
+            Registered::new(&self.requests, jsonrpc::id_key(id), &self.next_request, &cancel);
         let reply = self.request(method, params, id, &cancel).await;
-        self.requests.remove_if(&key, |_, (registered, _)| *registered == number);
+        drop(registered);
         match reply {
             Ok(Reply::Line(line)) => Some(line),
             Ok(Reply::Sent) => None,
@@ -665,6 +664,34 @@ fn id_text(id: &Value) -> Arc<str> {
     }
 }
 
+/// A running request's entry in [`Connection`]'s map for `$/cancelRequest`, taken out
+/// when the request ends however it ends (answered, dropped with its connection, or
+/// cut short by a panic), unless a later request has taken its id since.
+struct Registered<'a> {
+    requests: &'a DashMap<Arc<str>, (u64, CancellationToken)>,
+    key: Arc<str>,
+    number: u64,
+}
+
+impl<'a> Registered<'a> {
+    fn new(
+        requests: &'a DashMap<Arc<str>, (u64, CancellationToken)>,
+        key: Arc<str>,
+        next: &AtomicU64,
+        cancel: &CancellationToken,
+    ) -> Registered<'a> {
+        let number = next.fetch_add(1, Ordering::Relaxed);
+        requests.insert(key.clone(), (number, cancel.clone()));
+        Registered { requests, key, number }
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.requests.remove_if(&self.key, |_, (registered, _)| *registered == self.number);
+    }
+}
+
 /// Runs `work`, a request's handling; a panic in it becomes the request's internal
 /// error (see [`Connection::run_caught`]), logged.
 async fn caught<F>(work: F, id: &Value, method: &str) -> Option<String>
@@ -686,6 +713,30 @@ mod tests {
 
     fn bug() -> Option<String> {
         panic!("a bug in a request's handling")
+    }
+
+    #[test]
+    fn a_request_is_found_by_its_id_while_it_runs_and_gone_however_it_ends() {
+        let requests = DashMap::new();
+        let next = AtomicU64::new(0);
+        let token = CancellationToken::new();
+        let key: Arc<str> = Arc::from("7");
+        let first = Registered::new(&requests, key.clone(), &next, &token);
+        assert!(requests.contains_key(&key));
+        // Unwinding drops it too: the entry goes with a request that panicked.
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _running = first;
+            panic!("a bug while the request runs");
+        }));
+        assert!(panicked.is_err());
+        assert!(!requests.contains_key(&key), "left behind by a panic");
+        // A later request with the same id keeps its entry when an earlier one ends.
+        let earlier = Registered::new(&requests, key.clone(), &next, &token);
+        let later = Registered::new(&requests, key.clone(), &next, &token);
+        drop(earlier);
+        assert_eq!(requests.get(&key).map(|entry| entry.0), Some(later.number));
+        drop(later);
+        assert!(requests.is_empty());
     }
 
     #[tokio::test]
