@@ -32,10 +32,10 @@
 //! (default 2000). Without `--bench` (as under `cargo test --benches`) it makes a few
 //! calls of each kind as a smoke test.
 //!
-//! Targets: toolgate p50 ≤ 100 µs with one request in flight, and at least 10×
-//! server-filesystem's calls/s with 64 in flight; measured against the floor in the
-//! same run, at least 0.75× its calls/s with 64 in flight and a p50 with one in flight
-//! at most 1.3× its p50.
+//! Targets, all ratios to servers measured in the same run: at least 10×
+//! server-filesystem's calls/s with 64 in flight; against the floor, at least 0.75× its
+//! calls/s with 64 in flight and a p50 with one in flight at most 1.3× its p50; and a
+//! `tools/list` p50 at most 2× toolgate's own `ping`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,6 @@ const FILE_BYTES: usize = 4096;
 /// The longest a server may take to answer anything before the run is called broken.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// The targets.
-const TARGET_P50: Duration = Duration::from_micros(100);
 const TARGET_RATIO: f64 = 10.0;
 const TARGET_FLOOR_RATE: f64 = 0.75;
 const TARGET_FLOOR_P50: f64 = 1.3;
@@ -675,12 +674,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(ours) = ours.map(|i| &measured[i]) {
-        println!(
-            "toolgate p50 with 1 in flight: {:.1} µs (target ≤ {} µs: {})",
-            micros(ours.latency.p50),
-            TARGET_P50.as_micros(),
-            verdict(ours.latency.p50 <= TARGET_P50)
-        );
+        println!("toolgate p50 with 1 in flight: {:.1} µs", micros(ours.latency.p50));
         println!(
             "toolgate tools/list p50: {:.1} µs, {:.2}x its ping's {:.1} µs (target ≤ 2x: {})",
             micros(ours.list.p50),
