@@ -103,24 +103,21 @@ fn sleep_alive(pid: i32) -> bool {
 }
 
 /// A background `sleep` writes its pid (the shell's `$!`) as soon as it is forked,
-/// before it has become `sleep`: poll until it has, bounded by the safety timeout.
+/// before it has become `sleep`: waits until it has.
 async fn wait_until_sleeping(pid: i32) -> bool {
-    let give_up = tokio::time::Instant::now() + SAFETY_TIMEOUT;
-    while tokio::time::Instant::now() < give_up {
-        if sleep_alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    wait_until_sleep_alive_is(pid, true).await
 }
 
-/// SIGKILL is delivered asynchronously: poll until the process is gone, bounded by the
-/// safety timeout.
+/// SIGKILL is delivered asynchronously: waits until the process is gone.
 async fn wait_until_dead(pid: i32) -> bool {
+    wait_until_sleep_alive_is(pid, false).await
+}
+
+/// Polls until [`sleep_alive`] says `alive` of `pid`, bounded by the safety timeout.
+async fn wait_until_sleep_alive_is(pid: i32, alive: bool) -> bool {
     let give_up = tokio::time::Instant::now() + SAFETY_TIMEOUT;
     while tokio::time::Instant::now() < give_up {
-        if !sleep_alive(pid) {
+        if sleep_alive(pid) == alive {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -123,7 +123,6 @@ pub(crate) struct Lingering {
     idle: Duration,
 }
 
-#[derive(Default)]
 struct Lingered {
     buffer: Vec<u8>,
     /// Buffers given back so far: the timer frees the buffer only when this has not
