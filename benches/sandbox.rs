@@ -5,6 +5,9 @@
 //! difference of the p50s (the target: under 1 ms).
 //!
 //! `cargo bench --bench sandbox` (the binary built for benchmarks, or `TOOLGATE_BIN`).
+//! With `TOOLGATE_BIN_BEFORE` naming another build (the tree before a change), a third
+//! server runs that build with its sandbox on, in the same alternation, and the report
+//! gives the change's cost: the difference of the two sandboxed p50s.
 //! Knob: `BENCH_CALLS` (per server, default 500). Without `--bench` (as under
 //! `cargo test --benches`) it makes a few calls as a smoke test. Every answer is
 //! checked: a call that did not succeed fails the run.
@@ -136,6 +139,10 @@ fn run(calls: usize) -> Result<(), String> {
     let binary = binary();
     let mut on = Server::start("sandbox on", &binary, &base, "")?;
     let mut off = Server::start("sandbox off", &binary, &base, "[sandbox]\nenabled = false\n")?;
+    let mut before = match std::env::var_os("TOOLGATE_BIN_BEFORE") {
+        Some(other) => Some(Server::start("before, on", Path::new(&other), &base, "")?),
+        None => None,
+    };
     let status =
         on.request("tools/call", json!({"name": "run_command", "arguments": {"command": "true"}}))?;
     let in_force = status["structuredContent"]["metadata"]["sandbox"].clone();
@@ -145,14 +152,19 @@ fn run(calls: usize) -> Result<(), String> {
     for _ in 0..calls.min(20) {
         on.run_true()?;
         off.run_true()?;
+        before.as_mut().map(Server::run_true).transpose()?;
     }
     on.times.clear();
     off.times.clear();
+    if let Some(before) = &mut before {
+        before.times.clear();
+    }
     for _ in 0..calls {
         on.run_true()?;
         off.run_true()?;
+        before.as_mut().map(Server::run_true).transpose()?;
     }
-    for server in [&on, &off] {
+    for server in [Some(&on), Some(&off), before.as_ref()].into_iter().flatten() {
         println!(
             "{:<12} p50 {:>7.2} ms  p99 {:>7.2} ms",
             server.label,
@@ -162,6 +174,10 @@ fn run(calls: usize) -> Result<(), String> {
     }
     let cost = millis(on.percentile(0.5)) - millis(off.percentile(0.5));
     println!("the sandbox adds {cost:.2} ms at p50 (target: under 1 ms)");
+    if let Some(before) = &before {
+        let change = millis(on.percentile(0.5)) - millis(before.percentile(0.5));
+        println!("against the build before: {change:+.2} ms at p50 with the sandbox on");
+    }
     Ok(())
 }
 

@@ -227,8 +227,8 @@ pub struct ToolsExplainResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
     /// One explanation per layer consulted, in the order a call passes them (the
-    /// permission engine, then confinement of the call's paths); `explanation` is the
-    /// one that decided.
+    /// permission engine, then confinement of the call's paths, then for a command the
+    /// kernel sandbox it runs in); `explanation` is the one that decided.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<Explanation>,
 }
@@ -290,7 +290,11 @@ pub struct DaemonStatusResult {
     /// The kernel sandbox and process containment commands get: `landlock_abi` (0:
     /// none), `enabled`, `required`, `network`, `containment` (`cgroup` or
     /// `supervisor`), `containment_note` (why not a cgroup), `limit_controllers` (the cgroup
-    /// controllers that carry `max_processes` and `max_memory_mb`) and a `summary` line.
+    /// controllers that carry `max_processes` and `max_memory_mb`), `unenforced_limits`
+    /// (each configured limit this machine cannot enforce, with why), `grants` (what
+    /// every command may `read` and `write` beyond its call's roots and temporary
+    /// directory, as `{paths, why}` parts, and what it may `never` touch: the secret
+    /// locations that exist and toolgate's own files) and a `summary` line.
     #[serde(default)]
     pub sandbox: Value,
     /// Audit records lost since the daemon started: a call finished while the audit

@@ -161,6 +161,11 @@ fn mcp_http_tokens(
 
 /// [`settings_from_config`] plus toolgate's own files, which no tool may open.
 pub fn settings_for(config: &Config, options: &LoadOptions) -> Result<Settings, ServeError> {
+    // A sandbox that is required and cannot hold as configured is no sandbox to serve
+    // with (on a reload, the running configuration is kept).
+    if let Some(refusal) = crate::sandbox::refusal(&config.sandbox) {
+        return Err(ServeError::Other(refusal));
+    }
     let mut settings = settings_from_config(config, options.home.as_deref())?;
     // Background processes' output lives with toolgate's own files, never in a root.
     if let Some(dir) = options.runtime_dir.as_ref().or(options.state_home.as_ref()) {

@@ -553,28 +553,67 @@ fn a_process_limit_caps_a_fork_flood_and_nothing_survives_the_call() {
     }
 }
 
+/// Whether a memory controller is mounted: a cgroup v1 hierarchy carrying it, or the
+/// cgroup v2 one offering it.
+fn memory_controller_mounted() -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo.lines().any(|line| {
+        let Some((before, after)) = line.split_once(" - ") else { return false };
+        let mut fields = after.split_whitespace();
+        let (kind, options) = (fields.next(), fields.nth(1));
+        let mount = before.split_whitespace().nth(4).unwrap_or_default();
+        match kind {
+            Some("cgroup") => {
+                options.is_some_and(|options| options.split(',').any(|o| o == "memory"))
+            }
+            Some("cgroup2") => std::fs::read_to_string(Path::new(mount).join("cgroup.controllers"))
+                .is_ok_and(|controllers| controllers.split_whitespace().any(|c| c == "memory")),
+            _ => false,
+        }
+    })
+}
+
 #[test]
 fn a_memory_limit_ends_the_call_with_the_reason() {
-    let mut daemon = McpDaemon::start(&[], Some("[sandbox]\nmax_memory_mb = 32\n"));
-    // 256 MiB, touched page by page, in a process of the call.
+    let mut daemon = McpDaemon::start(&[], Some("[sandbox]\nmax_memory_mb = 100\n"));
+    // 400 MiB, touched page by page, in a process of the call: refused.
     let result = daemon.run(
-        "/usr/bin/python3 -c \"b = bytearray(256 * 1024 * 1024); print('allocated', len(b))\"",
+        "/usr/bin/python3 -c \"b = bytearray(400 * 1024 * 1024); print('allocated', len(b))\"",
         60_000,
     );
     match result["metadata"]["limit"].as_str() {
         Some(limit) => {
-            assert!(limit.contains("memory limit (32 MiB)"), "{result}");
+            assert!(limit.contains("memory limit (100 MiB)"), "{result}");
             assert_eq!(result["ok"], json!(false), "{result}");
             assert_eq!(result["metadata"]["killed"], json!(limit), "{result}");
             let content = result["content"].as_str().unwrap_or_default();
             assert!(!content.contains("allocated"), "{result}");
         }
-        None => eprintln!(
-            "skipped: the call's cgroup has no memory controller here (containment {:?}), \
-             so max_memory_mb is not in force: {result}",
-            result["metadata"]["containment"]
-        ),
+        None => {
+            // Where a root daemon has a memory controller (v2, or v1 on a hybrid
+            // hierarchy), the limit must hold.
+            assert!(
+                !(nix::unistd::Uid::effective().is_root() && memory_controller_mounted()),
+                "the memory controller is there, the limit did not hold: {result}"
+            );
+            eprintln!(
+                "skipped: the call's cgroup has no memory controller here (containment {:?}), \
+                 so max_memory_mb is not in force: {result}",
+                result["metadata"]["containment"]
+            );
+            return;
+        }
     }
+    // 20 MiB fits.
+    let small = daemon.run(
+        "/usr/bin/python3 -c \"b = bytearray(20 * 1024 * 1024); print('allocated', len(b))\"",
+        60_000,
+    );
+    assert_eq!(small["ok"], json!(true), "{small}");
+    assert!(
+        small["content"].as_str().unwrap_or_default().contains("allocated 20971520"),
+        "{small}"
+    );
 }
 
 #[test]

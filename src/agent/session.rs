@@ -386,7 +386,8 @@ impl Session {
     /// Explains, without running anything, which layer and rule would decide a call,
     /// with the sentence of every layer consulted, in the pipeline's order: the
     /// permission engine, then confinement of the call's paths (which refuses what the
-    /// permission engine would let through).
+    /// permission engine would let through), then for a command the kernel sandbox it
+    /// would run in (what it may read and write; it decides nothing before the call).
     pub fn explain_layers(&self, call: &Call) -> (String, Option<Explanation>, Vec<Explanation>) {
         let Some(tool) = self.registry.get(&call.name) else {
             return ("unknown_tool".to_owned(), None, Vec::new());
@@ -404,6 +405,11 @@ impl Session {
                 deciding = explanation.clone();
             }
             layers.push(explanation);
+        }
+        if tool.definition().name == "run_command"
+            && let Some(reason) = crate::sandbox::explain()
+        {
+            layers.push(Explanation { layer: Layer::Sandbox, rule: None, list: None, reason });
         }
         (verdict, Some(deciding), layers)
     }

@@ -146,6 +146,7 @@ pub(crate) fn status(status: &Value, style: Style) -> String {
     if let Some(dropped) = status["audit_records_dropped"].as_u64().filter(|&n| n > 0) {
         row(&mut out, "audit", style.red(&format!("{dropped} records dropped")));
     }
+    sandbox_rows(&status["sandbox"], style, &mut |key, value| row(&mut out, key, value));
     for upstream in status["upstreams"].as_array().into_iter().flatten() {
         let state = upstream["state"].as_str().unwrap_or("?");
         let painted = match state {
@@ -165,6 +166,44 @@ pub(crate) fn status(status: &Value, style: Style) -> String {
         row(&mut out, "upstream", line);
     }
     out
+}
+
+/// The sandbox's rows of `status`: what is in force, what commands read and write
+/// beyond their roots, what never, and the limits that do not hold.
+fn sandbox_rows(sandbox: &Value, style: Style, row: &mut dyn FnMut(&str, String)) {
+    let Some(summary) = sandbox["summary"].as_str() else {
+        return;
+    };
+    row("sandbox", summary.to_owned());
+    let paths = |parts: &Value| -> String {
+        let listed: Vec<&str> = parts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|part| part["paths"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        listed.join(", ")
+    };
+    let grants = &sandbox["grants"];
+    if grants.is_object() {
+        row("  reads", paths(&grants["read"]));
+        row("  writes", paths(&grants["write"]));
+        let secrets: Vec<&str> = grants["never"]["secrets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let never = match secrets.len() {
+            0 => "toolgate's own files (no secret location of the list exists here)".to_owned(),
+            _ => format!("{}, and toolgate's own files", secrets.join(", ")),
+        };
+        row("  never", never);
+    }
+    for limit in sandbox["unenforced_limits"].as_array().into_iter().flatten() {
+        row("  limit", style.red(&format!("{} (not enforced)", limit.as_str().unwrap_or("?"))));
+    }
 }
 
 /// `1h 2m 3s` for a number of milliseconds.
@@ -325,6 +364,17 @@ mod tests {
         let answer = json!({
             "version": "0.1.0", "pid": 4242, "uptime_ms": 3_723_000u64, "connections": 2,
             "sessions": 3, "calls_in_flight": 1, "tools": 8,
+            "sandbox": {
+                "summary": "sandbox: landlock v7; containment: supervisor (no delegation)",
+                "unenforced_limits": ["[sandbox] max_memory_mb = 100: no per-call cgroups"],
+                "grants": {
+                    "read": [{"paths": ["/usr", "/etc"], "why": "system"},
+                             {"paths": ["/home/u"], "why": "home"}],
+                    "write": [{"paths": ["the session's roots"], "why": "workspace"},
+                              {"paths": ["/home/u/.cache"], "why": "caches"}],
+                    "never": {"secrets": ["/home/u/.ssh"], "why": "secrets"}
+                }
+            },
             "upstreams": [
                 {"name": "git", "state": "running", "restarts": 0, "tools": 5},
                 {"name": "docs", "state": "failed", "reason": "connection refused", "restarts": 4, "tools": 0}
@@ -334,6 +384,11 @@ mod tests {
             daemon     toolgate 0.1.0, pid 4242, up 1h 2m 3s
             clients    2 connections, 3 sessions, 1 calls in flight
             tools      8
+            sandbox    sandbox: landlock v7; containment: supervisor (no delegation)
+              reads    /usr, /etc, /home/u
+              writes   the session's roots, /home/u/.cache
+              never    /home/u/.ssh, and toolgate's own files
+              limit    [sandbox] max_memory_mb = 100: no per-call cgroups (not enforced)
             upstream   git              running 5 tools, 0 restarts
             upstream   docs             failed 0 tools, 4 restarts (connection refused)
         "#]]

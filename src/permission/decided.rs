@@ -110,6 +110,8 @@ fn decided_by_layer(layer: Layer) -> DecidedBy {
         Layer::Hook => DecidedBy::Hook,
         // Paths outside the roots are refused where the tool opens them.
         Layer::Confinement => DecidedBy::Registry,
+        // The kernel refuses what the sandbox does not grant, inside the command.
+        Layer::Sandbox => DecidedBy::Registry,
     }
 }
 
@@ -122,6 +124,7 @@ fn layer_name(layer: Layer) -> &'static str {
         Layer::SessionGrant => "session_grant",
         Layer::Hook => "hook",
         Layer::Confinement => "confinement",
+        Layer::Sandbox => "sandbox",
     }
 }
 

@@ -222,6 +222,10 @@ pub enum Layer {
     /// (`access_denied`). The engine never decides by this layer; `tools/explain`
     /// reports it.
     Confinement,
+    /// The kernel sandbox a command runs in: what it may read and write, and what
+    /// never. The engine never decides by this layer; `tools/explain` reports it for
+    /// the tools that run commands.
+    Sandbox,
 }
 
 /// The three configured rule lists.

@@ -14,7 +14,9 @@
 //! says why, and supervision falls back to the supervisor's process-tree walk.
 //!
 //! Resource limits need the `pids` and `memory` controllers enabled for the
-//! `toolgate` directory; they are enabled when the hierarchy offers them.
+//! `toolgate` directory; they are enabled when the hierarchy offers them. On a hybrid
+//! hierarchy, where a controller is bound to cgroup v1 (so v2 cannot have it), a call
+//! with a limit also gets a cgroup in that v1 hierarchy, which carries the limit.
 
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -38,10 +40,10 @@ pub struct CallCgroups {
     parent: PathBuf,
     /// Controllers enabled for the calls' cgroups (`pids`, `memory`).
     controllers: Vec<String>,
-    /// `<own v1 pids cgroup>/toolgate`, on a hybrid hierarchy whose `pids` controller is
-    /// bound to cgroup v1 (so cgroup v2 cannot have it): each call also gets a cgroup
-    /// there, which carries `pids.max`.
-    v1_pids: Option<PathBuf>,
+    /// `<own v1 cgroup>/toolgate` of each controller (`pids`, `memory`) bound to cgroup
+    /// v1 on a hybrid hierarchy (so cgroup v2 cannot have it): a call with a limit also
+    /// gets a cgroup there, which carries the limit.
+    v1: Vec<(&'static str, PathBuf)>,
 }
 
 static CGROUPS: OnceLock<Result<CallCgroups, String>> = OnceLock::new();
@@ -61,15 +63,23 @@ impl CallCgroups {
     /// Whether a controller (`pids`, `memory`) applies to call cgroups.
     pub fn has_controller(&self, name: &str) -> bool {
         self.controllers.iter().any(|controller| controller == name)
-            || (name == "pids" && self.v1_pids.is_some())
+            || self.v1.iter().any(|(controller, _)| *controller == name)
+    }
+
+    /// Whether a call with these limits needs cgroups in the v1 hierarchies (see
+    /// [`CallCgroup::create`]).
+    pub fn needs_v1(&self, max_processes: u64, max_memory_mb: u64) -> bool {
+        self.v1.iter().any(|(controller, _)| match *controller {
+            "pids" => max_processes > 0,
+            _ => max_memory_mb > 0,
+        })
     }
 
     /// The controllers that apply to call cgroups, for `toolgate status`.
     pub fn controllers(&self) -> Vec<String> {
         let mut controllers = self.controllers.clone();
-        if self.v1_pids.is_some() {
-            controllers.push("pids (cgroup v1)".to_owned());
-        }
+        controllers
+            .extend(self.v1.iter().map(|(controller, _)| format!("{controller} (cgroup v1)")));
         controllers
     }
 
@@ -99,12 +109,12 @@ impl CallCgroups {
         remove_stale(&parent);
         hand_down_controllers(&own_dir, &parent);
         let controllers = enable_controllers(&parent);
-        let v1_pids = if controllers.iter().any(|name| name == "pids") {
-            None
-        } else {
-            v1_pids_parent(&mountinfo, &membership)
-        };
-        let cgroups = CallCgroups { parent, controllers, v1_pids };
+        let v1 = ["pids", "memory"]
+            .into_iter()
+            .filter(|name| !controllers.iter().any(|controller| controller == name))
+            .filter_map(|name| Some((name, v1_parent(&mountinfo, &membership, name)?)))
+            .collect();
+        let cgroups = CallCgroups { parent, controllers, v1 };
         // A call cgroup must be creatable, enterable by a child and killable.
         cgroups.probe()?;
         Ok(cgroups)
@@ -190,21 +200,26 @@ fn v1_path<'a>(membership: &'a str, controller: &str) -> Option<&'a str> {
     })
 }
 
-/// `<own v1 pids cgroup>/toolgate`, created, where the `pids` controller is bound to
-/// cgroup v1 and the daemon may create cgroups there.
-fn v1_pids_parent(mountinfo: &str, membership: &str) -> Option<PathBuf> {
-    let mount = cgroup1_mount(mountinfo, "pids")?;
-    let own = v1_path(membership, "pids")?;
+/// The file that carries a v1 controller's limit.
+fn v1_limit_file(controller: &str) -> &'static str {
+    if controller == "pids" { "pids.max" } else { "memory.limit_in_bytes" }
+}
+
+/// `<own v1 cgroup>/toolgate` of `controller`, created, where that controller is bound
+/// to cgroup v1 and the daemon may create cgroups there.
+fn v1_parent(mountinfo: &str, membership: &str, controller: &str) -> Option<PathBuf> {
+    let mount = cgroup1_mount(mountinfo, controller)?;
+    let own = v1_path(membership, controller)?;
     let parent = mount.join(own.trim_start_matches('/')).join("toolgate");
     match std::fs::create_dir(&parent) {
         Ok(()) => {}
         Err(err) if err.kind() == ErrorKind::AlreadyExists => {}
         Err(err) => {
-            tracing::debug!(%err, dir = %parent.display(), "no cgroup v1 pids controller for calls");
+            tracing::debug!(%err, dir = %parent.display(), "no cgroup v1 {controller} controller for calls");
             return None;
         }
     }
-    if !parent.join("pids.max").exists() {
+    if !parent.join(v1_limit_file(controller)).exists() {
         return None;
     }
     remove_stale(&parent);
@@ -319,7 +334,7 @@ fn remove_stale(parent: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        drop(CallCgroup::at(entry.path(), None, None));
+        drop(CallCgroup::at(entry.path(), None, Vec::new()));
     }
 }
 
@@ -330,8 +345,9 @@ pub struct CallCgroup {
     /// The directory opened (`O_PATH`) when it was made: the supervisor is born in
     /// it through this, and it tells whether the directory is still the one made.
     handle: Option<OwnedFd>,
-    /// The call's cgroup in the v1 `pids` hierarchy, on a hybrid hierarchy.
-    v1_pids: Option<PathBuf>,
+    /// The call's cgroups in the v1 hierarchies (`pids`, `memory`), on a hybrid
+    /// hierarchy.
+    v1: Vec<(&'static str, PathBuf)>,
     /// Whether a limit was set ([`CallCgroup::set_limit`]).
     limited: AtomicBool,
     /// Whether it was killed ([`CallCgroup::kill`]).
@@ -341,46 +357,48 @@ pub struct CallCgroup {
 
 impl CallCgroup {
     /// A new, empty cgroup for one call; `None` when per-call cgroups are unavailable
-    /// (see [`CallCgroups::get`]). `process_limit`: the call has a process limit, so on
-    /// a hybrid hierarchy it also gets a cgroup in the v1 `pids` hierarchy, which
-    /// carries it. Without one it gets none: entering a cgroup of a hierarchy costs the
+    /// (see [`CallCgroups::get`]). `in_v1`: the call has a limit that a v1 hierarchy
+    /// carries ([`CallCgroups::needs_v1`]), so it also gets a cgroup in each v1
+    /// hierarchy. Without one it gets none: entering a cgroup of a hierarchy costs the
     /// supervisor a wait for the kernel (an RCU grace period, often milliseconds),
     /// which the v2 cgroup alone avoids by being entered at `clone`.
-    pub fn create(process_limit: bool) -> Option<std::io::Result<CallCgroup>> {
+    pub fn create(in_v1: bool) -> Option<std::io::Result<CallCgroup>> {
         let cgroups = CallCgroups::get().ok()?;
-        Some(CallCgroup::create_in(cgroups, process_limit))
+        Some(CallCgroup::create_in(cgroups, in_v1))
     }
 
-    fn create_in(cgroups: &CallCgroups, process_limit: bool) -> std::io::Result<CallCgroup> {
+    fn create_in(cgroups: &CallCgroups, in_v1: bool) -> std::io::Result<CallCgroup> {
         let name = format!("{}-{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed));
         let dir = cgroups.parent.join(&name);
         std::fs::create_dir(&dir)?;
-        let v1_parent = cgroups.v1_pids.as_ref().filter(|_| process_limit);
-        let v1_pids = v1_parent.and_then(|parent| {
-            let dir = parent.join(&name);
-            match std::fs::create_dir(&dir) {
-                Ok(()) => Some(dir),
-                Err(err) => {
-                    tracing::warn!(%err, dir = %dir.display(), "cannot create the call's pids cgroup");
-                    None
+        let v1_parents = cgroups.v1.iter().filter(|_| in_v1);
+        let v1 = v1_parents
+            .filter_map(|(controller, parent)| {
+                let dir = parent.join(&name);
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => Some((*controller, dir)),
+                    Err(err) => {
+                        tracing::warn!(%err, dir = %dir.display(), "cannot create the call's {controller} cgroup");
+                        None
+                    }
                 }
-            }
-        });
+            })
+            .collect();
         let handle = rustix::fs::open(
             &dir,
             rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
         .ok();
-        Ok(CallCgroup::at(dir, handle, v1_pids))
+        Ok(CallCgroup::at(dir, handle, v1))
     }
 
     /// The call cgroup at `dir`, neither limited nor killed yet.
-    fn at(dir: PathBuf, handle: Option<OwnedFd>, v1_pids: Option<PathBuf>) -> CallCgroup {
+    fn at(dir: PathBuf, handle: Option<OwnedFd>, v1: Vec<(&'static str, PathBuf)>) -> CallCgroup {
         CallCgroup {
             dir,
             handle,
-            v1_pids,
+            v1,
             limited: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             removed: false,
@@ -411,23 +429,60 @@ impl CallCgroup {
     }
 
     /// Every cgroup directory the call's supervisor enters: the v2 one, and the v1
-    /// `pids` one on a hybrid hierarchy.
+    /// ones on a hybrid hierarchy.
     pub fn dirs(&self) -> Vec<&Path> {
-        std::iter::once(self.dir.as_path()).chain(self.v1_pids.as_deref()).collect()
+        std::iter::once(self.dir.as_path())
+            .chain(self.v1.iter().map(|(_, dir)| dir.as_path()))
+            .collect()
+    }
+
+    /// The call's v1 cgroup of `controller`, if it has one.
+    fn v1_dir(&self, controller: &str) -> Option<&Path> {
+        self.v1.iter().find(|(name, _)| *name == controller).map(|(_, dir)| dir.as_path())
     }
 
     /// Where a controller's files (`pids.max`, `memory.events`) are.
     fn dir_of(&self, file: &str) -> &Path {
-        match &self.v1_pids {
-            Some(dir) if file.starts_with("pids.") => dir,
-            _ => &self.dir,
+        let controller = file.split('.').next().unwrap_or_default();
+        self.v1_dir(controller).unwrap_or(&self.dir)
+    }
+
+    /// Sets the call's process limit (`pids.max`, in v2 or v1 alike).
+    pub fn limit_processes(&self, max: u64) -> std::io::Result<()> {
+        self.limited.store(true, Ordering::Relaxed);
+        std::fs::write(self.dir_of("pids.max").join("pids.max"), max.to_string())
+    }
+
+    /// Sets the call's memory limit: `memory.max` in v2, and in a v1 hierarchy
+    /// `memory.limit_in_bytes` (with swap counted, `memory.memsw.limit_in_bytes` too,
+    /// so that the command cannot hold more by swapping).
+    pub fn limit_memory(&self, bytes: u64) -> std::io::Result<()> {
+        self.limited.store(true, Ordering::Relaxed);
+        match self.v1_dir("memory") {
+            None => std::fs::write(self.dir.join("memory.max"), bytes.to_string()),
+            Some(dir) => {
+                std::fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())?;
+                let swap = dir.join("memory.memsw.limit_in_bytes");
+                if swap.exists() {
+                    std::fs::write(swap, bytes.to_string())?;
+                }
+                Ok(())
+            }
         }
     }
 
-    /// Sets a limit file (`pids.max`, `memory.max`).
-    pub fn set_limit(&self, file: &str, value: &str) -> std::io::Result<()> {
-        self.limited.store(true, Ordering::Relaxed);
-        std::fs::write(self.dir_of(file).join(file), value)
+    /// How many processes were killed at the memory limit (`memory.events` in v2,
+    /// `memory.oom_control` in v1).
+    pub fn oom_kills(&self) -> u64 {
+        match self.v1_dir("memory") {
+            None => self.counter("memory.events", "oom_kill"),
+            Some(_) => self.counter("memory.oom_control", "oom_kill"),
+        }
+    }
+
+    /// How many times starting a process failed at the process limit.
+    pub fn process_limit_hits(&self) -> u64 {
+        self.counter("pids.events", "max")
     }
 
     /// Whether, its call over, it can be another call's as if made for it: never
@@ -440,7 +495,7 @@ impl CallCgroup {
         // A controller's files are only there where it is enabled.
         let has = |name: &str| CallCgroups::get().is_ok_and(|cgroups| cgroups.has_controller(name));
         !self.removed
-            && self.v1_pids.is_none()
+            && self.v1.is_empty()
             && !self.limited.load(Ordering::Relaxed)
             && !self.killed.load(Ordering::Relaxed)
             && self.still_there()
@@ -461,7 +516,7 @@ impl CallCgroup {
 
     /// Reads one counter of a key-value file (`pids.events` `max`, `memory.events`
     /// `oom_kill`); 0 when absent.
-    pub fn counter(&self, file: &str, key: &str) -> u64 {
+    fn counter(&self, file: &str, key: &str) -> u64 {
         std::fs::read_to_string(self.dir_of(file).join(file))
             .ok()
             .and_then(|text| {
@@ -547,7 +602,7 @@ impl CallCgroup {
                 }
             }
         }
-        if let Some(dir) = &self.v1_pids {
+        for (_, dir) in &self.v1 {
             // Its members were the v2 cgroup's: all gone now.
             loop {
                 match std::fs::remove_dir(dir) {
@@ -557,7 +612,7 @@ impl CallCgroup {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     Err(err) => {
-                        tracing::warn!(%err, dir = %dir.display(), "cannot remove a call's pids cgroup");
+                        tracing::warn!(%err, dir = %dir.display(), "cannot remove a call's v1 cgroup");
                         break;
                     }
                 }

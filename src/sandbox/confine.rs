@@ -17,7 +17,7 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 
-use super::{DEVICE_WRITABLE, Profile, SYSTEM_READABLE};
+use super::Profile;
 
 /// The newest Landlock ABI this build asks for; the running kernel may give less
 /// (best effort: every right the kernel knows is used).
@@ -148,7 +148,7 @@ impl KeptRulesets {
         if let Some(kept) = self.take_copy(profile, &existing) {
             return kept.map(Some);
         }
-        let (key, rest) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+        let (key, rest) = BaseKey::split(profile);
         let base = match take_base(&key, &existing) {
             Some(base) => base,
             None => Base::make(key, existing.clone(), SETTLE)?,
@@ -212,7 +212,7 @@ pub fn make_next_base(profile: &Profile) {
     if !has_ruleset(profile) {
         return;
     }
-    let (key, _) = BaseKey::split(profile, SYSTEM_READABLE, DEVICE_WRITABLE);
+    let (key, _) = BaseKey::split(profile);
     let existing = existing(&key.protect);
     // A base whose listed directories changed just before or while it was made could
     // have missed that change within a timestamp's granularity: not kept.
@@ -301,14 +301,18 @@ struct Rest {
 }
 
 impl BaseKey {
-    /// Splits `profile` into its base (the paths among `system_read` and
-    /// `device_write`) and the rest. Rules add up, so a ruleset with both parts
-    /// allows what one built from the whole profile does.
-    fn split(profile: &Profile, system_read: &[&str], device_write: &[&str]) -> (BaseKey, Rest) {
-        let among = |list: &[&str], path: &PathBuf| list.iter().any(|item| path == Path::new(item));
-        let (read, rest_read) = profile.read.iter().cloned().partition(|p| among(system_read, p));
-        let (write, rest_write) =
-            profile.write.iter().cloned().partition(|p| among(device_write, p));
+    /// Splits `profile` into its base (the first `profile.base` read and write paths:
+    /// the system directories, devices, home and caches every command shares) and the
+    /// rest. Rules add up, so a ruleset with both parts allows what one built from the
+    /// whole profile does.
+    fn split(profile: &Profile) -> (BaseKey, Rest) {
+        let (read_base, write_base) = profile.base;
+        let cut = |paths: &[PathBuf], at: usize| {
+            let at = at.min(paths.len());
+            (paths[..at].to_vec(), paths[at..].to_vec())
+        };
+        let (read, rest_read) = cut(&profile.read, read_base);
+        let (write, rest_write) = cut(&profile.write, write_base);
         let key = BaseKey {
             read,
             write,
@@ -568,8 +572,29 @@ fn carve(allowed: &[PathBuf], protected: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathB
 }
 
 /// The protected paths that exist.
+/// The protected paths that exist, each also as it resolves where that differs: a
+/// secret reached through a symlink (`~/.ssh` linked into a dotfiles repository, a
+/// linked `~/.config`) is cut out where it really is, too.
 fn existing(protected: &[PathBuf]) -> Vec<PathBuf> {
-    protected.iter().filter(|path| path.symlink_metadata().is_ok()).cloned().collect()
+    let mut found = Vec::new();
+    let mut resolved_elsewhere = false;
+    for path in protected {
+        if path.symlink_metadata().is_err() {
+            continue;
+        }
+        found.push(path.clone());
+        if let Ok(resolved) = std::fs::canonicalize(path)
+            && resolved != *path
+        {
+            found.push(resolved);
+            resolved_elsewhere = true;
+        }
+    }
+    if resolved_elsewhere {
+        found.sort();
+        found.dedup();
+    }
+    found
 }
 
 /// [`carve`] around protected paths known to exist.
@@ -627,10 +652,10 @@ mod tests {
             write: vec![root.join("work")],
             protect: vec![root.join("sys/guarded"), root.join("sys/later")],
             network: true,
+            base: (1, 0),
             ..Default::default()
         };
-        let sys = root.join("sys");
-        let (key, rest) = BaseKey::split(&profile, &[sys.to_str().unwrap_or_default()], &[]);
+        let (key, rest) = BaseKey::split(&profile);
         // Whatever the filesystem's timestamp granularity, the tree is older than the
         // base made next.
         std::thread::sleep(Duration::from_millis(50));

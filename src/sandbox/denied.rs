@@ -27,7 +27,8 @@ pub const INFERRED: &str = "inferred from the command's error output";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Denial {
     /// A path: `write` when the profile lets it be read (so it was a write), else
-    /// `read`. `protected`: toolgate's own file, never grantable.
+    /// `read`. `protected`: a secret location or one of toolgate's own files, never
+    /// grantable.
     Path { path: PathBuf, access: &'static str, protected: bool },
     /// A network connection or socket, with the network off.
     Network,
@@ -64,7 +65,7 @@ fn hint(denials: &[Denial]) -> String {
         match denial {
             Denial::Path { path, access, protected: true } => {
                 what.push(format!(
-                    "{access} {} (toolgate's own file: never granted)",
+                    "{access} {} (a secret location or toolgate's own file: never granted)",
                     path.display()
                 ));
             }
@@ -219,6 +220,7 @@ mod tests {
             network,
             own_read: Vec::new(),
             landlock_abi: None,
+            base: (0, 0),
         }
     }
 

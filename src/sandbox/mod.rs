@@ -61,8 +61,18 @@ pub struct SandboxConfig {
     /// Paths commands may write beneath, besides the roots and a per-call temporary
     /// directory (`~` is the daemon's home).
     pub writable: Vec<String>,
-    /// Paths commands may read beneath, besides the system directories and the roots.
+    /// Paths commands may read beneath, besides the system directories, the home
+    /// directory and the roots.
     pub readable: Vec<String>,
+    /// Whether commands may read (and execute from) the daemon user's home directory,
+    /// its secrets ([`HOME_SECRETS`], `deny_read`) cut out.
+    pub read_home: bool,
+    /// Paths no command may read or write, whatever else is granted, besides the
+    /// built-in list of secret locations ([`HOME_SECRETS`], [`SYSTEM_SECRETS`]).
+    pub deny_read: Vec<String>,
+    /// The package managers' caches commands may write beneath (those that exist when
+    /// a call starts), so that builds with cached dependencies work.
+    pub caches: Vec<String>,
     /// Whether commands may open TCP and UDP connections.
     pub network: bool,
     /// Processes (and threads) one call may have at once; 0: no limit.
@@ -78,6 +88,9 @@ impl Default for SandboxConfig {
             required: false,
             writable: Vec::new(),
             readable: Vec::new(),
+            read_home: true,
+            deny_read: Vec::new(),
+            caches: DEFAULT_CACHES.iter().map(|cache| (*cache).to_owned()).collect(),
             network: true,
             max_processes: 0,
             max_memory_mb: 0,
@@ -85,30 +98,211 @@ impl Default for SandboxConfig {
     }
 }
 
-/// The system directories a command may read (and execute from).
+/// The system directories a command may read (and execute from). Of `/dev`, only the
+/// devices of [`DEVICE_READABLE`].
 pub const SYSTEM_READABLE: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-    "/proc", "/sys", "/dev", "/run",
+    "/proc", "/sys", "/run",
 ];
 
-/// Device files a command may write.
+/// The device files a command may read: no block device, no other device node.
+pub const DEVICE_READABLE: &[&str] = &["/dev/random", "/dev/urandom"];
+
+/// Device files a command may write (and read).
 pub const DEVICE_WRITABLE: &[&str] =
     &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts"];
 
-/// What the daemon configured: the settings, the paths no command may touch and the
-/// workspace roots (what upstream servers may write besides their own paths).
+/// Where developers' credentials, keys and private data live beneath their home
+/// directory: never readable (nor writable) by a command, whatever else is granted.
+pub const HOME_SECRETS: &[&str] = &[
+    // Keys and agents.
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    ".gnome2/keyrings",
+    ".local/share/kwalletd",
+    ".config/op",
+    ".vault-token",
+    // Clouds and clusters.
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".oci",
+    ".config/doctl",
+    ".config/rclone",
+    ".s3cfg",
+    ".boto",
+    ".terraform.d/credentials.tfrc.json",
+    // Registries, forges and package managers' tokens.
+    ".docker/config.json",
+    ".config/containers/auth.json",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    // Databases.
+    ".pgpass",
+    ".my.cnf",
+    // Browser and mail profiles (cookies, saved passwords).
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".config/vivaldi",
+    // What was typed at prompts.
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".local/share/fish/fish_history",
+];
+
+/// Secrets outside any home: a container's mounted secrets, and for a daemon running
+/// as root (whose privileges reach further than any user's) the system's own.
+pub const SYSTEM_SECRETS: &[&str] = &["/run/secrets"];
+
+/// The system's secrets cut out for a root daemon; besides them, the SSH host keys
+/// (`/etc/ssh/ssh_host_*_key`).
+pub const ROOT_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+];
+
+/// The caches builds write to, writable by default: rustup's cargo registry and git
+/// checkouts, the XDG cache (pip, uv, go-build, ...), npm's, Go's modules, Maven's and
+/// Gradle's.
+pub const DEFAULT_CACHES: &[&str] = &[
+    "~/.cache",
+    "~/.cargo/registry",
+    "~/.cargo/git",
+    "~/.npm",
+    "~/go/pkg/mod",
+    "~/.m2/repository",
+    "~/.gradle/caches",
+];
+
+/// What the daemon configured: the settings, the paths no command may touch, the
+/// workspace roots (what upstream servers may write besides their own paths), and the
+/// fixed part of every command's grant, resolved once.
 #[derive(Clone, Debug)]
 struct Configured {
     config: SandboxConfig,
     protected: Vec<PathBuf>,
     roots: Vec<PathBuf>,
+    grant: Grant,
+}
+
+/// The part of a command's sandbox that is the same for every call: what it may read
+/// (the system directories, the readable devices, the home directory) and write (the
+/// writable devices, the caches), the base of its ruleset; then the configured
+/// `readable` and `writable`.
+#[derive(Clone, Debug, Default)]
+struct Grant {
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    readable: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    /// The home directory read, if it is.
+    home: Option<PathBuf>,
+    /// The caches among `write`.
+    caches: Vec<PathBuf>,
+    /// The secret locations, cut out of everything.
+    secrets: Vec<PathBuf>,
+}
+
+impl Grant {
+    fn new(config: &SandboxConfig, home: Option<&Path>, root: bool) -> Grant {
+        let mut read: Vec<PathBuf> =
+            SYSTEM_READABLE.iter().chain(DEVICE_READABLE).map(PathBuf::from).collect();
+        // Never `/` as a whole: a home of `/` (some service users) reads nothing more.
+        let home = home
+            .filter(|home| config.read_home && home.is_absolute() && *home != Path::new("/"))
+            .map(|home| std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned()));
+        read.extend(home.clone());
+        let caches: Vec<PathBuf> = config.caches.iter().filter_map(|raw| expand(raw)).collect();
+        let mut write: Vec<PathBuf> = DEVICE_WRITABLE.iter().map(PathBuf::from).collect();
+        write.extend(caches.iter().cloned());
+        Grant {
+            read,
+            write,
+            readable: config.readable.iter().filter_map(|raw| expand(raw)).collect(),
+            writable: config.writable.iter().filter_map(|raw| expand(raw)).collect(),
+            home,
+            caches,
+            secrets: secrets(config, root),
+        }
+    }
+
+    /// The read and write paths of a command with these `roots`, the base first, and
+    /// how many of each the base is.
+    fn paths(&self, roots: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>, (usize, usize)) {
+        let mut read = Vec::with_capacity(self.read.len() + self.readable.len());
+        read.extend(self.read.iter().chain(&self.readable).cloned());
+        let mut write =
+            Vec::with_capacity(self.write.len() + self.writable.len() + roots.len() + 1);
+        write.extend(self.write.iter().chain(&self.writable).chain(roots).cloned());
+        (read, write, (self.read.len(), self.write.len()))
+    }
+}
+
+/// Every secret location: [`HOME_SECRETS`] beneath the home directory (as named and as
+/// the home resolves), [`SYSTEM_SECRETS`], for a root daemon [`ROOT_SECRETS`] and the
+/// SSH host keys, and `[sandbox] deny_read`.
+fn secrets(config: &SandboxConfig, root: bool) -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
+    if let Some(resolved) = homes.first().and_then(|home| std::fs::canonicalize(home).ok())
+        && !homes.contains(&resolved)
+    {
+        homes.push(resolved);
+    }
+    let mut secrets: Vec<PathBuf> = homes
+        .iter()
+        .filter(|home| home.is_absolute() && home.as_path() != Path::new("/"))
+        .flat_map(|home| HOME_SECRETS.iter().map(move |secret| home.join(secret)))
+        .collect();
+    secrets.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
+    if root {
+        secrets.extend(ROOT_SECRETS.iter().map(PathBuf::from));
+        if let Ok(entries) = std::fs::read_dir("/etc/ssh") {
+            secrets.extend(entries.flatten().map(|entry| entry.path()).filter(|path| {
+                path.file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.starts_with("ssh_host_") && name.ends_with("_key"))
+            }));
+        }
+    }
+    secrets.extend(config.deny_read.iter().filter_map(|raw| expand(raw)));
+    secrets.sort();
+    secrets.dedup();
+    secrets
 }
 
 static CONFIGURED: RwLock<Option<Configured>> = RwLock::new(None);
 
 /// Sets the sandbox for every command from now on (at start-up and on reload).
 /// `protected` are toolgate's own files and directories (configuration, tokens,
-/// audit log, state), never readable or writable by a command; `roots` the configured
+/// audit log, state), never readable or writable by a command, as the secret
+/// locations are ([`HOME_SECRETS`], [`SYSTEM_SECRETS`], `deny_read`); `roots` the configured
 /// workspace roots, which upstream servers may write. Until this is called (library
 /// users, tests) commands run without a sandbox.
 pub fn configure(config: SandboxConfig, protected: Vec<PathBuf>, roots: Vec<PathBuf>) {
@@ -118,11 +312,66 @@ pub fn configure(config: SandboxConfig, protected: Vec<PathBuf>, roots: Vec<Path
             if config.required { " (it is required: commands are refused)" } else { "" }
         );
     }
+    for missing in unenforceable(&config) {
+        tracing::warn!("{missing}: the limit is not enforced");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let grant = Grant::new(&config, home.as_deref(), rustix::process::geteuid().is_root());
+    let mut protected = protected;
+    protected.extend(grant.secrets.iter().cloned());
+    protected.sort();
+    protected.dedup();
     {
         let mut slot = CONFIGURED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *slot = Some(Configured { config, protected, roots });
+        *slot = Some(Configured { config, protected, roots, grant });
     }
     tracing::info!("{}", describe());
+}
+
+/// The configured limits this machine cannot enforce, each as one line naming the
+/// limit and why: `max_processes` without a `pids` controller for calls,
+/// `max_memory_mb` without a `memory` one (cgroup v2, or v1 on a hybrid hierarchy).
+pub fn unenforceable(config: &SandboxConfig) -> Vec<String> {
+    let cgroups = CallCgroups::get();
+    let why = |controller: &str| match cgroups {
+        Err(reason) => Some(format!("no per-call cgroups ({reason})")),
+        Ok(cgroups) if !cgroups.has_controller(controller) => {
+            Some(format!("no {controller} controller for the calls' cgroups"))
+        }
+        Ok(_) => None,
+    };
+    let mut missing = Vec::new();
+    if config.max_processes > 0
+        && let Some(why) = why("pids")
+    {
+        missing.push(format!("[sandbox] max_processes = {}: {why}", config.max_processes));
+    }
+    if config.max_memory_mb > 0
+        && let Some(why) = why("memory")
+    {
+        missing.push(format!("[sandbox] max_memory_mb = {}: {why}", config.max_memory_mb));
+    }
+    missing
+}
+
+/// Why the daemon must not start with this sandbox: it is required (`required =
+/// true`) and a configured limit cannot be enforced, or enabled and required on a
+/// kernel without Landlock. `None` when it may start.
+pub fn refusal(config: &SandboxConfig) -> Option<String> {
+    if !config.enabled || !config.required {
+        return None;
+    }
+    if confine::landlock_abi() == 0 {
+        return Some(
+            "the sandbox is required ([sandbox] required = true) but this kernel has no \
+             Landlock"
+                .to_owned(),
+        );
+    }
+    let missing = unenforceable(config);
+    (!missing.is_empty()).then(|| {
+        format!("the sandbox is required ([sandbox] required = true) but {}", missing.join("; "))
+    })
 }
 
 /// The sandbox and containment in force, for `daemon/status`.
@@ -137,7 +386,105 @@ pub fn status() -> serde_json::Value {
         "containment": containment.as_str(),
         "containment_note": why,
         "limit_controllers": CallCgroups::get().map(CallCgroups::controllers).unwrap_or_default(),
+        "unenforced_limits": config.as_ref().map(unenforceable).unwrap_or_default(),
+        "grants": grants(),
         "summary": describe(),
+    })
+}
+
+/// The sandbox layer's sentence in `tools/explain` for a command: what it may read
+/// and write and what never; `None` when commands run without a sandbox.
+pub fn explain() -> Option<String> {
+    let slot = CONFIGURED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let configured = slot.as_ref().filter(|configured| configured.config.enabled)?;
+    let abi = confine::landlock_abi();
+    if abi == 0 {
+        return Some(if configured.config.required {
+            "the sandbox is required but this kernel has no Landlock: the command is refused"
+                .to_owned()
+        } else {
+            "this kernel has no Landlock: the command runs without the sandbox".to_owned()
+        });
+    }
+    let grant = &configured.grant;
+    let joined = |paths: &[PathBuf]| -> String {
+        paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", ")
+    };
+    let mut read = "the system directories".to_owned();
+    if let Some(home) = &grant.home {
+        read.push_str(&format!(", the home directory {}", home.display()));
+    }
+    if !grant.readable.is_empty() {
+        read.push_str(&format!(", {}", joined(&grant.readable)));
+    }
+    let caches: Vec<PathBuf> =
+        grant.caches.iter().filter(|cache| cache.exists()).cloned().collect();
+    let mut write = "the session's roots, its private $TMPDIR".to_owned();
+    if !caches.is_empty() {
+        write.push_str(&format!(", the caches {}", joined(&caches)));
+    }
+    if !grant.writable.is_empty() {
+        write.push_str(&format!(", {}", joined(&grant.writable)));
+    }
+    let secrets = grant.secrets.iter().filter(|secret| secret.symlink_metadata().is_ok()).count();
+    Some(format!(
+        "the command runs in the kernel sandbox (landlock v{abi}{}): it may read {read}; write \
+         {write}; never the secret locations ({secrets} here, `toolgate status` lists them) \
+         or toolgate's own files",
+        if configured.config.network { "" } else { ", network off" },
+    ))
+}
+
+/// What every command is granted, each part with its reason, for `toolgate status`
+/// and `explain`: what it may read and write beyond its call's roots and temporary
+/// directory, and the secrets cut out of all of it. `Null` without a sandbox.
+pub fn grants() -> serde_json::Value {
+    let slot = CONFIGURED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(configured) = slot.as_ref().filter(|configured| configured.config.enabled) else {
+        return serde_json::Value::Null;
+    };
+    let grant = &configured.grant;
+    let config = &configured.config;
+    let listed = |paths: &[PathBuf]| -> Vec<String> {
+        paths.iter().map(|path| path.display().to_string()).collect()
+    };
+    let existing = |paths: &[PathBuf]| -> Vec<String> {
+        paths
+            .iter()
+            .filter(|path| path.symlink_metadata().is_ok())
+            .map(|path| path.display().to_string())
+            .collect()
+    };
+    let configured_paths = |raw: &[String]| -> Vec<String> {
+        raw.iter().filter_map(|raw| expand(raw)).map(|path| path.display().to_string()).collect()
+    };
+    let system: Vec<&str> = SYSTEM_READABLE.iter().chain(DEVICE_READABLE).copied().collect();
+    serde_json::json!({
+        "read": [
+            {"paths": system, "why": "the system's programs, libraries and settings, and the \
+              random devices"},
+            {"paths": listed(grant.home.as_slice()), "why": "the home directory, where \
+              developers' toolchains and settings live (rustup, pyenv, nvm, ~/.local/bin, \
+              ~/.gitconfig): read and execute only, the secrets cut out. Its entries are \
+              listed when a call's sandbox is built; one created later is readable from \
+              the next call on"},
+            {"paths": configured_paths(&config.readable), "why": "[sandbox] readable"},
+        ],
+        "write": [
+            {"paths": ["the session's roots", "the call's private temporary directory \
+              ($TMPDIR)"], "why": "the workspace and scratch space"},
+            {"paths": DEVICE_WRITABLE, "why": "the null devices and terminals"},
+            {"paths": existing(&grant.caches), "why": "the package managers' caches that \
+              exist, so that builds with cached dependencies work ([sandbox] caches; what a \
+              command writes there, later builds read)"},
+            {"paths": configured_paths(&config.writable), "why": "[sandbox] writable"},
+        ],
+        "never": {
+            "secrets": existing(&grant.secrets),
+            "own_files": "toolgate's configuration, tokens, audit log, state and socket",
+            "why": "credentials, keys and private data: unreadable and unwritable whatever \
+              else is granted, a widening included ([sandbox] deny_read adds to them)",
+        },
     })
 }
 
@@ -163,6 +510,11 @@ pub struct Profile {
     /// supervisor (a new process per call) does not probe it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landlock_abi: Option<i32>,
+    /// How many of `read` and of `write` (the first ones) are the part every command
+    /// shares (the system directories, devices, home and caches): the base of the
+    /// ruleset, made ahead of a call and not repeated in results.
+    #[serde(default)]
+    pub base: (usize, usize),
 }
 
 impl Profile {
@@ -170,21 +522,10 @@ impl Profile {
     /// audit log: `in_force` (what the kernel put in force), the paths writable and
     /// readable besides the system directories and devices, and the network.
     pub fn summary(&self, in_force: &str) -> serde_json::Value {
-        let write: Vec<&PathBuf> = self
-            .write
-            .iter()
-            .filter(|path| {
-                !DEVICE_WRITABLE.iter().any(|device| path.as_path() == Path::new(device))
-            })
-            .collect();
-        let read: Vec<&PathBuf> = self
-            .read
-            .iter()
-            .filter(|path| {
-                !SYSTEM_READABLE.iter().any(|system| path.as_path() == Path::new(system))
-            })
-            .chain(&self.own_read)
-            .collect();
+        let (read_base, write_base) = self.base;
+        let write = self.write.get(write_base..).unwrap_or_default();
+        let read: Vec<&PathBuf> =
+            self.read.get(read_base..).unwrap_or_default().iter().chain(&self.own_read).collect();
         serde_json::json!({
             "in_force": in_force,
             "write": write,
@@ -266,11 +607,7 @@ pub fn profile_for(roots: &[PathBuf]) -> Result<Option<(Profile, Limits)>, Strin
                     no Landlock"
             .to_owned());
     }
-    let mut read: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
-    read.extend(config.readable.iter().filter_map(|raw| expand(raw)));
-    let mut write: Vec<PathBuf> = roots.to_vec();
-    write.extend(DEVICE_WRITABLE.iter().map(PathBuf::from));
-    write.extend(config.writable.iter().filter_map(|raw| expand(raw)));
+    let (read, write, base) = configured.grant.paths(roots);
     Ok(Some((
         Profile {
             read,
@@ -279,6 +616,7 @@ pub fn profile_for(roots: &[PathBuf]) -> Result<Option<(Profile, Limits)>, Strin
             network: config.network,
             own_read: Vec::new(),
             landlock_abi: Some(confine::landlock_abi()),
+            base,
         },
         limits,
     )))
@@ -379,8 +717,8 @@ pub fn server_profile(
         }
         return Ok(None);
     }
-    let mut read: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
-    read.extend(config.readable.iter().chain(server.readable).filter_map(|raw| expand(raw)));
+    let (mut read, mut write, base) = configured.grant.paths(&configured.roots);
+    read.extend(server.readable.iter().filter_map(|raw| expand(raw)));
     if let Some(program) = find_program(program, search_path) {
         read.extend(program_dirs(&program));
     }
@@ -394,10 +732,8 @@ pub fn server_profile(
             read.push(dir.to_owned());
         }
     }
-    let mut write: Vec<PathBuf> = configured.roots.clone();
     write.extend(cwd.map(Path::to_path_buf));
-    write.extend(DEVICE_WRITABLE.iter().map(PathBuf::from));
-    write.extend(config.writable.iter().chain(server.writable).filter_map(|raw| expand(raw)));
+    write.extend(server.writable.iter().filter_map(|raw| expand(raw)));
     Ok(Some(Profile {
         read,
         write,
@@ -405,6 +741,7 @@ pub fn server_profile(
         network: server.network.unwrap_or(config.network),
         own_read: Vec::new(),
         landlock_abi: Some(confine::landlock_abi()),
+        base,
     }))
 }
 

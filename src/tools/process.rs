@@ -467,10 +467,15 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     };
     let tty = live.as_ref().is_some_and(|live| live.is_terminal());
     let program = spec.supervisor.program();
-    let process_limit = spec.limits.max_processes > 0;
+    // A call with a limit carried by a cgroup v1 hierarchy (a hybrid one's `pids` or
+    // `memory`) has cgroups of its own there.
+    let process_limit = spec.limits.max_processes > 0
+        || CallCgroups::get().is_ok_and(|cgroups| {
+            cgroups.needs_v1(spec.limits.max_processes, spec.limits.max_memory_mb)
+        });
     // A supervisor started ahead of the call takes it where it can: one that leads a
     // process group of its own (no terminal's session) in a cgroup like any other (no
-    // process limit). Its cgroup is the call's.
+    // process limit, no cgroup v1 of its own). Its cgroup is the call's.
     let takes_ready = !tty && !process_limit;
     let ready = match takes_ready {
         true => ReadySupervisor::take(program).await,
@@ -867,15 +872,15 @@ fn apply_limits(cgroup: &CallCgroup, limits: Limits) {
     let has = |name: &str| cgroups.is_some_and(|cgroups| cgroups.has_controller(name));
     if limits.max_processes > 0
         && has("pids")
-        && let Err(err) = cgroup.set_limit("pids.max", &limits.max_processes.to_string())
+        && let Err(err) = cgroup.limit_processes(limits.max_processes)
     {
         tracing::warn!(%err, "cannot set the call's process limit");
     }
-    if limits.max_memory_mb > 0 && has("memory") {
-        let bytes = limits.max_memory_mb.saturating_mul(1024 * 1024).to_string();
-        if let Err(err) = cgroup.set_limit("memory.max", &bytes) {
-            tracing::warn!(%err, "cannot set the call's memory limit");
-        }
+    if limits.max_memory_mb > 0
+        && has("memory")
+        && let Err(err) = cgroup.limit_memory(limits.max_memory_mb.saturating_mul(1024 * 1024))
+    {
+        tracing::warn!(%err, "cannot set the call's memory limit");
     }
 }
 
@@ -906,13 +911,13 @@ async fn watch_limits(
 
 /// Which limit the call ran into, if any.
 fn limit_hit(cgroup: &CallCgroup, limits: Limits) -> Option<String> {
-    if limits.max_memory_mb > 0 && cgroup.counter("memory.events", "oom_kill") > 0 {
+    if limits.max_memory_mb > 0 && cgroup.oom_kills() > 0 {
         return Some(format!(
             "a process was killed at the memory limit ({} MiB)",
             limits.max_memory_mb
         ));
     }
-    if limits.max_processes > 0 && cgroup.counter("pids.events", "max") > 0 {
+    if limits.max_processes > 0 && cgroup.process_limit_hits() > 0 {
         return Some(format!(
             "starting a process failed at the process limit ({})",
             limits.max_processes
