@@ -369,3 +369,49 @@ fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
     );
     assert_eq!(explained["decision"], "ask", "{explained}");
 }
+
+#[test]
+fn status_and_explain_say_what_the_sandbox_grants_and_what_never() {
+    let daemon = TestDaemon::start("[sandbox]\ndeny_read = [\"~/private-notes\"]\n");
+    let home = daemon.dir.path().to_owned();
+    for dir in [".ssh", ".cache", "private-notes"] {
+        std::fs::create_dir_all(home.join(dir)).unwrap();
+    }
+    std::fs::write(home.join(".netrc"), "machine x password y\n").unwrap();
+    let status = json_of(&daemon.run(&["status", "--json"]));
+    let grants = &status["sandbox"]["grants"];
+    let paths = |parts: &Value| -> Vec<String> {
+        parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|part| {
+                assert!(part["why"].as_str().is_some_and(|why| !why.is_empty()), "{part}");
+                part["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let home_text = std::fs::canonicalize(&home).unwrap().display().to_string();
+    let read = paths(&grants["read"]);
+    assert!(read.contains(&"/usr".to_owned()) && read.contains(&home_text), "{grants}");
+    assert!(!read.iter().any(|path| path == "/dev"), "{grants}");
+    let write = paths(&grants["write"]);
+    assert!(write.contains(&home.join(".cache").display().to_string()), "{grants}");
+    let never: Vec<&str> =
+        grants["never"]["secrets"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for secret in [".ssh", ".netrc", "private-notes"] {
+        let path = home.join(secret).display().to_string();
+        assert!(never.contains(&path.as_str()), "{secret} not in {grants}");
+    }
+    // Secret locations that do not exist here are not listed as if they did.
+    assert!(!never.iter().any(|path| path.ends_with(".aws")), "{grants}");
+
+    let explained = json_of(&daemon.run(&["explain", "run_command", r#"{"command":"ls"}"#]));
+    let last = explained["layers"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["layer"], "sandbox", "{explained}");
+    let reason = last["reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("the home directory {home_text}")), "{reason}");
+    assert!(reason.contains("never the secret locations"), "{reason}");
+    // The sandbox decides nothing before the call: the mode does.
+    assert_eq!(explained["explanation"]["layer"], "mode", "{explained}");
+}
