@@ -272,6 +272,14 @@ pub async fn serve_http(
                 continue;
             }
         };
+        // Something this daemon started (a command, a hook, an upstream server) is
+        // never a client of it, whatever token it found.
+        if let Ok(local) = stream.local_addr()
+            && crate::sandbox::peers::tcp_peer_is_ours(local, peer)
+        {
+            tracing::warn!(%peer, "connection from a process this daemon started refused");
+            continue;
+        }
         // Requests and responses are small and latency-bound.
         let _ = stream.set_nodelay(true);
         let admission = pools.admit();

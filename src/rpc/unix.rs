@@ -215,8 +215,8 @@ pub async fn serve_with_limits(
                 continue;
             }
         };
-        let peer_uid = match stream.peer_cred() {
-            Ok(cred) => cred.uid(),
+        let (peer_uid, peer_pid) = match stream.peer_cred() {
+            Ok(cred) => (cred.uid(), cred.pid()),
             Err(err) => {
                 tracing::warn!(%err, "cannot read the peer's credentials; connection refused");
                 continue;
@@ -224,6 +224,16 @@ pub async fn serve_with_limits(
         };
         if peer_uid != own_uid {
             tracing::warn!(peer_uid, "connection from another user refused");
+            continue;
+        }
+        // Something this daemon started (a command, a hook, an upstream server) runs
+        // as its user too, and is never a client of it.
+        if peer_pid.is_none_or(crate::sandbox::peers::unix_peer_is_ours) {
+            tracing::warn!(
+                peer_pid,
+                "connection from a process this daemon started (a command, a hook or a \
+                 server) refused"
+            );
             continue;
         }
         let admission = pools.admit();

@@ -38,6 +38,9 @@ const REUSABLE_CHARGE: u64 = 1024 * 1024;
 pub struct CallCgroups {
     /// `<own cgroup>/toolgate`.
     parent: PathBuf,
+    /// The same, as a process's membership names it (relative to the hierarchy's
+    /// mount point, from `/`).
+    parent_in_hierarchy: PathBuf,
     /// Controllers enabled for the calls' cgroups (`pids`, `memory`).
     controllers: Vec<String>,
     /// `<own v1 cgroup>/toolgate` of each controller (`pids`, `memory`) bound to cgroup
@@ -58,6 +61,12 @@ impl CallCgroups {
     /// The directory call cgroups are created in.
     pub fn parent(&self) -> &Path {
         &self.parent
+    }
+
+    /// Whether a cgroup v2 membership (the `0::` path of `/proc/<pid>/cgroup`) is one of
+    /// the calls' cgroups (or beneath one).
+    pub fn is_call_member(&self, membership: &Path) -> bool {
+        membership.starts_with(&self.parent_in_hierarchy) && membership != self.parent_in_hierarchy
     }
 
     /// Whether a controller (`pids`, `memory`) applies to call cgroups.
@@ -114,7 +123,8 @@ impl CallCgroups {
             .filter(|name| !controllers.iter().any(|controller| controller == name))
             .filter_map(|name| Some((name, v1_parent(&mountinfo, &membership, name)?)))
             .collect();
-        let cgroups = CallCgroups { parent, controllers, v1 };
+        let parent_in_hierarchy = Path::new("/").join(own.trim_start_matches('/')).join("toolgate");
+        let cgroups = CallCgroups { parent, parent_in_hierarchy, controllers, v1 };
         // A call cgroup must be creatable, enterable by a child and killable.
         cgroups.probe()?;
         Ok(cgroups)

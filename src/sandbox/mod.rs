@@ -14,6 +14,7 @@ pub mod confine;
 pub mod denied;
 pub mod exec;
 pub mod harden;
+pub mod peers;
 
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
