@@ -641,6 +641,13 @@ fn a_root_daemons_commands_read_neither_the_systems_secrets_nor_its_devices() {
         let result = daemon.run(script);
         assert_eq!(result["ok"], json!(false), "{script}: {result}");
     }
+    // No device node made inside a root: not a loop device leading to the disk, not a
+    // TUN device sending past the network setting.
+    for (what, script) in [("block", "mknod ./blk b 7 0"), ("tun", "mknod ./tun c 10 200")] {
+        let result = daemon.run(script);
+        assert_eq!(result["ok"], json!(false), "{what}: {result}");
+        assert!(!root.join(if what == "block" { "blk" } else { "tun" }).exists(), "{what}");
+    }
     let allowed = daemon.run(
         "head -c 8 /dev/urandom | wc -c && echo x > /dev/null && cat /etc/hostname >/dev/null \
          && echo fine",

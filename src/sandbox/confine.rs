@@ -58,7 +58,8 @@ pub struct Prepared {
 }
 
 /// A sandbox to enter: the Landlock ruleset as a descriptor (`None` without
-/// Landlock) and the seccomp filter (`None` with the network on).
+/// Landlock) and the seccomp filter (the terminal part always, the network part with
+/// the network off).
 pub struct Entry {
     ruleset: Option<OwnedFd>,
     seccomp: Option<&'static seccompiler::BpfProgram>,
@@ -67,7 +68,7 @@ pub struct Entry {
 /// Builds the Landlock ruleset and the seccomp filter for `profile`.
 pub fn prepare(profile: &Profile) -> Result<Prepared, String> {
     let ruleset = build_ruleset(profile)?;
-    let seccomp = if profile.network { None } else { Some(network_filter()?) };
+    let seccomp = Some(filter(!profile.network)?);
     Ok(Prepared { entry: Entry { ruleset, seccomp }, description: describe(profile) })
 }
 
@@ -468,10 +469,17 @@ fn add_carved(
     (write_paths, write_dirs_only): (Vec<PathBuf>, Vec<PathBuf>),
 ) -> Result<RulesetCreated, String> {
     let all = AccessFs::from_all(WANTED_ABI);
+    // Beneath the roots and the other writable folders a command makes no device node
+    // and drives none (a device node made there by a root command would lead to a
+    // disk); the device files granted under `/dev` keep their ioctls (a terminal's).
+    let no_devices = all & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
     let read = AccessFs::from_read(WANTED_ABI);
+    let (devices, folders): (Vec<PathBuf>, Vec<PathBuf>) =
+        write_paths.into_iter().partition(|path| path.starts_with("/dev"));
     created
         .add_rules(path_beneath_rules(read_paths, read))
-        .and_then(|created| created.add_rules(path_beneath_rules(write_paths, all)))
+        .and_then(|created| created.add_rules(path_beneath_rules(devices, all)))
+        .and_then(|created| created.add_rules(path_beneath_rules(folders, no_devices)))
         .and_then(|created| {
             created.add_rules(path_beneath_rules(
                 read_dirs_only.into_iter().chain(write_dirs_only),
@@ -482,10 +490,9 @@ fn add_carved(
 }
 
 /// The sandbox of a supervised command: its Landlock `ruleset` (from
-/// [`build_ruleset`]) and, with `network_off`, the seccomp filter.
+/// [`build_ruleset`]) and the seccomp filter (its network part with `network_off`).
 pub fn entry(ruleset: Option<OwnedFd>, network_off: bool) -> Result<Entry, String> {
-    let seccomp = if network_off { Some(network_filter()?) } else { None };
-    Ok(Entry { ruleset, seccomp })
+    Ok(Entry { ruleset, seccomp: Some(filter(network_off)?) })
 }
 
 /// Makes the calling process (all of it: it must be single-threaded) enter the
@@ -511,46 +518,58 @@ impl Entry {
     }
 }
 
-/// The seccomp filter of a command without the network, compiled once per process
-/// (the supervisor spawner compiles it before it forks: [`warm_network_filter`]).
-fn network_filter() -> Result<&'static seccompiler::BpfProgram, String> {
-    static FILTER: OnceLock<Result<seccompiler::BpfProgram, String>> = OnceLock::new();
-    FILTER.get_or_init(compile_network_filter).as_ref().map_err(Clone::clone)
+/// A command's seccomp filter, compiled once per process for each setting of the
+/// network (the supervisor spawner compiles both before it forks:
+/// [`warm_network_filter`]).
+fn filter(network_off: bool) -> Result<&'static seccompiler::BpfProgram, String> {
+    static WITH_NETWORK: OnceLock<Result<seccompiler::BpfProgram, String>> = OnceLock::new();
+    static WITHOUT_NETWORK: OnceLock<Result<seccompiler::BpfProgram, String>> = OnceLock::new();
+    let slot = if network_off { &WITHOUT_NETWORK } else { &WITH_NETWORK };
+    slot.get_or_init(|| compile_filter(network_off)).as_ref().map_err(Clone::clone)
 }
 
-/// Compiles the filter [`network_filter`] holds, so that processes forked from the
-/// caller find it compiled.
+/// Compiles the filters [`filter`] holds, so that processes forked from the caller
+/// find them compiled.
 pub fn warm_network_filter() {
-    let _ = network_filter();
+    let _ = filter(true);
+    let _ = filter(false);
 }
 
-/// Denies IP and packet sockets (`EACCES`) and io_uring (which could open them
-/// without the `socket` system call). Unix sockets keep working.
-fn compile_network_filter() -> Result<seccompiler::BpfProgram, String> {
+/// Denies (`EACCES`) the terminal requests that act on a terminal beyond writing to it:
+/// `TIOCSTI`, which pushes input into a terminal as if typed (into the shell of the
+/// person who started the daemon, were its terminal reachable), and `TIOCLINUX`,
+/// which reads and sets a virtual console's selection, whatever the kernel's
+/// `dev.tty.legacy_tiocsti` says. With `network_off`, also IP and packet sockets and
+/// io_uring (which could open them without the `socket` system call); Unix sockets
+/// keep working.
+fn compile_filter(network_off: bool) -> Result<seccompiler::BpfProgram, String> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     };
-    let domain_is = |family: i32| -> Result<SeccompRule, String> {
-        let condition = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Eq,
-            u64::try_from(family).map_err(|err| err.to_string())?,
-        )
-        .map_err(|err| err.to_string())?;
+    // The kernel reads an ioctl's request as 32 bits: compare those, so that high
+    // bits set in the argument do not slip past.
+    let argument_is = |index: u8, value: u64| -> Result<SeccompRule, String> {
+        let condition =
+            SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+                .map_err(|err| err.to_string())?;
         SeccompRule::new(vec![condition]).map_err(|err| err.to_string())
     };
-    let rules = vec![
-        (
+    let family = |family: i32| u64::try_from(family).map_err(|err| err.to_string());
+    let mut rules = vec![(
+        libc::SYS_ioctl,
+        vec![argument_is(1, libc::TIOCSTI)?, argument_is(1, libc::TIOCLINUX)?],
+    )];
+    if network_off {
+        rules.push((
             libc::SYS_socket,
             vec![
-                domain_is(libc::AF_INET)?,
-                domain_is(libc::AF_INET6)?,
-                domain_is(libc::AF_PACKET)?,
+                argument_is(0, family(libc::AF_INET)?)?,
+                argument_is(0, family(libc::AF_INET6)?)?,
+                argument_is(0, family(libc::AF_PACKET)?)?,
             ],
-        ),
-        (libc::SYS_io_uring_setup, vec![]),
-    ];
+        ));
+        rules.push((libc::SYS_io_uring_setup, vec![]));
+    }
     let arch = std::env::consts::ARCH.try_into().map_err(|err| format!("seccomp: {err:?}"))?;
     let filter = SeccompFilter::new(
         rules.into_iter().collect(),

@@ -26,7 +26,14 @@ use rustix::thread::CapabilitySet;
 /// The daemon's environment as it was at start-up, before secrets were wiped.
 static SNAPSHOT: OnceLock<Vec<(String, String)>> = OnceLock::new();
 
-/// The capabilities a root daemon's commands never have.
+/// The capabilities a root daemon's commands never have: those that reach into other
+/// processes or the kernel, make device nodes (a block device made inside a root
+/// leads to the disk beneath every root) or configure the network (a TUN device sends
+/// packets past `network = false`), and the rest that no build needs and that act on
+/// the whole machine (its clock, its kernel log, its consoles, process accounting,
+/// the audit subsystem, wake alarms and suspend, immutable files, scheduling above
+/// others, checkpoint/restore). A build keeps what it needs as root: owning and
+/// reading files, changing users, binding low ports, `chroot`, file capabilities.
 pub const DROPPED_CAPABILITIES: CapabilitySet = CapabilitySet::SYS_PTRACE
     .union(CapabilitySet::SYS_RAWIO)
     .union(CapabilitySet::SYS_MODULE)
@@ -35,7 +42,20 @@ pub const DROPPED_CAPABILITIES: CapabilitySet = CapabilitySet::SYS_PTRACE
     .union(CapabilitySet::PERFMON)
     .union(CapabilitySet::MAC_ADMIN)
     .union(CapabilitySet::MAC_OVERRIDE)
-    .union(CapabilitySet::SYS_BOOT);
+    .union(CapabilitySet::SYS_BOOT)
+    .union(CapabilitySet::MKNOD)
+    .union(CapabilitySet::NET_ADMIN)
+    .union(CapabilitySet::SYS_TIME)
+    .union(CapabilitySet::SYSLOG)
+    .union(CapabilitySet::SYS_TTY_CONFIG)
+    .union(CapabilitySet::SYS_PACCT)
+    .union(CapabilitySet::AUDIT_CONTROL)
+    .union(CapabilitySet::AUDIT_READ)
+    .union(CapabilitySet::WAKE_ALARM)
+    .union(CapabilitySet::BLOCK_SUSPEND)
+    .union(CapabilitySet::LINUX_IMMUTABLE)
+    .union(CapabilitySet::SYS_NICE)
+    .union(CapabilitySet::CHECKPOINT_RESTORE);
 
 /// Hardens the daemon process itself (`inherits`: whether the default environment
 /// policy passes a variable on to commands); call first thing in a command that serves (one

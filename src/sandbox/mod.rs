@@ -109,9 +109,12 @@ pub const SYSTEM_READABLE: &[&str] = &[
 /// The device files a command may read: no block device, no other device node.
 pub const DEVICE_READABLE: &[&str] = &["/dev/random", "/dev/urandom"];
 
-/// Device files a command may write (and read).
+/// Device files a command may write (and read). `/dev/tty` is the command's own
+/// terminal only: a command without one starts a session of its own, with no
+/// controlling terminal. No other terminal is granted but the call's own (a
+/// `tty: true` call's, added to its profile).
 pub const DEVICE_WRITABLE: &[&str] =
-    &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+    &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx"];
 
 /// Where developers' credentials, keys and private data live beneath their home
 /// directory: never readable (nor writable) by a command, whatever else is granted.

@@ -46,6 +46,11 @@ pub(crate) struct Launch<'a> {
     pub output: Option<OwnedFd>,
     /// The sandbox the command starts in.
     pub sandbox: Option<confine::Entry>,
+    /// Whether the command starts a session of its own, with no controlling terminal
+    /// (every command but one on a terminal of its call's, whose supervisor made that
+    /// terminal its session's): nothing it runs can open the terminal of the person
+    /// who started the daemon (`/dev/tty`), inject input into it or draw on it.
+    pub new_session: bool,
 }
 
 /// Starts the command and returns its pid, from `launcher` when one was started ahead
@@ -68,6 +73,7 @@ pub(crate) fn spawn(launch: Launch<'_>, launcher: Option<Launcher>) -> Result<Pi
         stdin: launch.stdin,
         output: launch.output,
         sandbox: launch.sandbox,
+        new_session: launch.new_session,
     };
     if job.sandbox.is_none() {
         return job.start();
@@ -88,6 +94,7 @@ struct Job {
     stdin: OwnedFd,
     output: Option<OwnedFd>,
     sandbox: Option<confine::Entry>,
+    new_session: bool,
 }
 
 impl Job {
@@ -99,10 +106,13 @@ impl Job {
         attr.set_sigmask(&signals).map_err(spawn_error)?;
         signals.add(Signal::SIGPIPE);
         attr.set_sigdefault(&signals).map_err(spawn_error)?;
-        attr.set_flags(
-            PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
-        )
-        .map_err(spawn_error)?;
+        let mut flags =
+            PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF;
+        if self.new_session {
+            // `setsid` in the child (glibc 2.26 and later, musl 1.1.24).
+            flags |= PosixSpawnFlags::from_bits_retain(libc::c_int::from(libc::POSIX_SPAWN_SETSID));
+        }
+        attr.set_flags(flags).map_err(spawn_error)?;
         let mut actions = PosixSpawnFileActions::init().map_err(spawn_error)?;
         actions.add_dup2(self.stdin.as_raw_fd(), 0).map_err(spawn_error)?;
         if let Some(output) = &self.output {
@@ -282,6 +292,7 @@ mod tests {
                 stdin: OwnedFd::from(null),
                 output: Some(OwnedFd::from(write)),
                 sandbox,
+                new_session: true,
             },
             launcher,
         )?;

@@ -507,6 +507,10 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     };
     let sandbox = spec.sandbox.as_ref().map(|profile| {
         let mut profile = profile.clone();
+        // A terminal's command may open its own terminal by name; no other.
+        if let Some(device) = live.as_ref().and_then(|live| live.device()) {
+            profile.write.push(device.to_path_buf());
+        }
         if let Some(temp) = &temp_dir {
             profile.write.push(temp.path.clone());
             env.retain(|(name, _)| !matches!(name.as_str(), "TMPDIR" | "TMP" | "TEMP"));
@@ -2197,6 +2201,7 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
         stdin,
         output,
         sandbox,
+        new_session: !args.tty,
     };
     let launched = super::launch::spawn(launch, launcher);
     let command_pid = match launched {

@@ -11,6 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::sync::Mutex;
 
 use tokio::io::AsyncWriteExt;
@@ -34,6 +35,8 @@ pub struct LiveInput {
     /// for resizing.
     reader: Mutex<Option<OwnedFd>>,
     resize: Option<OwnedFd>,
+    /// A terminal's device (`/dev/pts/N`): the one terminal its command's sandbox grants.
+    device: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for LiveInput {
@@ -64,6 +67,7 @@ impl LiveInput {
             child_end: Mutex::new(Some(OwnedFd::from(read))),
             reader: Mutex::new(None),
             resize: None,
+            device: None,
         })
     }
 
@@ -78,6 +82,9 @@ impl LiveInput {
             OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC,
         )?;
         set_cloexec(&master)?;
+        let device = rustix::pty::ptsname(&master, Vec::new())
+            .ok()
+            .map(|name| std::path::PathBuf::from(std::ffi::OsString::from_vec(name.into_bytes())));
         rustix::termios::tcsetwinsize(&master, winsize(rows, cols))?;
         set_nonblocking(&master)?;
         let reader = master.try_clone()?;
@@ -90,11 +97,17 @@ impl LiveInput {
             child_end: Mutex::new(Some(slave)),
             reader: Mutex::new(Some(reader)),
             resize: Some(resize),
+            device,
         })
     }
 
     pub fn is_terminal(&self) -> bool {
         self.tty
+    }
+
+    /// A terminal's device file (`/dev/pts/N`); `None` for a pipe.
+    pub(crate) fn device(&self) -> Option<&std::path::Path> {
+        self.device.as_deref()
     }
 
     /// The command's end, once (the process hands it to its supervisor).
