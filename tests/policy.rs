@@ -627,3 +627,38 @@ fn skill_files_others_can_write_do_not_load() {
     assert!(names.contains(&"kept"), "{names:?}");
     assert!(!names.contains(&"writable") && !names.contains(&"in_open_dir"), "{names:?}");
 }
+
+#[test]
+fn a_repository_planted_by_file_edits_runs_nothing_through_an_allowed_git_command() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nmode = \"accept_edits\"\nallow = [\"run_command(git branch:*)\"]\n",
+    );
+    let mut client = daemon.connect();
+    let mut call = |name: &str, arguments: Value| {
+        client.result("tools/call", json!({"name": name, "arguments": arguments}))
+    };
+    // A directory that looks like a bare repository, no `.git` in any path, whose
+    // configuration names commands (a pager, a file system monitor): written by edits
+    // alone, in a mode that accepts them.
+    let config = "[core]\n\tpager = \"touch planted-ran; cat\"\n\
+                  \tfsmonitor = \"touch planted-ran; false\"\n";
+    for (path, content) in [
+        ("sub/HEAD", "ref: refs/heads/main\n"),
+        ("sub/config", config),
+        ("sub/objects/info/.keep", ""),
+        ("sub/refs/heads/.keep", ""),
+    ] {
+        let written = call("write_file", json!({"path": path, "content": content}));
+        assert_eq!(written["ok"], json!(true), "{path}: {written}");
+    }
+    // An allowed git command on a terminal (where git pages its output) in it.
+    let branch = call("run_command", json!({"command": "git branch", "cwd": "sub", "tty": true}));
+    assert!(branch["error_type"] != json!("permission_denied"), "{branch}");
+    assert!(!daemon.path("workspace/sub/planted-ran").exists(), "the planted pager ran: {branch}");
+    assert!(!daemon.path("workspace/planted-ran").exists(), "the planted pager ran: {branch}");
+
+    // A `.git` file pointing at a planted directory is an edit of git's files.
+    let gitfile = call("write_file", json!({"path": "other/.git", "content": "gitdir: ../sub\n"}));
+    assert_eq!(gitfile["ok"], json!(false), "{gitfile}");
+    assert!(!daemon.path("workspace/other/.git").exists());
+}

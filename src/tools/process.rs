@@ -342,6 +342,7 @@ impl Spec {
     ) -> Result<Spec, String> {
         let mut spec = Spec::new(program, cwd);
         spec.env = ctx.env.env_policy.build();
+        protect_git(&mut spec.env);
         spec.timeout = Some(ctx.timeout);
         spec.cancel = ctx.cancel.clone();
         spec.output_cap = ctx.env.max_output_bytes;
@@ -352,6 +353,33 @@ impl Spec {
         }
         Ok(spec)
     }
+}
+
+/// The git settings every command's git runs with, above any configuration file
+/// (they are given as `git -c` would give them, through `GIT_CONFIG_COUNT`): a file
+/// edit can plant a repository, and a command the rules allow (`git status`) must not
+/// run what its configuration names. A directory that merely looks like a bare
+/// repository (`HEAD`, `config`, `objects/`, `refs/`, no `.git`) is not taken for one,
+/// and no file system monitor command runs. (A planted `.git`, file or directory, is
+/// what the built-in `Edit(**/.git/**)` rule refuses to write.)
+pub const GIT_PROTECTIONS: &[(&str, &str)] =
+    &[("safe.bareRepository", "explicit"), ("core.fsmonitor", "false")];
+
+/// Adds [`GIT_PROTECTIONS`] to a command's environment, after any `GIT_CONFIG_KEY_n`
+/// it already has.
+fn protect_git(env: &mut Vec<(String, String)>) {
+    let given = env
+        .iter()
+        .find(|(name, _)| name == "GIT_CONFIG_COUNT")
+        .and_then(|(_, count)| count.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    env.retain(|(name, _)| name != "GIT_CONFIG_COUNT");
+    for (index, (key, value)) in GIT_PROTECTIONS.iter().enumerate() {
+        let at = given + index;
+        env.push((format!("GIT_CONFIG_KEY_{at}"), (*key).to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{at}"), (*value).to_owned()));
+    }
+    env.push(("GIT_CONFIG_COUNT".to_owned(), (given + GIT_PROTECTIONS.len()).to_string()));
 }
 
 /// How the command ended.
