@@ -743,3 +743,59 @@ fn mcp_hosts_get_the_process_tools() {
     drop(stdin);
     let _ = child.wait();
 }
+
+/// Under a deny rule, what an interactive shell reads is judged, not each write's
+/// bytes: its line editing, a line typed over several writes, aliases and functions
+/// that would rename a denied command, and editing keys nothing can follow.
+#[test]
+fn process_write_to_a_shell_is_judged_as_the_shell_will_read_it() {
+    if !have("bash") {
+        eprintln!("skipped: no bash on this machine");
+        return;
+    }
+    let daemon =
+        TestDaemon::start("[permissions]\nmode = \"bypass\"\ndeny = [\"run_command(touch:*)\"]\n");
+    let workspace = daemon.dir.path().join("workspace");
+    let mut client = daemon.connect();
+    client.open();
+    let id = client.start(json!({
+        "command": "PS1='ready> ' exec bash --norc --noprofile -i", "tty": true, "background": true
+    }));
+    let (_, mut offset) = client.read_until(&id, 0, |text| text.contains("ready> "));
+    let attempts: &[(&str, &[&str])] = &[
+        ("erase", &["toucx\u{7f}h pw-erase\n"]),
+        ("kill line", &["echo hi\u{15}touch pw-kill\n"]),
+        ("word erase", &["echo hi\u{17}\u{17}touch pw-word\n"]),
+        ("split", &["tou", "ch pw-split\n"]),
+        ("alias", &["alias t=touch\n", "t pw-alias\n"]),
+        ("function", &["f() { command touc\"\"h \"$@\"; }\n", "f pw-function\n"]),
+        ("cursor keys", &["ouch pw-cursor\u{1}t\n"]),
+        ("escape sequence", &["touc pw-escape\u{1b}[D\u{1b}[D\u{1b}[D\u{1b}[D\u{1b}[Dh\n"]),
+    ];
+    for (what, writes) in attempts {
+        let mut refused = false;
+        for input in *writes {
+            let written = client.call("process_write", json!({"id": id, "input": input}));
+            if written["ok"] == false {
+                assert_eq!(written["error_type"], "permission_denied", "{what}: {written}");
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "{what}: every write was let through");
+        // Whatever was left typed is dropped before the next attempt.
+        client.call("process_write", json!({"id": id, "input": "\u{3}"}));
+    }
+    // The shell still reads what is allowed, and nothing denied ran.
+    client.call("process_write", json!({"id": id, "input": "echo alive > alive.txt\n"}));
+    let (_, next) = client.read_until(&id, offset, |_| workspace.join("alive.txt").exists());
+    offset = next;
+    let _ = offset;
+    let planted: Vec<String> = std::fs::read_dir(&workspace)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("pw-"))
+        .collect();
+    assert!(planted.is_empty(), "denied commands ran: {planted:?}");
+    client.call("process_kill", json!({"id": id}));
+}

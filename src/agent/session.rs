@@ -884,7 +884,39 @@ impl Session {
     fn decide(&self, definition: &Definition, args: &Value) -> Decision {
         // A clone is a few Arc bumps; deciding outside the lock keeps it short.
         let engine = self.lock().engine.clone();
-        engine.decide(&ToolFacts::of(definition), args, &CallContext::of(&self.env()))
+        let env = self.env();
+        let ctx = CallContext::of(&env);
+        let facts = ToolFacts::of(definition);
+        // What a background process will read is judged, not the bytes of one write:
+        // the line typed before it and, on a terminal, its line editing.
+        if definition.name == crate::tools::builtin::process_tools::WRITE
+            && !definition.system
+            && let Some(typed) = self.typed_input(args)
+        {
+            return match typed {
+                Ok(text) => {
+                    let mut judged = args.clone();
+                    judged["input"] = Value::String(text);
+                    engine.decide(&facts, &judged, &ctx)
+                }
+                Err(unmodelled) => {
+                    engine.decide_unmodelled_input(&facts, args, &ctx, &unmodelled.0)
+                }
+            };
+        }
+        engine.decide(&facts, args, &ctx)
+    }
+
+    /// The text a `process_write` call would have its process read, if it names one
+    /// of the session's running processes.
+    fn typed_input(
+        &self,
+        args: &Value,
+    ) -> Option<Result<String, crate::tools::jobs::typed::Unmodelled>> {
+        let id = args.get("id")?.as_str()?;
+        let input = args.get("input")?.as_str()?;
+        let job = self.processes()?.get(id)?;
+        Some(job.typed(input).map(|typed| typed.text()))
     }
 
     /// Puts the question through the session's broker and waits, bounded by the

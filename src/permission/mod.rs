@@ -677,6 +677,19 @@ impl PermissionEngine {
         if own.verdict == Verdict::NotAllowedInMode {
             return own;
         }
+        // Under rules that restrict commands, an alias or a function defined in an
+        // interactive shell would let a later line run what they refuse under another
+        // name: such input is refused.
+        if let Some(defined) = self.defines_names(input, ctx) {
+            return Decision::new(
+                Verdict::Deny,
+                Layer::Rule,
+                format!(
+                    "the input defines {defined} in the process; with deny or ask rules on \
+                     run_command, a later line could run what they refuse under that name"
+                ),
+            );
+        }
         if as_command.verdict == Verdict::NotAllowedInMode || !by_rule(&own) {
             return as_command;
         }
@@ -685,6 +698,62 @@ impl PermissionEngine {
         } else {
             own
         }
+    }
+
+    /// What `input` (judged as a command line) names for later lines, where run_command
+    /// has deny or ask rules: an alias (`alias name=...`) or a shell function. `None`
+    /// when it defines neither, or no rule restricts commands.
+    fn defines_names(&self, input: &str, ctx: &CallContext<'_>) -> Option<&'static str> {
+        let rules = self.policy.rules.for_tool(RUN_COMMAND);
+        if !rules.any(RuleList::Deny) && !rules.any(RuleList::Ask) {
+            return None;
+        }
+        let Subject::Command(analysis) =
+            Subject::of(RUN_COMMAND, &serde_json::json!({ "command": input }), ctx)
+        else {
+            return None;
+        };
+        if analysis.hazards.contains(&shell::Hazard::FunctionDefinition) {
+            return Some("a shell function");
+        }
+        let aliases = analysis.commands.iter().any(|command| {
+            command.words.first().and_then(|word| word.literal()) == Some("alias")
+                && command.words.len() > 1
+        });
+        aliases.then_some("an alias")
+    }
+
+    /// `process_write` with input whose effect on the process's line is not modelled
+    /// (`why`: which control character): the rules on commands cannot judge what it
+    /// runs. Only a rule (or grant) of `process_write`'s own lets such raw input
+    /// through, and none does while run_command has deny or ask rules, which it would
+    /// slip past.
+    pub fn decide_unmodelled_input(
+        &self,
+        tool: &ToolFacts<'_>,
+        args: &Value,
+        ctx: &CallContext<'_>,
+        why: &str,
+    ) -> Decision {
+        let own = self.decide_one(tool, args, ctx);
+        let by_rule = matches!(own.explanation.layer, Layer::Rule | Layer::SessionGrant);
+        let commands = self.policy.rules.for_tool(RUN_COMMAND);
+        let restricted = commands.any(RuleList::Deny) || commands.any(RuleList::Ask);
+        if own.verdict == Verdict::NotAllowedInMode || (by_rule && !restricted) {
+            return own;
+        }
+        let reason = if restricted {
+            format!(
+                "{why}, so the deny and ask rules on run_command could not judge what it \
+                 runs; such raw input is refused while they exist"
+            )
+        } else {
+            format!(
+                "{why}, so the rules on commands cannot judge what it runs; only a rule of \
+                 process_write's own (allow process_write) lets raw input through"
+            )
+        };
+        Decision::new(Verdict::Deny, Layer::Rule, reason)
     }
 
     fn decide_one(&self, tool: &ToolFacts<'_>, args: &Value, ctx: &CallContext<'_>) -> Decision {

@@ -15,6 +15,7 @@
 //! it is tracked by the daemon, which waits for it before it exits.
 
 pub mod spool;
+pub mod typed;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -129,6 +130,8 @@ pub struct Job {
     progress: tokio::sync::watch::Sender<Progress>,
     /// Why it is being killed, when toolgate asked.
     kill_reason: Mutex<Option<String>>,
+    /// The line typed into it and not yet entered (see [`typed`]).
+    pending_line: Mutex<String>,
 }
 
 /// What `process_read` returns.
@@ -215,6 +218,22 @@ impl Job {
         Ok(Read { page, end, exit: self.exit() })
     }
 
+    /// What `input` would make the process read, after the line typed so far (and on
+    /// a terminal, with its line editing): what the permission rules judge.
+    pub fn typed(&self, input: &str) -> Result<typed::Typed, typed::Unmodelled> {
+        let pending = self.pending_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        typed::type_input(&pending, input, self.has_terminal())
+    }
+
+    /// Notes what was written, for the next [`Job::typed`]. Input the model does not
+    /// follow (let through by a rule allowing raw input) leaves the line unknown; the
+    /// next input is judged from an empty line.
+    fn note_typed(&self, input: &[u8]) {
+        let text = String::from_utf8_lossy(input);
+        let next = self.typed(&text).map(|typed| typed.pending).unwrap_or_default();
+        *self.pending_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+    }
+
     /// Writes to the process's stdin (or terminal).
     pub async fn write(&self, input: &[u8], close: bool) -> Result<(), String> {
         if !self.is_running() {
@@ -228,6 +247,7 @@ impl Job {
         };
         if !input.is_empty() {
             live.write(input).await.map_err(|err| format!("writing to {}: {err}", self.id))?;
+            self.note_typed(input);
         }
         if close {
             live.close().await.map_err(|err| format!("closing {}'s stdin: {err}", self.id))?;
@@ -459,6 +479,7 @@ impl Processes {
             state: Mutex::new(State::Running),
             progress: tokio::sync::watch::Sender::new(Progress::default()),
             kill_reason: Mutex::new(None),
+            pending_line: Mutex::new(String::new()),
         });
         spec.cancel = cancel;
         spec.timeout = None;
