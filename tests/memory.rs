@@ -503,3 +503,55 @@ fn an_edit_whose_call_timed_out_stops_and_lets_go_of_its_file() {
     assert_eq!(next["ok"], true, "{next}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text.replace("end", "done"));
 }
+
+#[test]
+fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_made() {
+    let daemon =
+        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
+    // A notebook whose keys are indented 300,000 columns: a cell written in its style
+    // repeats twice that on every line of its source.
+    let indent = " ".repeat(300_000);
+    let notebook = format!(
+        "{{\n{indent}\"cells\": [\n{indent}{{\"cell_type\": \"code\", \"execution_count\": null, \
+         \"id\": \"c1\", \"metadata\": {{}}, \"outputs\": [],\n{indent}\"source\": [\n\"x\\n\"\n]}}\n\
+         ],\n\"metadata\": {{}},\n\"nbformat\": 4,\n\"nbformat_minor\": 5\n}}\n"
+    );
+    assert!(notebook.len() < 1024 * 1024);
+    let path = daemon.root().join("deep.ipynb");
+    std::fs::write(&path, &notebook).unwrap();
+    let mut client = daemon.connect();
+    let read = client
+        .request("tools/call", json!({"name": "read_file", "arguments": {"path": "deep.ipynb"}}));
+    assert_eq!(read["ok"], true, "{read}");
+    let idle = daemon.status("VmHWM:");
+
+    // 200 lines of source in a request of a few hundred bytes: 120 MB of notebook.
+    let source = "\n".repeat(200);
+    for arguments in [
+        json!({"path": "deep.ipynb", "cell_id": "c1", "source": source}),
+        json!({"path": "deep.ipynb", "action": "insert", "index": 1, "cell_type": "markdown",
+               "source": source}),
+    ] {
+        let refused =
+            client.request("tools/call", json!({"name": "notebook_edit", "arguments": arguments}));
+        let now = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(refused["ok"], false, "{refused}: the notebook is now {now} bytes");
+        assert_eq!(refused["error_type"], "too_large", "{refused}");
+        let error = refused["error"].as_str().unwrap();
+        assert!(error.contains("max_read_bytes"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), notebook, "the notebook changed");
+    }
+    let peak = daemon.status("VmHWM:");
+    println!("peak {} MiB, {} MiB before the edits", peak / MIB, idle / MIB);
+    assert!(
+        peak <= idle + 32 * MIB,
+        "peak {peak} after notebook edits that asked for 120 MB were refused (idle {idle})"
+    );
+
+    // An edit that stays within the limit is made.
+    let emptied = client.request(
+        "tools/call",
+        json!({"name": "notebook_edit", "arguments": {"path": "deep.ipynb", "cell_id": "c1", "source": ""}}),
+    );
+    assert_eq!(emptied["ok"], true, "{emptied}");
+}
