@@ -1162,23 +1162,23 @@ mod tests {
         let edited = lines[2].replace("step 2", "step X");
         write(&[lines[0], lines[1], &edited, lines[3], lines[4], lines[5]]);
         let broken = verify(&path).unwrap().broken.unwrap();
-        assert_eq!(broken.line, 4, "{broken}");
+        assert_eq!(broken.line, Some(4), "{broken}");
         assert!(broken.to_string().contains("call \"3\""), "{broken}");
 
         // A record removed (what `sed -i '/marker/d'` does).
         write(&[lines[0], lines[1], lines[3], lines[4], lines[5]]);
-        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 3);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, Some(3));
 
         // A record inserted.
         write(&[lines[0], lines[1], lines[1], lines[2], lines[3], lines[4], lines[5]]);
-        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 3);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, Some(3));
 
         // Not a record at all, and a cut-off last line.
         write(&[lines[0], "junk", lines[2]]);
-        assert_eq!(verify(&path).unwrap().broken.unwrap().line, 2);
+        assert_eq!(verify(&path).unwrap().broken.unwrap().line, Some(2));
         std::fs::write(&path, format!("{}\n{}", lines[0], &lines[1][..20])).unwrap();
         let broken = verify(&path).unwrap().broken.unwrap();
-        assert_eq!(broken.line, 2);
+        assert_eq!(broken.line, Some(2));
         assert!(broken.reason.contains("incomplete"), "{broken}");
 
         write(&lines);
@@ -1215,7 +1215,7 @@ mod tests {
             log.flush().await.unwrap();
             let broken =
                 verify(&path).unwrap().broken.unwrap_or_else(|| panic!("{how}: not detected"));
-            assert_eq!(broken.line, 3, "{how}: {broken}");
+            assert_eq!(broken.line, Some(3), "{how}: {broken}");
             assert!(broken.reason.contains("call \"after\""), "{how}: {broken}");
         }
     }
@@ -1252,7 +1252,41 @@ mod tests {
         std::fs::write(&older, text.replacen("\"ok\":false", "\"ok\":true", 1)).unwrap();
         let broken = verify(&path).unwrap().broken.unwrap();
         assert_eq!(broken.file, older, "{broken}");
-        assert_eq!(broken.line, 2, "{broken}");
+        assert_eq!(broken.line, Some(2), "{broken}");
+    }
+
+    #[tokio::test]
+    async fn a_rotated_file_missing_below_a_kept_one_is_a_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, &settings(4096, 3)).unwrap();
+        for idx in 0..80 {
+            log.record(record(&idx.to_string(), json!({"command": "x".repeat(200)})));
+            if idx % 7 == 0 {
+                log.flush().await.unwrap();
+            }
+        }
+        log.flush().await.unwrap();
+        assert!(rotated(&path, 3).exists());
+        // Names that are not this log's rotated files are no gap.
+        for name in ["audit.jsonl.05", "audit.jsonl.9.tmp", "audit.jsonl.x", "other.jsonl.9"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        assert_eq!(verified(&path).files.len(), 4);
+
+        std::fs::remove_file(rotated(&path, 2)).unwrap();
+        let report = verify(&path).unwrap();
+        let broken = report.broken.unwrap();
+        assert_eq!((&broken.file, broken.line), (&rotated(&path, 2), None), "{broken}");
+        assert!(broken.reason.contains(&rotated(&path, 3).display().to_string()), "{broken}");
+        assert_eq!(report.files, [rotated(&path, 3)]);
+        assert!(report.records > 0);
+
+        // The oldest file gone whole looks like rotation.
+        std::fs::remove_file(rotated(&path, 3)).unwrap();
+        let report = verified(&path);
+        assert_eq!(report.files, [rotated(&path, 1), path.clone()]);
+        assert!(report.starts_after.is_some());
     }
 
     #[tokio::test]

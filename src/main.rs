@@ -206,7 +206,8 @@ enum ProcessCommand {
 #[derive(Subcommand, Debug)]
 enum AuditCommand {
     /// Check the audit log's hash chain, across its rotated files (oldest first), and
-    /// name the first record that was changed, removed or inserted (exit status 1).
+    /// name the first record that was changed, removed or inserted, or a rotated file
+    /// missing between kept ones (exit status 1).
     Verify {
         /// The log; default: the configured one ([server] audit_log).
         file: Option<PathBuf>,

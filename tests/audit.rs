@@ -290,6 +290,44 @@ fn the_log_rotates_by_size_and_verify_walks_every_file() {
     assert!(stdout.contains("rotated away"), "{stdout}");
 }
 
+/// A rotated file removed from the middle of the rotation is a gap in the chain:
+/// verification names the missing file and fails, instead of checking what is left as
+/// though the log began after the gap.
+#[test]
+fn a_rotated_file_missing_between_kept_ones_breaks_the_chain() {
+    let mut daemon = TestDaemon::start(
+        "[permissions]\nmode = \"bypass\"\n\n[audit]\nmax_file_bytes = 4096\nkeep_files = 3\n",
+    );
+    let mut client = daemon.connect();
+    for idx in 0..60 {
+        let result =
+            client.call("read_file", json!({"path": format!("missing-{idx}-{}", "x".repeat(300))}));
+        assert_eq!(result["ok"], json!(false));
+    }
+    daemon.stop();
+    let log = daemon.log();
+    let rotated = |n: usize| PathBuf::from(format!("{}.{n}", log.display()));
+    assert!((1..=3).all(|n| rotated(n).exists()), "the log was not rotated three times");
+    let intact = daemon.verify(None);
+    let stdout = String::from_utf8_lossy(&intact.stdout);
+    assert_eq!(intact.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("in 4 files"), "{stdout}");
+
+    for n in [1, 2] {
+        let kept = std::fs::read(rotated(n)).unwrap();
+        std::fs::remove_file(rotated(n)).unwrap();
+        let broken = daemon.verify(None);
+        let stdout = String::from_utf8_lossy(&broken.stdout);
+        assert_eq!(broken.status.code(), Some(1), "without {n}: {stdout}");
+        let expected = format!("broken: {}: missing", rotated(n).display());
+        assert!(stdout.starts_with(&expected), "without {n}: {stdout}");
+        assert!(stdout.contains(&rotated(n + 1).display().to_string()), "without {n}: {stdout}");
+        std::fs::write(rotated(n), kept).unwrap();
+    }
+    let restored = daemon.verify(None);
+    assert_eq!(restored.status.code(), Some(0), "{}", String::from_utf8_lossy(&restored.stdout));
+}
+
 #[test]
 fn audit_settings_are_checked_with_the_configuration() {
     let dir = tempfile::tempdir().unwrap();

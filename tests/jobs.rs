@@ -154,6 +154,45 @@ impl Client {
         self.result("tools/call", params)
     }
 
+    /// Sends every call before reading any answer (the daemon runs pipelined calls
+    /// side by side); returns the results in the order of the calls.
+    fn call_all(&mut self, calls: &[(&str, Value)]) -> Vec<Value> {
+        let first = self.next_id;
+        let mut batch = String::new();
+        for (name, arguments) in calls {
+            let mut params = json!({"name": name, "arguments": arguments});
+            if let Some(session) = &self.session {
+                params["session_id"] = json!(session);
+            }
+            let line = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                "params": params});
+            batch.push_str(&format!("{line}\n"));
+            self.next_id += 1;
+        }
+        self.writer.write_all(batch.as_bytes()).unwrap();
+        let mut results = vec![Value::Null; calls.len()];
+        let mut left = calls.len();
+        while left > 0 {
+            let mut text = String::new();
+            assert!(self.reader.read_line(&mut text).unwrap() > 0, "the daemon hung up");
+            let message: Value = serde_json::from_str(&text).unwrap();
+            let slot = message["id"]
+                .as_u64()
+                .and_then(|id| id.checked_sub(first))
+                .and_then(|idx| usize::try_from(idx).ok())
+                .filter(|&idx| idx < calls.len());
+            match slot {
+                Some(idx) => {
+                    assert!(message.get("error").is_none(), "{message}");
+                    results[idx] = message["result"].clone();
+                    left -= 1;
+                }
+                None => self.notifications.push(message),
+            }
+        }
+        results
+    }
+
     /// Starts a background process; returns its id.
     fn start(&mut self, arguments: Value) -> String {
         let result = self.call("run_command", arguments);
@@ -547,6 +586,46 @@ fn too_many_running_processes_are_refused_with_a_clear_error() {
     client.call("process_kill", json!({"id": first}));
     let again = client.call("run_command", json!({"command": "true", "background": true}));
     assert_eq!(again["ok"], true, "{again}");
+}
+
+/// Starts that arrive together are counted and given their place in the table in one
+/// step: however many race for the last slots, no more than the limit run.
+#[test]
+fn concurrent_starts_never_run_more_than_the_limit() {
+    let daemon = TestDaemon::start(&format!("{BYPASS}[limits]\nmax_background_processes = 3\n"));
+    let mark = marker(20);
+    let mut client = daemon.connect();
+    client.open();
+    let start = json!({"command": format!("sleep 1000.{mark}"), "background": true});
+    let calls: Vec<(&str, Value)> = (0..48).map(|_| ("run_command", start.clone())).collect();
+    for round in 0..50 {
+        let results = client.call_all(&calls);
+        let mut started = Vec::new();
+        for result in &results {
+            if result["ok"] == true {
+                started.push(result["metadata"]["process_id"].as_str().unwrap().to_owned());
+            } else {
+                assert_eq!(result["error_type"], "too_large", "{result}");
+                let error = result["error"].as_str().unwrap();
+                assert!(error.contains("max_background_processes"), "{error}");
+            }
+        }
+        let listed = client.call("process_list", json!({}));
+        let running = listed["metadata"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|process| process["running"] == true)
+            .count();
+        assert_eq!(started.len(), 3, "round {round}: {} of 48 started: {started:?}", started.len());
+        assert_eq!(running, 3, "round {round}: {listed}");
+        let pids = processes_with(&mark);
+        for id in &started {
+            let killed = client.call("process_kill", json!({"id": id}));
+            assert_eq!(killed["ok"], true, "{killed}");
+        }
+        assert_gone(&pids);
+    }
 }
 
 #[test]

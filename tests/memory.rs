@@ -2,7 +2,9 @@
 //! bounded by a small multiple of its size and given back afterwards; a client that
 //! stops reading costs a bounded queue, not the output it is not reading; sessions
 //! with large task lists give their memory back when they end; reads of large files
-//! that follow each other share one buffer, given back once they stop.
+//! that follow each other share one buffer, given back once they stop; edits that
+//! would grow a file past the read limit are refused before the text is built, and an
+//! edit whose call timed out stops working and lets go of its file.
 //!
 //! The daemon's memory is read from `/proc/<pid>/status` (`VmHWM`, the peak resident
 //! set, and `VmRSS`).
@@ -397,4 +399,159 @@ fn large_reads_that_follow_each_other_share_one_buffer_given_back_once_they_stop
     let after = settle(&daemon, idle, 6 * MIB);
     println!("idle {} MiB, after {} MiB", idle / MIB, after / MIB);
     assert!(after <= idle + 6 * MIB, "RSS {after} after the reads stopped, {idle} before");
+}
+
+/// `edits` that each double a file with `replace_all`: what the edits would make is
+/// computed from the match counts and refused before the text is built.
+fn doubling(edits: usize) -> Vec<Value> {
+    (0..edits)
+        .map(|_| json!({"old_string": "x", "new_string": "xx", "replace_all": true}))
+        .collect()
+}
+
+#[test]
+fn edits_that_would_grow_a_file_past_the_read_limit_are_refused_before_they_are_made() {
+    let daemon =
+        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
+    let original = "x".repeat(64 * 1024);
+    let path = daemon.root().join("grow.txt");
+    std::fs::write(&path, &original).unwrap();
+    let mut client = daemon.connect();
+    let read = client
+        .request("tools/call", json!({"name": "read_file", "arguments": {"path": "grow.txt"}}));
+    assert_eq!(read["ok"], true, "{read}");
+    let idle = daemon.status("VmHWM:");
+
+    // Eleven doublings ask for 128 MiB; the fifth already passes the 1 MiB limit.
+    let refused = client.request(
+        "tools/call",
+        json!({"name": "edit_file", "arguments": {"path": "grow.txt", "edits": doubling(11)}}),
+    );
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["error_type"], "too_large", "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(error.starts_with("edit 5 of 11: "), "{error}");
+    assert!(error.contains("2097152 bytes") && error.contains("max_read_bytes"), "{error}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original, "the file changed");
+
+    // A new file built by its edits is bounded the same way, and not created.
+    let mut edits = vec![json!({"old_string": "", "new_string": original})];
+    edits.extend(doubling(11));
+    let refused = client.request(
+        "tools/call",
+        json!({"name": "edit_file", "arguments": {"path": "new.txt", "edits": edits}}),
+    );
+    assert_eq!(refused["error_type"], "too_large", "{refused}");
+    assert!(!daemon.root().join("new.txt").exists(), "the refused file was created");
+
+    // Up to the limit, the same edits are made.
+    let made = client.request(
+        "tools/call",
+        json!({"name": "edit_file", "arguments": {"path": "grow.txt", "edits": doubling(4)}}),
+    );
+    assert_eq!(made["ok"], true, "{made}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 1024 * 1024);
+
+    let peak = daemon.status("VmHWM:");
+    println!("peak {} MiB, {} MiB before the edits", peak / MIB, idle / MIB);
+    assert!(
+        peak <= idle + 32 * MIB,
+        "peak {peak} after edits that asked for 128 MiB were refused (idle {idle})"
+    );
+}
+
+#[test]
+fn an_edit_whose_call_timed_out_stops_and_lets_go_of_its_file() {
+    // The default deadline only ends the test early should the file stay locked.
+    let daemon =
+        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\ndefault_timeout_ms = 30000\n");
+    let mut text = "a".repeat(8 * 1024 * 1024);
+    text.push_str("\nend\n");
+    let path = daemon.root().join("work.txt");
+    std::fs::write(&path, &text).unwrap();
+    let mut client = daemon.connect();
+    let hasty = client.request("session/open", json!({}));
+    let hasty = hasty["session_id"].as_str().unwrap().to_owned();
+    for session in [Value::Null, json!(hasty)] {
+        let read = client.request(
+            "tools/call",
+            json!({"name": "read_file", "session_id": session, "arguments": {"path": "work.txt"}}),
+        );
+        assert_eq!(read["ok"], true, "{read}");
+    }
+    client.request("session/update", json!({"session_id": hasty, "timeout_ms": 300}));
+    // A thousand edits, each over eight million matches: far more work than the
+    // call's deadline leaves it.
+    let edits: Vec<Value> = (0..1200)
+        .map(|idx| {
+            let (old, new) = if idx % 2 == 0 { ("a", "b") } else { ("b", "a") };
+            json!({"old_string": old, "new_string": new, "replace_all": true})
+        })
+        .collect();
+    let slow = client.request(
+        "tools/call",
+        json!({"name": "edit_file", "session_id": hasty,
+               "arguments": {"path": "work.txt", "edits": edits}}),
+    );
+    assert_eq!(slow["error_type"], "timeout", "{slow}");
+    // The next edit of the file gets its lock: the edits behind the answer stopped.
+    let next = client.request(
+        "tools/call",
+        json!({"name": "edit_file",
+               "arguments": {"path": "work.txt", "old_string": "end", "new_string": "done"}}),
+    );
+    assert_eq!(next["ok"], true, "{next}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text.replace("end", "done"));
+}
+
+#[test]
+fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_made() {
+    let daemon =
+        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
+    // A notebook whose keys are indented 300,000 columns: a cell written in its style
+    // repeats twice that on every line of its source.
+    let indent = " ".repeat(300_000);
+    let notebook = format!(
+        "{{\n{indent}\"cells\": [\n{indent}{{\"cell_type\": \"code\", \"execution_count\": null, \
+         \"id\": \"c1\", \"metadata\": {{}}, \"outputs\": [],\n{indent}\"source\": [\n\"x\\n\"\n]}}\n\
+         ],\n\"metadata\": {{}},\n\"nbformat\": 4,\n\"nbformat_minor\": 5\n}}\n"
+    );
+    assert!(notebook.len() < 1024 * 1024);
+    let path = daemon.root().join("deep.ipynb");
+    std::fs::write(&path, &notebook).unwrap();
+    let mut client = daemon.connect();
+    let read = client
+        .request("tools/call", json!({"name": "read_file", "arguments": {"path": "deep.ipynb"}}));
+    assert_eq!(read["ok"], true, "{read}");
+    let idle = daemon.status("VmHWM:");
+
+    // 200 lines of source in a request of a few hundred bytes: 120 MB of notebook.
+    let source = "\n".repeat(200);
+    for arguments in [
+        json!({"path": "deep.ipynb", "cell_id": "c1", "source": source}),
+        json!({"path": "deep.ipynb", "action": "insert", "index": 1, "cell_type": "markdown",
+               "source": source}),
+    ] {
+        let refused =
+            client.request("tools/call", json!({"name": "notebook_edit", "arguments": arguments}));
+        let now = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(refused["ok"], false, "{refused}: the notebook is now {now} bytes");
+        assert_eq!(refused["error_type"], "too_large", "{refused}");
+        let error = refused["error"].as_str().unwrap();
+        assert!(error.contains("max_read_bytes"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), notebook, "the notebook changed");
+    }
+    let peak = daemon.status("VmHWM:");
+    println!("peak {} MiB, {} MiB before the edits", peak / MIB, idle / MIB);
+    assert!(
+        peak <= idle + 32 * MIB,
+        "peak {peak} after notebook edits that asked for 120 MB were refused (idle {idle})"
+    );
+
+    // An edit that stays within the limit is made.
+    let emptied = client.request(
+        "tools/call",
+        json!({"name": "notebook_edit", "arguments": {"path": "deep.ipynb", "cell_id": "c1", "source": ""}}),
+    );
+    assert_eq!(emptied["ok"], true, "{emptied}");
 }

@@ -7,11 +7,15 @@
 //! inserting or deleting a record therefore breaks the link of the record after it,
 //! and [`verify`] names that record.
 //!
+//! A rotated file missing below one that is kept (`audit.jsonl.1` gone while `.2` is
+//! there) is a gap in the chain too, and [`verify`] names the missing file: rotation
+//! only ever deletes the oldest files.
+//!
 //! What the chain cannot show: records removed from the end of the newest file while
 //! no daemon is running (the daemon that wrote them notices while it runs, and keeps
 //! chaining from the record it wrote, so the next record shows the gap), and records
-//! removed from the start of the oldest file (indistinguishable from a rotation that
-//! deleted them).
+//! removed from the start of the oldest file, or the oldest file itself
+//! (indistinguishable from a rotation that deleted them).
 
 use std::fs::File;
 use std::io::{self, BufRead as _, BufReader};
@@ -75,14 +79,17 @@ pub(super) fn tail(file: &File) -> io::Result<Tail> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Break {
     pub file: PathBuf,
-    /// 1-based.
-    pub line: usize,
+    /// 1-based; `None` when the whole file is missing.
+    pub line: Option<usize>,
     pub reason: String,
 }
 
 impl std::fmt::Display for Break {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.file.display(), self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
     }
 }
 
@@ -100,7 +107,9 @@ pub struct Report {
     pub broken: Option<Break>,
 }
 
-/// Checks the chain of the log at `path` across its rotated files, oldest first.
+/// Checks the chain of the log at `path` across its rotated files, oldest first: every
+/// rotated file up to the highest number there is, so that one missing below a kept
+/// one is reported as the break it is.
 ///
 /// The files are opened under a shared lock on the live file, so that no writer
 /// rotates them or is half-way through a line meanwhile; reading the live file stops at
@@ -135,24 +144,51 @@ pub fn verify(path: &Path) -> io::Result<Report> {
     // Every file is opened, and the live file's length taken, under the lock; the
     // reading happens after it is released, so writers wait only for the opening.
     // A rotation afterwards renames files, but what was opened stays what it was.
-    let mut n = 1;
-    while rotated(path, n).exists() {
-        n += 1;
-    }
-    let mut opened: Vec<(PathBuf, Box<dyn io::Read>)> = Vec::new();
-    for idx in (1..n).rev() {
+    // `None`: a rotated file missing below the oldest one kept, where reading stops.
+    let mut opened: Vec<(PathBuf, Option<Box<dyn io::Read>>)> = Vec::new();
+    for idx in (1..=highest_rotated(path)?).rev() {
         let file = rotated(path, idx);
-        let handle = File::open(&file)?;
-        opened.push((file, Box::new(handle)));
+        match File::open(&file) {
+            Ok(handle) => opened.push((file, Some(Box::new(handle)))),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                opened.push((file, None));
+                break;
+            }
+            Err(err) => return Err(err),
+        }
     }
-    let live_len = live.metadata()?.len();
-    opened.push((path.to_owned(), Box::new(io::Read::take(live.try_clone()?, live_len))));
+    if opened.last().is_none_or(|(_, reader)| reader.is_some()) {
+        let live_len = live.metadata()?.len();
+        let reader = io::Read::take(live.try_clone()?, live_len);
+        opened.push((path.to_owned(), Some(Box::new(reader))));
+    }
     rustix::fs::flock(&live, rustix::fs::FlockOperation::Unlock)?;
 
-    let files: Vec<PathBuf> = opened.iter().map(|(file, _)| file.clone()).collect();
+    let files: Vec<PathBuf> = opened
+        .iter()
+        .filter(|(_, reader)| reader.is_some())
+        .map(|(file, _)| file.clone())
+        .collect();
     let mut report = Report { files, records: 0, starts_after: None, broken: None };
     let mut expected: Option<[u8; 32]> = None;
+    let mut older: Option<PathBuf> = None;
     for (file, reader) in opened {
+        let Some(reader) = reader else {
+            // The highest number is always there, so an older file is.
+            let kept = older
+                .as_deref()
+                .map_or_else(String::new, |older| format!(", though {} is kept", older.display()));
+            report.broken = Some(Break {
+                file,
+                line: None,
+                reason: format!(
+                    "missing{kept}: rotation only deletes the oldest files, so this one was \
+                     removed, and the records it held with it"
+                ),
+            });
+            return Ok(report);
+        };
+        older = Some(file.clone());
         let mut reader = BufReader::new(reader);
         let mut line = Vec::new();
         let mut number = 0;
@@ -162,7 +198,7 @@ pub fn verify(path: &Path) -> io::Result<Report> {
                 break;
             }
             number += 1;
-            let at = |reason: String| Break { file: file.clone(), line: number, reason };
+            let at = |reason: String| Break { file: file.clone(), line: Some(number), reason };
             if line.last() != Some(&b'\n') {
                 report.broken = Some(at("the last record is incomplete (no newline)".into()));
                 return Ok(report);
@@ -199,6 +235,40 @@ pub fn verify(path: &Path) -> io::Result<Report> {
         }
     }
     Ok(report)
+}
+
+/// The highest `n` for which the log at `path` has a rotated file `<path>.<n>` (0 when
+/// it has none), found by listing its directory: numbers below it that have no file
+/// are gaps.
+fn highest_rotated(path: &Path) -> io::Result<usize> {
+    let Some(name) = path.file_name() else {
+        return Ok(0);
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut prefix = name.to_owned();
+    prefix.push(".");
+    let prefix = prefix.as_encoded_bytes();
+    let mut highest = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let entry_name = entry.file_name();
+        let Some(number) = entry_name.as_encoded_bytes().strip_prefix(prefix) else {
+            continue;
+        };
+        // Exactly as `rotated` writes it: digits, no leading zero.
+        if number.first().is_none_or(|first| *first == b'0')
+            || !number.iter().all(u8::is_ascii_digit)
+        {
+            continue;
+        }
+        if let Some(number) = std::str::from_utf8(number).ok().and_then(|text| text.parse().ok()) {
+            highest = highest.max(number);
+        }
+    }
+    Ok(highest)
 }
 
 /// Names a record for a person: its call id and time.

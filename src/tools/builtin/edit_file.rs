@@ -9,6 +9,13 @@
 //! with BOM) and its line endings: in a CRLF file, `old_string`/`new_string` written
 //! with `\n` match and are written with `\r\n`. The whole read-modify-write runs under
 //! the per-path lock, so concurrent edits of one file (from any session) all land.
+//!
+//! An edit never makes a file larger than the read limit (`[limits] max_read_bytes`):
+//! each edit's result size is computed from its match count before the text is built,
+//! and one that would pass the limit is refused (`too_large`), so a few `replace_all`
+//! edits that each double the text cost no more memory than the limit. The call's
+//! cancellation is looked at between edits and every few thousand matches, so an edit
+//! whose call timed out or was canceled stops and frees the file's lock.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock};
@@ -28,6 +35,9 @@ use crate::tools::{
 /// Cap on the diff returned in the result, in bytes: enough for any ordinary edit,
 /// while a `replace_all` over a big file does not flood the model's context.
 const MAX_DIFF_BYTES: usize = 16 * 1024;
+
+/// Matches gone through between two looks at the call's cancellation.
+const CANCEL_CHECK_MATCHES: usize = 4096;
 
 /// Lines of unchanged context around each change in the diff, as `diff -u`.
 const DIFF_CONTEXT_LINES: usize = 3;
@@ -234,8 +244,15 @@ fn edit_locked(
             .with_meta("path", shown_path));
         }
     };
-    let planned = match plan_all(&decoded.text, edits) {
+    let limit = env.max_read_bytes;
+    let bounds = Bounds {
+        max_len: text::max_text_len(usize::try_from(limit).unwrap_or(usize::MAX), decoded.encoding),
+        limit,
+        cancel,
+    };
+    let planned = match plan_all(&decoded.text, edits, &bounds) {
         Ok(planned) => planned,
+        Err((_, PlanError::Canceled)) => return Ok(PlanError::Canceled.into_result("", "", "")),
         Err((idx, err)) => {
             let mut res = err
                 .into_result(&args.path, &decoded.text, &edits[idx].old_string)
@@ -251,6 +268,13 @@ fn edit_locked(
     };
     if cancel.is_cancelled() {
         return Ok(ToolResult::failure(ErrorType::Canceled, "the call was canceled"));
+    }
+    // The text fits; its encoding (UTF-16 takes up to twice the bytes) must too.
+    let file_len =
+        u64::try_from(text::encoded_len(&planned.text, decoded.encoding)).unwrap_or(u64::MAX);
+    if file_len > limit {
+        let too_large = PlanError::TooLarge { size: file_len, limit };
+        return Ok(too_large.into_result(&args.path, "", "").with_meta("path", shown_path));
     }
     if !args.dry_run {
         let out = text::encode(&planned.text, decoded.encoding);
@@ -278,13 +302,54 @@ fn edit_locked(
     Ok(res)
 }
 
+/// What bounds the planning of an edit.
+struct Bounds<'a> {
+    /// The longest text (UTF-8 bytes) an edit may make: what the file's encoding lets
+    /// fit in the read limit.
+    max_len: usize,
+    /// The read limit, for messages.
+    limit: u64,
+    /// The call's: looked at between edits and every [`CANCEL_CHECK_MATCHES`] matches.
+    cancel: &'a CancellationToken,
+}
+
+impl Bounds<'_> {
+    /// Refuses a text of `size` bytes when it is longer than the limit allows.
+    fn check(&self, size: u128) -> Result<(), PlanError> {
+        if size > self.max_len as u128 {
+            return Err(PlanError::TooLarge {
+                size: u64::try_from(size).unwrap_or(u64::MAX),
+                limit: self.limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses to go on once the call is over, every [`CANCEL_CHECK_MATCHES`]th match.
+    fn check_cancel(&self, matches: usize) -> Result<(), PlanError> {
+        if matches % CANCEL_CHECK_MATCHES == CANCEL_CHECK_MATCHES - 1 && self.cancel.is_cancelled()
+        {
+            return Err(PlanError::Canceled);
+        }
+        Ok(())
+    }
+}
+
 /// Applies every edit in order to the text; the first that cannot be made is
 /// returned with its index, and nothing is changed.
-fn plan_all(text: &str, edits: &[EditSpec]) -> Result<Planned, (usize, PlanError)> {
+fn plan_all(
+    text: &str,
+    edits: &[EditSpec],
+    bounds: &Bounds<'_>,
+) -> Result<Planned, (usize, PlanError)> {
     let mut current = Planned { text: text.to_owned(), replacements: 0, first_line: usize::MAX };
     for (idx, edit) in edits.iter().enumerate() {
-        let step = plan(&current.text, &edit.old_string, &edit.new_string, edit.replace_all)
-            .map_err(|err| (idx, err))?;
+        if bounds.cancel.is_cancelled() {
+            return Err((idx, PlanError::Canceled));
+        }
+        let step =
+            plan(&current.text, &edit.old_string, &edit.new_string, edit.replace_all, bounds)
+                .map_err(|err| (idx, err))?;
         current = Planned {
             text: step.text,
             replacements: current.replacements + step.replacements,
@@ -306,8 +371,15 @@ fn create(
 ) -> Result<ToolResult, FsError> {
     let key = target.path();
     let shown_path = key.display().to_string();
-    let content = match plan_all(&first.new_string, rest) {
+    let limit = env.max_read_bytes;
+    let bounds = Bounds { max_len: usize::try_from(limit).unwrap_or(usize::MAX), limit, cancel };
+    if let Err(err) = bounds.check(first.new_string.len() as u128) {
+        let message = err.into_result(&args.path, "", "");
+        return Ok(message.with_meta("path", shown_path).with_meta("edit_index", 0));
+    }
+    let content = match plan_all(&first.new_string, rest, &bounds) {
         Ok(planned) => planned.text,
+        Err((_, PlanError::Canceled)) => return Ok(PlanError::Canceled.into_result("", "", "")),
         Err((idx, err)) => {
             let old = rest.get(idx).map(|edit| edit.old_string.as_str()).unwrap_or_default();
             let message = err.into_result(&args.path, &first.new_string, old);
@@ -355,6 +427,14 @@ enum PlanError {
     },
     /// An empty `old_string` on a file that has content.
     EmptyOldString,
+    /// The edited text would be `size` bytes, more than the read limit lets the file
+    /// hold.
+    TooLarge {
+        size: u64,
+        limit: u64,
+    },
+    /// The call was canceled (or timed out) while the edits were planned.
+    Canceled,
 }
 
 impl PlanError {
@@ -396,6 +476,19 @@ impl PlanError {
                      to replace, or use write_file to replace the whole file"
                 ),
             ),
+            PlanError::TooLarge { size, limit } => ToolResult::failure(
+                ErrorType::TooLarge,
+                format!(
+                    "the edited text would be {size} bytes, more than {shown} may hold: the \
+                     read limit is {limit} bytes ([limits] max_read_bytes), and edit_file only \
+                     writes a file it can read back whole; nothing was changed"
+                ),
+            )
+            .with_meta("bytes", size)
+            .with_meta("max_read_bytes", limit),
+            PlanError::Canceled => {
+                ToolResult::failure(ErrorType::Canceled, "the call was canceled")
+            }
         }
     }
 }
@@ -405,11 +498,22 @@ impl PlanError {
 /// matches and new lines follow the file's style), then as given (a mixed file may
 /// have LF lines too). In an LF file, CRLF in `old`/`new` is tried as LF after the
 /// text as given.
-fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, PlanError> {
+///
+/// The matches are counted first, and the edited text's size computed from their
+/// number: an edit whose result would pass `bounds` is refused before any of it is
+/// built.
+fn plan(
+    text: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    bounds: &Bounds<'_>,
+) -> Result<Planned, PlanError> {
     if old.is_empty() {
         if !text.is_empty() {
             return Err(PlanError::EmptyOldString);
         }
+        bounds.check(new.len() as u128)?;
         return Ok(Planned { text: new.to_owned(), replacements: 1, first_line: 1 });
     }
     let mut candidates = Vec::with_capacity(2);
@@ -423,25 +527,36 @@ fn plan(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Planned, 
     }
     candidates.dedup_by(|later, earlier| later.0 == earlier.0);
     for (old, new) in candidates {
-        let positions: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
-        let Some(&first) = positions.first() else {
+        let mut count = 0usize;
+        let mut listed = Vec::new();
+        for (at, _) in text.match_indices(old.as_str()) {
+            bounds.check_cancel(count)?;
+            if listed.len() < MAX_LISTED_MATCHES {
+                listed.push(at);
+            }
+            count += 1;
+        }
+        let Some(&first) = listed.first() else {
             continue;
         };
-        if positions.len() > 1 && !replace_all {
-            let lines =
-                positions.iter().take(MAX_LISTED_MATCHES).map(|&at| line_of(text, at)).collect();
-            return Err(PlanError::NotUnique { count: positions.len(), lines });
+        if count > 1 && !replace_all {
+            let lines = listed.iter().map(|&at| line_of(text, at)).collect();
+            return Err(PlanError::NotUnique { count, lines });
         }
-        let edited = if replace_all {
-            text.replace(old.as_str(), &new)
-        } else {
-            text.replacen(old.as_str(), &new, 1)
-        };
-        return Ok(Planned {
-            text: edited,
-            replacements: positions.len(),
-            first_line: line_of(text, first),
-        });
+        // Every match lies in the text, so what they take out never exceeds its length.
+        let size = text.len() as u128 - count as u128 * old.len() as u128
+            + count as u128 * new.len() as u128;
+        bounds.check(size)?;
+        let mut edited = String::with_capacity(usize::try_from(size).unwrap_or(usize::MAX));
+        let mut copied = 0;
+        for (replaced, (at, _)) in text.match_indices(old.as_str()).enumerate() {
+            bounds.check_cancel(replaced)?;
+            edited.push_str(&text[copied..at]);
+            edited.push_str(&new);
+            copied = at + old.len();
+        }
+        edited.push_str(&text[copied..]);
+        return Ok(Planned { text: edited, replacements: count, first_line: line_of(text, first) });
     }
     Err(PlanError::NotFound)
 }
@@ -678,15 +793,76 @@ fn push_region(out: &mut String, file_lines: &[&str], start: usize, count: usize
 mod tests {
     use super::*;
 
+    /// [`plan`] with no bound but the machine's.
+    fn unbounded(
+        text: &str,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<Planned, PlanError> {
+        let cancel = CancellationToken::new();
+        plan(
+            text,
+            old,
+            new,
+            replace_all,
+            &Bounds { max_len: usize::MAX, limit: u64::MAX, cancel: &cancel },
+        )
+    }
+
+    fn doubling(edits: usize) -> Vec<EditSpec> {
+        let edit = EditSpec { old_string: "x".into(), new_string: "xx".into(), replace_all: true };
+        vec![edit; edits]
+    }
+
+    #[test]
+    fn an_edit_past_the_limit_is_refused_from_its_match_count() {
+        let cancel = CancellationToken::new();
+        let bounds = Bounds { max_len: 64 * 1024, limit: 64 * 1024, cancel: &cancel };
+        let text = "x".repeat(1024);
+        // 1 KiB doubled six times is 64 KiB, the limit itself; the seventh edit is
+        // refused, by what it would make.
+        assert_eq!(plan_all(&text, &doubling(6), &bounds).unwrap().text.len(), 64 * 1024);
+        let (idx, err) = plan_all(&text, &doubling(11), &bounds).unwrap_err();
+        assert_eq!((idx, err), (6, PlanError::TooLarge { size: 128 * 1024, limit: 64 * 1024 }));
+        // Single replacements are counted once, whatever else matches.
+        let long = "y".repeat(64 * 1024 - 1);
+        let edit = |new: &str| plan(&long, "y", new, false, &bounds);
+        assert!(
+            matches!(edit("yy"), Err(PlanError::NotUnique { count, .. }) if count == long.len())
+        );
+        let short = "y".repeat(10);
+        assert_eq!(plan(&short, "yyyyyyyyyy", &long, false, &bounds).unwrap().text, long);
+        let past = format!("{long}yy");
+        assert_eq!(
+            plan(&short, "yyyyyyyyyy", &past, false, &bounds),
+            Err(PlanError::TooLarge { size: past.len() as u64, limit: 64 * 1024 })
+        );
+        // An empty file filled by the first edit.
+        assert!(matches!(plan("", "", &past, false, &bounds), Err(PlanError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_canceled_call_stops_between_edits_and_inside_a_replacement() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let bounds = Bounds { max_len: usize::MAX, limit: u64::MAX, cancel: &cancel };
+        let text = "x".repeat(CANCEL_CHECK_MATCHES * 4);
+        assert_eq!(plan_all(&text, &doubling(3), &bounds).unwrap_err(), (0, PlanError::Canceled));
+        assert_eq!(plan(&text, "x", "xx", true, &bounds), Err(PlanError::Canceled));
+        // A few matches finish: the look comes every CANCEL_CHECK_MATCHES.
+        assert_eq!(plan("axa", "x", "y", true, &bounds).unwrap().text, "aya");
+    }
+
     #[test]
     fn plan_requires_a_unique_match() {
         let text = "a = 1\nb = 2\na = 1\n";
         assert_eq!(
-            plan(text, "a = 1", "a = 3", false),
+            unbounded(text, "a = 1", "a = 3", false),
             Err(PlanError::NotUnique { count: 2, lines: vec![1, 3] })
         );
         assert_eq!(
-            plan(text, "a = 1", "a = 3", true),
+            unbounded(text, "a = 1", "a = 3", true),
             Ok(Planned {
                 text: "a = 3\nb = 2\na = 3\n".to_owned(),
                 replacements: 2,
@@ -694,30 +870,30 @@ mod tests {
             })
         );
         assert_eq!(
-            plan(text, "b = 2", "b = 4", false),
+            unbounded(text, "b = 2", "b = 4", false),
             Ok(Planned {
                 text: "a = 1\nb = 4\na = 1\n".to_owned(),
                 replacements: 1,
                 first_line: 2
             })
         );
-        assert_eq!(plan(text, "c = 3", "c = 4", false), Err(PlanError::NotFound));
+        assert_eq!(unbounded(text, "c = 3", "c = 4", false), Err(PlanError::NotFound));
     }
 
     #[test]
     fn plan_matches_lf_text_in_crlf_files_and_writes_crlf() {
         let text = "one\r\ntwo\r\nthree\r\n";
-        let planned = plan(text, "one\ntwo\n", "uno\ndos\n", false).unwrap();
+        let planned = unbounded(text, "one\ntwo\n", "uno\ndos\n", false).unwrap();
         assert_eq!(planned.text, "uno\r\ndos\r\nthree\r\n");
         // And the other way round: CRLF text pasted into an edit of an LF file.
-        let planned = plan("one\ntwo\n", "one\r\ntwo", "1\r\n2", false).unwrap();
+        let planned = unbounded("one\ntwo\n", "one\r\ntwo", "1\r\n2", false).unwrap();
         assert_eq!(planned.text, "1\n2\n");
     }
 
     #[test]
     fn empty_old_string_only_fills_an_empty_file() {
-        assert_eq!(plan("x", "", "y", false), Err(PlanError::EmptyOldString));
-        assert_eq!(plan("", "", "y", false).unwrap().text, "y");
+        assert_eq!(unbounded("x", "", "y", false), Err(PlanError::EmptyOldString));
+        assert_eq!(unbounded("", "", "y", false).unwrap().text, "y");
     }
 
     #[test]

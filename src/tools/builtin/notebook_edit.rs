@@ -8,6 +8,11 @@
 //! in the notebook's own style (its indentation, sorted keys as nbformat writes them,
 //! `\uXXXX` escapes when the file uses them). Everything else keeps its bytes; a cell
 //! replaced by the text it already has leaves the file byte for byte the same.
+//!
+//! The notebook's style includes its indentation, repeated on every line of a cell
+//! written in it, so a short source can make a long text: what is rendered is bounded
+//! by the read limit (`[limits] max_read_bytes`) as it is written, and an edit that
+//! would make the notebook larger is refused (`too_large`) before more is built.
 
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
@@ -174,7 +179,8 @@ fn edit_locked(
             );
         }
     };
-    let edited = match notebook.edit(text, args) {
+    let limit = usize::try_from(env.max_read_bytes).unwrap_or(usize::MAX);
+    let edited = match notebook.edit(text, args, limit) {
         Ok(edited) => edited,
         Err((error_type, message)) => return refuse(error_type, message),
     };
@@ -351,8 +357,13 @@ impl Notebook {
         }
     }
 
-    fn edit(&self, text: &str, args: &Args) -> Result<Edited, EditError> {
+    /// The edit the call asks for, applied to `text`. The edited notebook may be at
+    /// most `limit` bytes (the read limit): what is rendered in the notebook's style,
+    /// whose indentation is repeated on every line, is refused as soon as it would pass
+    /// that, before more of it is built.
+    fn edit(&self, text: &str, args: &Args, limit: usize) -> Result<Edited, EditError> {
         let source = args.source.as_deref().unwrap_or_default();
+        let too_large = |_: TooLarge| too_large(&args.path, limit);
         match args.action {
             EditAction::Replace => {
                 let index = self.find(args)?;
@@ -363,14 +374,18 @@ impl Notebook {
                 if new_type.is_some() && new_type != current_type {
                     let metadata =
                         cell.value.get("metadata").cloned().unwrap_or(Value::Object(Map::new()));
-                    let rendered = self.render_cell(
+                    let mut rendered = Out::new(limit);
+                    self.render_cell(
+                        &mut rendered,
                         new_type.unwrap_or("code"),
                         id.as_deref(),
                         &metadata,
                         source,
                         column(text, cell.span.start),
-                    );
-                    let text = splice(text, cell.span, &rendered);
+                    )
+                    .map_err(too_large)?;
+                    let text =
+                        splice(text, cell.span, &[&rendered.text], limit).map_err(too_large)?;
                     return Ok(Edited { text, index, id, cells: self.cells.len() });
                 }
                 let Some(member) = cell.member("source") else {
@@ -389,16 +404,20 @@ impl Notebook {
                     });
                 }
                 let as_string = text.as_bytes().get(member.value.start) == Some(&b'"');
-                let rendered = if as_string {
-                    self.string(source)
+                let mut rendered = Out::new(limit);
+                if as_string {
+                    rendered.push(&self.string(source)).map_err(too_large)?;
                 } else {
                     self.source_array(
+                        &mut rendered,
                         source,
                         column(text, member.key_start),
                         self.is_pretty(text, member.value),
                     )
-                };
-                let text = splice(text, member.value, &rendered);
+                    .map_err(too_large)?;
+                }
+                let text =
+                    splice(text, member.value, &[&rendered.text], limit).map_err(too_large)?;
                 Ok(Edited { text, index, id, cells: self.cells.len() })
             }
             EditAction::Delete => {
@@ -412,7 +431,7 @@ impl Notebook {
                 } else {
                     Span { start: cell.span.start, end: self.cells[1].span.start }
                 };
-                let text = splice(text, remove, "");
+                let text = splice(text, remove, &[], limit).map_err(too_large)?;
                 Ok(Edited { text, index, id, cells: self.cells.len() - 1 })
             }
             EditAction::Insert => {
@@ -437,13 +456,18 @@ impl Notebook {
                     (None, Some(unit)) => self.cells_key_column + unit,
                     (None, None) => 0,
                 };
-                let rendered = self.render_cell(
+                let mut rendered = Out::new(limit);
+                self.render_cell(
+                    &mut rendered,
                     cell_type,
                     id.as_deref(),
                     &Value::Object(Map::new()),
                     source,
                     cell_column,
-                );
+                )
+                .map_err(too_large)?;
+                let rendered = rendered.text;
+                // Columns of the file: no longer than the file itself.
                 let (separator, outer) = match self.unit {
                     Some(_) => (
                         format!(",\n{}", " ".repeat(cell_column)),
@@ -452,18 +476,19 @@ impl Notebook {
                     None => (",".to_owned(), String::new()),
                 };
                 let text = if self.cells.is_empty() {
-                    let body = match self.unit {
-                        Some(_) => format!("[\n{}{rendered}{outer}]", " ".repeat(cell_column)),
-                        None => format!("[{rendered}]"),
+                    let opening = match self.unit {
+                        Some(_) => format!("[\n{}", " ".repeat(cell_column)),
+                        None => "[".to_owned(),
                     };
-                    splice(text, self.cells_array, &body)
+                    splice(text, self.cells_array, &[&opening, &rendered, &outer, "]"], limit)
                 } else if index < self.cells.len() {
                     let at = self.cells[index].span.start;
-                    splice(text, Span { start: at, end: at }, &format!("{rendered}{separator}"))
+                    splice(text, Span { start: at, end: at }, &[&rendered, &separator], limit)
                 } else {
                     let at = self.cells[self.cells.len() - 1].span.end;
-                    splice(text, Span { start: at, end: at }, &format!("{separator}{rendered}"))
+                    splice(text, Span { start: at, end: at }, &[&separator, &rendered], limit)
                 };
+                let text = text.map_err(too_large)?;
                 Ok(Edited { text, index, id, cells: self.cells.len() + 1 })
             }
         }
@@ -476,97 +501,134 @@ impl Notebook {
     }
 
     /// A source as nbformat writes it: one string per line, each keeping its `\n`.
-    fn source_array(&self, source: &str, key_column: usize, pretty: bool) -> String {
-        let lines: Vec<&str> = source.split_inclusive('\n').collect();
-        if lines.is_empty() {
-            return "[]".to_owned();
+    fn source_array(
+        &self,
+        out: &mut Out,
+        source: &str,
+        key_column: usize,
+        pretty: bool,
+    ) -> Result<(), TooLarge> {
+        let lines = source.split_inclusive('\n');
+        if source.is_empty() {
+            return out.push("[]");
         }
         let Some(unit) = self.unit.filter(|_| pretty) else {
-            let items: Vec<String> = lines.iter().map(|line| self.string(line)).collect();
-            return format!("[{}]", items.join(","));
+            out.push("[")?;
+            for (idx, line) in lines.enumerate() {
+                if idx > 0 {
+                    out.push(",")?;
+                }
+                out.push(&self.string(line))?;
+            }
+            return out.push("]");
         };
-        let inner = " ".repeat(key_column + unit);
-        let items: Vec<String> =
-            lines.iter().map(|line| format!("{inner}{}", self.string(line))).collect();
-        format!("[\n{}\n{}]", items.join(",\n"), " ".repeat(key_column))
+        out.push("[\n")?;
+        for (idx, line) in lines.enumerate() {
+            if idx > 0 {
+                out.push(",\n")?;
+            }
+            out.spaces(key_column + unit)?;
+            out.push(&self.string(line))?;
+        }
+        out.push("\n")?;
+        out.spaces(key_column)?;
+        out.push("]")
     }
 
     /// A whole cell, keys sorted as nbformat writes them.
     fn render_cell(
         &self,
+        out: &mut Out,
         cell_type: &str,
         id: Option<&str>,
         metadata: &Value,
         source: &str,
         cell_column: usize,
-    ) -> String {
-        let mut members: Vec<(&str, String)> = vec![("cell_type", self.string(cell_type))];
-        if cell_type == "code" {
-            members.push(("execution_count", "null".to_owned()));
-        }
-        if let Some(id) = id {
-            members.push(("id", self.string(id)));
-        }
+    ) -> Result<(), TooLarge> {
         let key_column = cell_column + self.unit.unwrap_or(0);
-        let mut metadata_text = String::new();
-        self.pretty(metadata, key_column, &mut metadata_text);
-        members.push(("metadata", metadata_text));
+        let mut keys = vec!["cell_type"];
         if cell_type == "code" {
-            members.push(("outputs", "[]".to_owned()));
+            keys.push("execution_count");
         }
-        members.push(("source", self.source_array(source, key_column, true)));
-        match self.unit {
-            Some(_) => {
-                let indent = " ".repeat(key_column);
-                let body: Vec<String> = members
-                    .iter()
-                    .map(|(key, value)| format!("{indent}\"{key}\": {value}"))
-                    .collect();
-                format!("{{\n{}\n{}}}", body.join(",\n"), " ".repeat(cell_column))
+        if id.is_some() {
+            keys.push("id");
+        }
+        keys.push("metadata");
+        if cell_type == "code" {
+            keys.push("outputs");
+        }
+        keys.push("source");
+        out.push(if self.unit.is_some() { "{\n" } else { "{" })?;
+        for (idx, key) in keys.into_iter().enumerate() {
+            match (idx, self.unit) {
+                (0, Some(_)) => {}
+                (_, Some(_)) => out.push(",\n")?,
+                (0, None) => {}
+                (_, None) => out.push(", ")?,
             }
-            None => {
-                let body: Vec<String> =
-                    members.iter().map(|(key, value)| format!("\"{key}\": {value}")).collect();
-                format!("{{{}}}", body.join(", "))
+            if self.unit.is_some() {
+                out.spaces(key_column)?;
+            }
+            out.push("\"")?;
+            out.push(key)?;
+            out.push("\": ")?;
+            match key {
+                "cell_type" => out.push(&self.string(cell_type))?,
+                "execution_count" => out.push("null")?,
+                "id" => out.push(&self.string(id.unwrap_or_default()))?,
+                "metadata" => self.pretty(metadata, key_column, out)?,
+                "outputs" => out.push("[]")?,
+                _ => self.source_array(out, source, key_column, true)?,
             }
         }
+        if self.unit.is_some() {
+            out.push("\n")?;
+            out.spaces(cell_column)?;
+        }
+        out.push("}")
     }
 
     /// A value in the notebook's style (Python's `json.dumps(indent=…, sort_keys=True)`).
-    fn pretty(&self, value: &Value, column: usize, out: &mut String) {
+    fn pretty(&self, value: &Value, column: usize, out: &mut Out) -> Result<(), TooLarge> {
         match value {
-            Value::String(text) => out.push_str(&self.string(text)),
-            Value::Array(items) if items.is_empty() => out.push_str("[]"),
-            Value::Object(map) if map.is_empty() => out.push_str("{}"),
+            Value::String(text) => out.push(&self.string(text)),
+            Value::Array(items) if items.is_empty() => out.push("[]"),
+            Value::Object(map) if map.is_empty() => out.push("{}"),
             Value::Array(items) => match self.unit {
                 Some(unit) => {
-                    out.push_str("[\n");
+                    out.push("[\n")?;
                     for (idx, item) in items.iter().enumerate() {
                         if idx > 0 {
-                            out.push_str(",\n");
+                            out.push(",\n")?;
                         }
-                        out.push_str(&" ".repeat(column + unit));
-                        self.pretty(item, column + unit, out);
+                        out.spaces(column + unit)?;
+                        self.pretty(item, column + unit, out)?;
                     }
-                    let _ = write!(out, "\n{}]", " ".repeat(column));
+                    out.push("\n")?;
+                    out.spaces(column)?;
+                    out.push("]")
                 }
-                None => out.push_str(&value.to_string()),
+                None => out.push(&value.to_string()),
             },
             Value::Object(map) => match self.unit {
                 Some(unit) => {
-                    out.push_str("{\n");
+                    out.push("{\n")?;
                     for (idx, (key, item)) in map.iter().enumerate() {
                         if idx > 0 {
-                            out.push_str(",\n");
+                            out.push(",\n")?;
                         }
-                        let _ = write!(out, "{}{}: ", " ".repeat(column + unit), self.string(key));
-                        self.pretty(item, column + unit, out);
+                        out.spaces(column + unit)?;
+                        out.push(&self.string(key))?;
+                        out.push(": ")?;
+                        self.pretty(item, column + unit, out)?;
                     }
-                    let _ = write!(out, "\n{}}}", " ".repeat(column));
+                    out.push("\n")?;
+                    out.spaces(column)?;
+                    out.push("}")
                 }
-                None => out.push_str(&value.to_string()),
+                None => out.push(&value.to_string()),
             },
-            other => out.push_str(&other.to_string()),
+            other => out.push(&other.to_string()),
         }
     }
 
@@ -591,12 +653,71 @@ impl Notebook {
     }
 }
 
-fn splice(text: &str, span: Span, with: &str) -> String {
-    let mut out = String::with_capacity(text.len() + with.len());
+/// `text` with `span` replaced by the pieces of `with`; refused, before anything is
+/// allocated, when it would be longer than `limit`.
+fn splice(text: &str, span: Span, with: &[&str], limit: usize) -> Result<String, TooLarge> {
+    let added = with.iter().fold(0usize, |len, piece| len.saturating_add(piece.len()));
+    let len = (text.len() - (span.end - span.start)).saturating_add(added);
+    if len > limit {
+        return Err(TooLarge);
+    }
+    let mut out = String::with_capacity(len);
     out.push_str(&text[..span.start]);
-    out.push_str(with);
+    for piece in with {
+        out.push_str(piece);
+    }
     out.push_str(&text[span.end..]);
-    out
+    Ok(out)
+}
+
+/// Text rendered for a notebook, never longer than its limit: a push that would pass
+/// it is refused before it is made.
+struct Out {
+    text: String,
+    limit: usize,
+}
+
+/// What was to be rendered would pass the limit.
+#[derive(Debug)]
+struct TooLarge;
+
+impl Out {
+    fn new(limit: usize) -> Out {
+        Out { text: String::new(), limit }
+    }
+
+    fn room(&self, more: usize) -> Result<(), TooLarge> {
+        if self.text.len().saturating_add(more) > self.limit {
+            return Err(TooLarge);
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, piece: &str) -> Result<(), TooLarge> {
+        self.room(piece.len())?;
+        self.text.push_str(piece);
+        Ok(())
+    }
+
+    /// `count` spaces (an indentation).
+    fn spaces(&mut self, count: usize) -> Result<(), TooLarge> {
+        self.room(count)?;
+        self.text.extend(std::iter::repeat_n(' ', count));
+        Ok(())
+    }
+}
+
+/// The refusal of an edit that would make the notebook larger than the read limit.
+fn too_large(path: &str, limit: usize) -> EditError {
+    (
+        ErrorType::TooLarge,
+        format!(
+            "the edit, written in the notebook's style, would make {} larger than the read \
+             limit of {limit} bytes ([limits] max_read_bytes); notebook_edit only writes a \
+             notebook it can read back whole; nothing was changed",
+            fs::shorten(path)
+        ),
+    )
 }
 
 /// A cell's source as one text (nbformat allows a string or a list of strings).
@@ -905,6 +1026,8 @@ mod tests {
 }
 "##;
 
+    const MIB: usize = 1024 * 1024;
+
     fn args(
         action: EditAction,
         index: Option<u64>,
@@ -926,7 +1049,7 @@ mod tests {
         let notebook = Notebook::scan(NOTEBOOK).unwrap();
         for (index, source) in [(0, "# Title\nSome text"), (1, "print(\"hi\")")] {
             let edited = notebook
-                .edit(NOTEBOOK, &args(EditAction::Replace, Some(index), Some(source), None))
+                .edit(NOTEBOOK, &args(EditAction::Replace, Some(index), Some(source), None), MIB)
                 .unwrap();
             assert_eq!(edited.text, NOTEBOOK);
         }
@@ -936,7 +1059,11 @@ mod tests {
     fn edits_change_only_their_span_in_the_notebooks_style() {
         let notebook = Notebook::scan(NOTEBOOK).unwrap();
         let edited = notebook
-            .edit(NOTEBOOK, &args(EditAction::Replace, Some(1), Some("x = 1\nprint(x)\n"), None))
+            .edit(
+                NOTEBOOK,
+                &args(EditAction::Replace, Some(1), Some("x = 1\nprint(x)\n"), None),
+                MIB,
+            )
             .unwrap();
         assert!(
             edited
@@ -952,6 +1079,7 @@ mod tests {
             .edit(
                 NOTEBOOK,
                 &args(EditAction::Insert, Some(1), Some("## Part"), Some(CellType::Markdown)),
+                MIB,
             )
             .unwrap();
         let parsed: Value = serde_json::from_str(&inserted.text).unwrap();
@@ -960,9 +1088,43 @@ mod tests {
         assert!(inserted.id.is_some());
         // Deleting it again gives back the original bytes.
         let again = Notebook::scan(&inserted.text).unwrap();
-        let deleted =
-            again.edit(&inserted.text, &args(EditAction::Delete, Some(1), None, None)).unwrap();
+        let deleted = again
+            .edit(&inserted.text, &args(EditAction::Delete, Some(1), None, None), MIB)
+            .unwrap();
         assert_eq!(deleted.text, NOTEBOOK);
+    }
+
+    #[test]
+    fn an_edit_is_refused_as_soon_as_the_notebook_would_pass_the_limit() {
+        let notebook = Notebook::scan(NOTEBOOK).unwrap();
+        let source = "x = 1\n".repeat(100);
+        let replace = args(EditAction::Replace, Some(1), Some(&source), None);
+        let edited = notebook.edit(NOTEBOOK, &replace, MIB).unwrap();
+        let len = edited.text.len();
+        // The limit is the edited notebook's size: one byte less refuses it.
+        assert_eq!(notebook.edit(NOTEBOOK, &replace, len).unwrap().text, edited.text);
+        let (error_type, message) = notebook.edit(NOTEBOOK, &replace, len - 1).err().unwrap();
+        assert_eq!(error_type, ErrorType::TooLarge);
+        assert!(message.contains(&format!("read limit of {} bytes", len - 1)), "{message}");
+        // A rendering longer than the limit by itself stops part way.
+        let mut out = Out::new(100);
+        let refused = notebook.source_array(&mut out, &source, 2, true);
+        assert!(refused.is_err() && out.text.len() <= 100, "{}", out.text.len());
+        for action in [EditAction::Insert, EditAction::Delete] {
+            let call = args(action, Some(1), Some(&source), Some(CellType::Code));
+            let edited = notebook.edit(NOTEBOOK, &call, MIB).unwrap();
+            let len = edited.text.len();
+            assert!(notebook.edit(NOTEBOOK, &call, len).is_ok(), "{action:?}");
+            let refused = notebook.edit(NOTEBOOK, &call, len - 1).err();
+            assert_eq!(refused.map(|(error_type, _)| error_type), Some(ErrorType::TooLarge));
+        }
+        // A type change renders the cell's metadata in the notebook's style too.
+        let retype = args(EditAction::Replace, Some(1), Some("x"), Some(CellType::Markdown));
+        let edited = notebook.edit(NOTEBOOK, &retype, MIB).unwrap();
+        let cell = "  {\n   \"cell_type\": \"markdown\",\n   \"id\": \"b2\",\n   \"metadata\": {\n    \
+                    \"tags\": [\n     \"x\"\n    ]\n   },\n   \"source\": [\n    \"x\"\n   ]\n  }\n ],";
+        assert!(edited.text.contains(cell), "{}", edited.text);
+        assert!(notebook.edit(NOTEBOOK, &retype, edited.text.len() - 1).is_err());
     }
 
     #[test]

@@ -106,6 +106,30 @@ pub fn encode(text: &str, encoding: TextEncoding) -> Vec<u8> {
     }
 }
 
+/// The length of `text` once [`encode`]d as `encoding`, BOM included, found without
+/// encoding it.
+pub fn encoded_len(text: &str, encoding: TextEncoding) -> usize {
+    match encoding {
+        TextEncoding::Utf8 => text.len(),
+        TextEncoding::Utf8Bom => UTF8_BOM.len() + text.len(),
+        TextEncoding::Utf16Le | TextEncoding::Utf16Be => {
+            UTF16LE_BOM.len() + 2 * text.encode_utf16().count()
+        }
+    }
+}
+
+/// The longest text (in UTF-8 bytes) whose [`encode`]d form can fit in `bytes`: a
+/// UTF-16 code unit (2 bytes) stands for at most 3 bytes of UTF-8.
+pub fn max_text_len(bytes: usize, encoding: TextEncoding) -> usize {
+    match encoding {
+        TextEncoding::Utf8 => bytes,
+        TextEncoding::Utf8Bom => bytes.saturating_sub(UTF8_BOM.len()),
+        TextEncoding::Utf16Le | TextEncoding::Utf16Be => {
+            (bytes.saturating_sub(UTF16LE_BOM.len()) / 2).saturating_mul(3)
+        }
+    }
+}
+
 /// Whether text uses CRLF line endings: more `\r\n` than bare `\n`. A mixed file
 /// keeps its majority style for new lines.
 pub fn uses_crlf(text: &str) -> bool {
@@ -157,7 +181,22 @@ mod tests {
             let bytes = encode(text, encoding);
             let decoded = decode(&bytes).unwrap();
             assert_eq!(decoded, Decoded { text: text.into(), encoding, lossy: false });
+            assert_eq!(encoded_len(text, encoding), bytes.len(), "{encoding:?}");
         }
+    }
+
+    #[test]
+    fn the_longest_text_that_fits_is_bounded_by_its_widest_encoding() {
+        // Three UTF-8 bytes each, one UTF-16 unit each: the widest ratio there is.
+        let text = "€".repeat(10);
+        for encoding in [TextEncoding::Utf16Le, TextEncoding::Utf16Be] {
+            let bytes = encoded_len(&text, encoding);
+            assert_eq!(max_text_len(bytes, encoding), text.len());
+            assert_eq!(max_text_len(bytes - 1, encoding), text.len() - 3);
+        }
+        assert_eq!(max_text_len(10, TextEncoding::Utf8), 10);
+        assert_eq!(max_text_len(10, TextEncoding::Utf8Bom), 7);
+        assert_eq!(max_text_len(1, TextEncoding::Utf8Bom), 0);
     }
 
     #[test]

@@ -365,8 +365,56 @@ pub struct Processes {
     /// The session's token: every process's token is its child.
     cancel: CancellationToken,
     tasks: TaskTracker,
-    table: Mutex<BTreeMap<u64, Arc<Job>>>,
+    table: Mutex<Table>,
     next: AtomicU64,
+}
+
+/// The processes of a session, and the starts under way: a start reserves its slot in
+/// the same critical section that counts (see [`Processes::start`]).
+#[derive(Default)]
+struct Table {
+    jobs: BTreeMap<u64, Arc<Job>>,
+    /// Starts that passed the limits and have not yet been inserted (or given up).
+    reserved: usize,
+}
+
+impl Table {
+    /// Running processes, the reserved starts among them.
+    fn running(&self) -> usize {
+        self.jobs.values().filter(|job| job.is_running()).count() + self.reserved
+    }
+
+    /// Processes whose spool bound counts against the session's, the reserved starts
+    /// among them.
+    fn kept(&self) -> usize {
+        self.jobs.len() + self.reserved
+    }
+}
+
+/// A slot reserved by [`Processes::start`]: given back on drop unless the start
+/// [inserted](Reservation::insert) its process.
+struct Reservation<'a> {
+    processes: &'a Processes,
+    number: u64,
+    held: bool,
+}
+
+impl Reservation<'_> {
+    /// Puts the process in the table in place of the reservation, in one step.
+    fn insert(mut self, job: Arc<Job>) {
+        let mut table = self.processes.lock();
+        table.reserved -= 1;
+        table.jobs.insert(self.number, job);
+        self.held = false;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.processes.lock().reserved -= 1;
+        }
+    }
 }
 
 impl Processes {
@@ -386,7 +434,7 @@ impl Processes {
             observer,
             cancel,
             tasks,
-            table: Mutex::new(BTreeMap::new()),
+            table: Mutex::new(Table::default()),
             next: AtomicU64::new(1),
         }
     }
@@ -395,31 +443,36 @@ impl Processes {
         &self.settings
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Job>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Job>> {
-        self.lock().values().find(|job| job.id == id).cloned()
+        self.lock().jobs.values().find(|job| job.id == id).cloned()
     }
 
     /// Every process, oldest first.
     pub fn list(&self) -> Vec<Arc<Job>> {
-        self.lock().values().cloned().collect()
+        self.lock().jobs.values().cloned().collect()
     }
 
     pub fn running(&self) -> usize {
-        self.lock().values().filter(|job| job.is_running()).count()
+        self.lock().jobs.values().filter(|job| job.is_running()).count()
     }
 
     /// Forgets an exited process (its spool is deleted).
     pub fn forget(&self, id: &str) {
-        self.lock().retain(|_, job| job.id != id || job.is_running());
+        self.lock().jobs.retain(|_, job| job.id != id || job.is_running());
     }
 
     /// Starts `spec` as a background process: its own cancellation (a child of the
     /// session's), no deadline, output to the spool and the observer. `live` is its
     /// stdin or terminal, if any.
+    ///
+    /// The limits are checked and the new process's slot reserved under one lock of
+    /// the table, so starts that race each other are counted with each other: however
+    /// many arrive at once, no more than `max_running` run. A start that fails after
+    /// that gives its slot back.
     pub fn start(
         &self,
         mut spec: Spec,
@@ -430,34 +483,38 @@ impl Processes {
         if self.cancel.is_cancelled() {
             return Err(StartError::Closing);
         }
-        let number = {
+        let reservation = {
             let mut table = self.lock();
-            let running = table.values().filter(|job| job.is_running()).count();
-            if running >= self.settings.max_running {
+            if table.running() >= self.settings.max_running {
                 return Err(StartError::TooManyRunning(self.settings.max_running));
             }
             let per_process = self.settings.output_bytes;
             let limit = self.settings.session_output_bytes;
             // Exited processes give way first, oldest first.
             loop {
-                let kept = per_process.saturating_mul(table.len() as u64);
+                let kept = per_process.saturating_mul(table.kept() as u64);
                 if kept.saturating_add(per_process) <= limit {
                     break;
                 }
                 let oldest_exited =
-                    table.iter().find(|(_, job)| !job.is_running()).map(|(number, _)| *number);
+                    table.jobs.iter().find(|(_, job)| !job.is_running()).map(|(number, _)| *number);
                 match oldest_exited {
                     Some(number) => {
-                        table.remove(&number);
+                        table.jobs.remove(&number);
                     }
                     None => {
                         return Err(StartError::OutputLimit { kept, more: per_process, limit });
                     }
                 }
             }
-            self.next.fetch_add(1, Ordering::Relaxed)
+            table.reserved += 1;
+            Reservation {
+                processes: self,
+                number: self.next.fetch_add(1, Ordering::Relaxed),
+                held: true,
+            }
         };
-        let id = format!("p{number}");
+        let id = format!("p{}", reservation.number);
         let dir = &self.dir.0;
         create_private_dir(dir).map_err(|source| StartError::Spool { dir: dir.clone(), source })?;
         let spool = Spool::create(dir, &id, self.settings.output_bytes)
@@ -494,7 +551,7 @@ impl Processes {
                 job.append(observer.as_ref(), stream, text);
             }
         });
-        self.lock().insert(number, job.clone());
+        reservation.insert(job.clone());
         let running = job.clone();
         let observer = self.observer.clone();
         let session_cancel = self.cancel.clone();
@@ -586,4 +643,48 @@ pub fn parse_signal(name: &str) -> Option<rustix::process::Signal> {
         "WINCH" => Signal::WINCH,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::process::Program;
+
+    struct Unobserved;
+
+    impl ProcessObserver for Unobserved {
+        fn output(&self, _: &Job, _: u64, _: u64, _: OutputStream, _: &str) {}
+        fn exited(&self, _: &Job, _: &Exit) {}
+    }
+
+    #[test]
+    fn a_start_that_fails_gives_its_reserved_slot_back() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the spool directory's parent should be: every spool fails.
+        let blocker = dir.path().join("not-a-directory");
+        std::fs::write(&blocker, "").unwrap();
+        let settings = ProcessSettings {
+            max_running: 1,
+            output_bytes: 100,
+            session_output_bytes: 100,
+            spool_dir: blocker.join("processes"),
+            ..ProcessSettings::default()
+        };
+        let processes = Processes::new(
+            settings,
+            "s1",
+            Arc::new(Unobserved),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        // Each start fills both limits while it runs; a slot kept by a failed start
+        // would make the next one a limit error instead of the spool's.
+        for _ in 0..3 {
+            let spec = Spec::new(Program::Shell("true".to_owned()), dir.path());
+            let err = processes.start(spec, "true", "c1", None).err().unwrap();
+            assert!(matches!(err, StartError::Spool { .. }), "{err}");
+        }
+        assert_eq!(processes.lock().reserved, 0);
+        assert!(processes.list().is_empty());
+    }
 }
