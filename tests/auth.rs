@@ -226,7 +226,7 @@ fn an_mcp_session_answers_only_the_token_that_opened_it() {
     const BOB: &str = "bob-Xc5Tg1Mv8Qs2Jy7Fh4Re";
     let home = Home::new();
     let (port, running) = start_mcp_http(&home, &[("alice", ALICE), ("bob", BOB)], "");
-    let session = mcp_session(port, ALICE, json!({}));
+    let session = mcp_session(port, ALICE, "2025-11-25", json!({}));
     let command = json!({"command": "echo $$ > bg.pid; exec sleep 300", "background": true});
     let started = mcp_exchange(
         port,

@@ -206,8 +206,8 @@ fn dechunk(mut raw: &str) -> String {
 }
 
 /// `toolgate mcp --mode bypass --http` on a free loopback port, its token file holding
-/// `tokens` (`name`, `secret`), with `config` appended to its `[server]` section.
-/// Returns the port and the process.
+/// `tokens` (`name`, `secret`), with `config` appended to its `[server]` section (it
+/// may open other sections). Returns the port and the process.
 pub fn start_mcp_http(home: &Home, tokens: &[(&str, &str)], config: &str) -> (u16, Running) {
     let lines: String =
         tokens.iter().map(|(name, secret)| format!("{name}:{secret}\n")).collect::<String>();
@@ -257,11 +257,11 @@ pub fn mcp_exchange(
     )
 }
 
-/// Opens an MCP session (2025-11-25) with `secret`, declaring `capabilities`, and
-/// completes its handshake; returns its id.
-pub fn mcp_session(port: u16, secret: &str, capabilities: Value) -> String {
+/// Opens an MCP session of protocol `version` with `secret`, declaring `capabilities`,
+/// and completes its handshake; returns its id.
+pub fn mcp_session(port: u16, secret: &str, version: &str, capabilities: Value) -> String {
     let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": capabilities,
+        "protocolVersion": version, "capabilities": capabilities,
         "clientInfo": {"name": "auth-test", "version": "1"}}});
     let reply = mcp_exchange(port, secret, "POST", None, Some(&initialize));
     assert_eq!(reply.status, 200, "{}", reply.body);
