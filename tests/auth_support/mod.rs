@@ -64,10 +64,29 @@ impl Home {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let dir = self.path();
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command.args(args);
+        self.prepare(&mut command);
         command
-            .args(args)
+    }
+
+    /// The command with at most `descriptors` open files, soft and hard limit alike
+    /// (the shell sets both, then becomes toolgate).
+    pub fn command_with_descriptors(&self, descriptors: u32, args: &[&str]) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args);
+        self.prepare(&mut command);
+        command
+    }
+
+    /// The environment, directory and standard streams of a command run in this home.
+    fn prepare(&self, command: &mut Command) {
+        let dir = self.path();
+        command
             .current_dir(dir.join("workspace"))
             .env("HOME", dir)
             .env("XDG_CONFIG_HOME", dir.join("config-home"))
@@ -79,7 +98,6 @@ impl Home {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        command
     }
 
     pub fn audit_records(&self) -> Vec<Value> {
@@ -209,21 +227,28 @@ fn dechunk(mut raw: &str) -> String {
 /// `tokens` (`name`, `secret`), with `config` appended to its `[server]` section (it
 /// may open other sections). Returns the port and the process.
 pub fn start_mcp_http(home: &Home, tokens: &[(&str, &str)], config: &str) -> (u16, Running) {
+    start_mcp_http_with(home, tokens, config, None)
+}
+
+/// [`start_mcp_http`], with at most `descriptors` open files when given.
+pub fn start_mcp_http_with(
+    home: &Home,
+    tokens: &[(&str, &str)],
+    config: &str,
+    descriptors: Option<u32>,
+) -> (u16, Running) {
     let lines: String =
         tokens.iter().map(|(name, secret)| format!("{name}:{secret}\n")).collect::<String>();
     let file = home.token_file(&lines, 0o600);
     let config = home.config(&format!("[server]\ntoken_file = \"{}\"\n{config}", file.display()));
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
-    let command = home.command(&[
-        "mcp",
-        "--config",
-        config.to_str().unwrap(),
-        "--mode",
-        "bypass",
-        "--http",
-        &address,
-    ]);
+    let args =
+        ["mcp", "--config", config.to_str().unwrap(), "--mode", "bypass", "--http", &address];
+    let command = match descriptors {
+        Some(descriptors) => home.command_with_descriptors(descriptors, &args),
+        None => home.command(&args),
+    };
     let running = Running::start(command, &[port]);
     (port, running)
 }
