@@ -19,13 +19,25 @@
 //! pool is full the request is answered `429`. On HTTP, [`Limits::header_timeout`]
 //! bounds how long a request's headers may take and how long a kept-alive connection
 //! may wait for its next request, so idle connections give their slot back.
+//!
+//! Every connection holds a descriptor, and running out of descriptors stops `accept`
+//! itself, before any pool is full: then nothing is closed to make room and a client
+//! with a token waits for the flood's deadline. So the process's connections, every
+//! listener's, pending and authenticated, share one budget ([`Descriptors`]): the soft
+//! limit on open files (raised to the hard limit at start,
+//! [`raise_descriptor_limit`]) less a headroom for the files, pipes and commands of
+//! calls. An accept loop at that budget first closes the oldest pending connection of
+//! any listener and waits for its descriptor to be given back ([`Descriptors::room`]),
+//! so `accept` always has one; should `accept` fail for want of descriptors all the
+//! same (other files took them), the oldest pending connection is closed before it
+//! tries again. Both pools of a listener are also no larger than the budget.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -51,6 +63,42 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// it is serving (its calls are canceled, so this only bounds writing the answer).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Descriptors kept back from connections: a quarter of the limit, at least this many
+/// (the runtime, logs, the audit log, and the files, pipes and supervisors of calls)...
+const MIN_HEADROOM: u64 = 64;
+/// ...and at most this many.
+const MAX_HEADROOM: u64 = 4096;
+
+/// How long an accept loop that ran out of descriptors waits before it tries again:
+/// after closing a pending connection, only until that connection's task has run.
+const OUT_OF_DESCRIPTORS_PAUSE: Duration = Duration::from_millis(5);
+/// ...and when there was none to close.
+const ACCEPT_FAILED_PAUSE: Duration = Duration::from_millis(50);
+
+/// Raises the process's soft limit on open files to its hard limit (for the servers,
+/// every face: a descriptor per connection, per open file, per pipe of a command).
+/// Where that fails, the soft limit stays, and the connection budget follows it.
+pub fn raise_descriptor_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let Some(current) = limit.current else { return };
+    if limit.maximum.is_some_and(|maximum| maximum <= current) {
+        return;
+    }
+    let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
+    if let Err(err) = setrlimit(Resource::Nofile, raised) {
+        tracing::debug!(%err, current, "the limit on open files could not be raised");
+    }
+}
+
+/// How many connections a process whose soft limit on open files is `limit` keeps
+/// open at once: the limit less the headroom.
+pub fn connection_budget(limit: u64) -> usize {
+    let headroom = (limit / 4).clamp(MIN_HEADROOM, MAX_HEADROOM);
+    let budget = limit.saturating_sub(headroom).max(limit / 2).max(1);
+    usize::try_from(budget).unwrap_or(usize::MAX)
+}
+
 /// The limits of one listener.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -66,10 +114,10 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// `max_connections` authenticated connections and as many pending ones, with the
-    /// default deadlines.
+    /// `max_connections` authenticated connections and as many pending ones (each no
+    /// more than the process's connection budget), with the default deadlines.
     pub fn new(max_connections: usize) -> Limits {
-        let max = max_connections.max(1);
+        let max = max_connections.min(Descriptors::process().budget).max(1);
         Limits {
             max_authenticated: max,
             max_pending: max,
@@ -79,60 +127,229 @@ impl Limits {
     }
 }
 
+/// The descriptors the connections of every listener of the process share.
+pub struct Descriptors {
+    /// Connections open at once, past which a new one closes the oldest pending one.
+    budget: usize,
+    shared: Mutex<Shared>,
+    next_id: AtomicU64,
+    /// Woken when a connection lets go of its descriptor.
+    freed: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Connections open now: pending and authenticated, every listener's.
+    open: usize,
+    /// Of those, the ones closed to make room whose tasks have not let go of them yet.
+    closing: usize,
+    /// Pending connections of every listener, oldest first.
+    pending: VecDeque<Waiting>,
+}
+
+/// A pending connection.
+struct Waiting {
+    /// Its listener's pools.
+    pool: u64,
+    id: u64,
+    /// Closes it.
+    evicted: CancellationToken,
+    /// Its listener's count of pending connections.
+    count: Arc<AtomicUsize>,
+}
+
+impl Waiting {
+    /// Leaves the pending pool (its connection is not closed by this).
+    fn leave(self) -> CancellationToken {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        self.evicted
+    }
+}
+
+impl Shared {
+    /// Takes connection `id` out of the pending pool, if it is there.
+    fn leave(&mut self, id: u64) {
+        if let Some(at) = self.pending.iter().position(|waiting| waiting.id == id)
+            && let Some(waiting) = self.pending.remove(at)
+        {
+            waiting.leave();
+        }
+    }
+
+    /// Closes the oldest pending connection (of pool `pool` only, when given); whether
+    /// there was one.
+    fn evict_oldest(&mut self, pool: Option<u64>) -> bool {
+        let at = match pool {
+            Some(pool) => self.pending.iter().position(|waiting| waiting.pool == pool),
+            None => (!self.pending.is_empty()).then_some(0),
+        };
+        match at.and_then(|at| self.pending.remove(at)) {
+            Some(oldest) => {
+                oldest.leave().cancel();
+                self.closing += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// At `budget`, closes the oldest pending connection of any listener, unless one
+    /// closed to make room is still on its way out; whether room is on its way.
+    fn make_room(&mut self, budget: usize) -> bool {
+        self.open >= budget && (self.closing > 0 || self.evict_oldest(None))
+    }
+}
+
+impl Descriptors {
+    /// Descriptors for `budget` connections at once.
+    pub fn new(budget: usize) -> Arc<Descriptors> {
+        Arc::new(Descriptors {
+            budget: budget.max(1),
+            shared: Mutex::new(Shared::default()),
+            next_id: AtomicU64::new(0),
+            freed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The process's, sized by [`connection_budget`] from its soft limit on open files
+    /// when first used (after [`raise_descriptor_limit`]).
+    pub fn process() -> Arc<Descriptors> {
+        static PROCESS: OnceLock<Arc<Descriptors>> = OnceLock::new();
+        PROCESS
+            .get_or_init(|| {
+                let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+                Descriptors::new(connection_budget(limit.current.unwrap_or(u64::MAX)))
+            })
+            .clone()
+    }
+
+    /// Connections open at once before new ones close pending ones.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Connections open now, every listener's.
+    pub fn open(&self) -> usize {
+        self.shared().open
+    }
+
+    /// Closes the oldest pending connection of any listener (an accept failed for want
+    /// of descriptors); whether there was one.
+    pub fn evict_oldest(&self) -> bool {
+        self.shared().evict_oldest(None)
+    }
+
+    /// Resolves when a connection may be accepted: below the budget at once; at it,
+    /// once the oldest pending connection of any listener, closed to make room, has let
+    /// go of its descriptor. When every open connection is authenticated there is
+    /// nothing to close, and it resolves at once (the headroom takes the connection,
+    /// and a full authenticated pool answers it `429`).
+    pub async fn room(&self) {
+        loop {
+            let freed = self.freed.notified();
+            let mut freed = pin!(freed);
+            // Registered before the check, so that a descriptor freed after it wakes us.
+            freed.as_mut().enable();
+            if !self.shared().make_room(self.budget) {
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A connection's descriptor, counted among the process's open connections until
+/// dropped: held by the connection and by its authenticated slot (which a WebSocket
+/// keeps after its connection task has handed the stream over).
+struct Open {
+    descriptors: Arc<Descriptors>,
+    /// The connection's eviction: one closed to make room is no longer on its way out.
+    evicted: CancellationToken,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut shared = self.descriptors.shared();
+        shared.open = shared.open.saturating_sub(1);
+        if self.evicted.is_cancelled() {
+            shared.closing = shared.closing.saturating_sub(1);
+        }
+        drop(shared);
+        self.descriptors.freed.notify_waiters();
+    }
+}
+
 /// The two pools of one listener.
 pub struct Pools {
     authenticated: Arc<Semaphore>,
     max_pending: usize,
-    pending: Mutex<Pending>,
-    next_id: AtomicU64,
-}
-
-/// Pending connections, oldest first, each with the token that closes it.
-#[derive(Default)]
-struct Pending {
-    queue: VecDeque<(u64, CancellationToken)>,
+    /// This listener's pending connections (they queue in `descriptors`).
+    pending: Arc<AtomicUsize>,
+    id: u64,
+    descriptors: Arc<Descriptors>,
 }
 
 impl Pools {
+    /// A listener's pools among the process's descriptors.
     pub fn new(limits: &Limits) -> Arc<Pools> {
+        Pools::sharing(limits, Descriptors::process())
+    }
+
+    /// A listener's pools among `descriptors`.
+    pub fn sharing(limits: &Limits, descriptors: Arc<Descriptors>) -> Arc<Pools> {
         Arc::new(Pools {
             authenticated: Arc::new(Semaphore::new(limits.max_authenticated.max(1))),
             max_pending: limits.max_pending.max(1),
-            pending: Mutex::new(Pending::default()),
-            next_id: AtomicU64::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
+            id: descriptors.next_id.fetch_add(1, Ordering::Relaxed),
+            descriptors,
         })
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Takes a new connection into the pending pool, closing the oldest pending one
-    /// when the pool is full.
+    /// Takes a new connection into the pending pool, closing the oldest pending one of
+    /// this listener when its pool is full, and the oldest pending one of any listener
+    /// when the process's connections are at their budget.
     pub fn admit(self: &Arc<Pools>) -> Admission {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let descriptors = &self.descriptors;
+        let id = descriptors.next_id.fetch_add(1, Ordering::Relaxed);
         let evicted = CancellationToken::new();
         {
-            let mut pending = self.pending();
-            while pending.queue.len() >= self.max_pending {
-                match pending.queue.pop_front() {
-                    Some((_, oldest)) => oldest.cancel(),
-                    None => break,
-                }
-            }
-            pending.queue.push_back((id, evicted.clone()));
+            let mut shared = descriptors.shared();
+            while self.pending.load(Ordering::Relaxed) >= self.max_pending
+                && shared.evict_oldest(Some(self.id))
+            {}
+            shared.make_room(descriptors.budget);
+            shared.open += 1;
+            self.pending.fetch_add(1, Ordering::Relaxed);
+            shared.pending.push_back(Waiting {
+                pool: self.id,
+                id,
+                evicted: evicted.clone(),
+                count: self.pending.clone(),
+            });
         }
+        let open = Arc::new(Open { descriptors: descriptors.clone(), evicted: evicted.clone() });
         Admission(Arc::new(AdmissionInner {
             pools: self.clone(),
             id,
             evicted,
             slot: Mutex::new(None),
+            open,
         }))
     }
 
     /// Connections waiting to authenticate.
     pub fn pending_count(&self) -> usize {
-        self.pending().queue.len()
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The descriptors these pools share with the process's other listeners.
+    pub fn descriptors(&self) -> &Arc<Descriptors> {
+        &self.descriptors
     }
 }
 
@@ -146,19 +363,25 @@ struct AdmissionInner {
     id: u64,
     evicted: CancellationToken,
     slot: Mutex<Option<Slot>>,
+    open: Arc<Open>,
 }
 
 impl Drop for AdmissionInner {
     fn drop(&mut self) {
-        let id = self.id;
-        self.pools.pending().queue.retain(|(queued, _)| *queued != id);
+        self.pools.descriptors.shared().leave(self.id);
     }
 }
 
 /// A place in the authenticated pool; held by whatever outlives the connection task
 /// (a WebSocket session).
 #[derive(Clone)]
-pub struct Slot(#[expect(dead_code, reason = "held, never read")] Arc<OwnedSemaphorePermit>);
+pub struct Slot(#[expect(dead_code, reason = "held, never read")] Arc<Held>);
+
+/// What an authenticated connection holds: its place, and its descriptor's count.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    _open: Arc<Open>,
+}
 
 /// Why a connection could not join the authenticated pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -192,15 +415,14 @@ impl Admission {
         if let Some(slot) = slot.as_ref() {
             return Ok(slot.clone());
         }
-        let mut pending = self.0.pools.pending();
+        let mut shared = self.0.pools.descriptors.shared();
         if self.0.evicted.is_cancelled() {
             return Err(Busy::Evicted);
         }
         let permit =
             self.0.pools.authenticated.clone().try_acquire_owned().map_err(|_| Busy::Full)?;
-        let id = self.0.id;
-        pending.queue.retain(|(queued, _)| *queued != id);
-        let granted = Slot(Arc::new(permit));
+        shared.leave(self.0.id);
+        let granted = Slot(Arc::new(Held { _permit: permit, _open: self.0.open.clone() }));
         *slot = Some(granted.clone());
         Ok(granted)
     }
@@ -258,17 +480,20 @@ pub async fn serve_http(
     let pools = Pools::new(&limits);
     let connections = TaskTracker::new();
     loop {
+        // A descriptor for the connection first: `accept` must not be what runs out.
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = async {
+                pools.descriptors.room().await;
+                listener.accept().await
+            } => accepted,
             () = shutdown.cancelled() => break,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(err) if is_connection_error(&err) => continue,
             Err(err) => {
-                // EMFILE and friends: log, breathe, and keep serving.
                 tracing::warn!(%err, "accept failed on an HTTP listener");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                accept_failed(&pools, &err).await;
                 continue;
             }
         };
@@ -345,6 +570,20 @@ async fn serve_connection<S>(
     }
 }
 
+/// After an `accept` that failed for another reason than the connection: out of
+/// descriptors (which the budget should have prevented: other files took them), the
+/// oldest pending connection of any listener is closed to make room; then, a pause
+/// before the next try.
+pub async fn accept_failed(pools: &Pools, err: &std::io::Error) {
+    let out_of_descriptors = matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    let pause = if out_of_descriptors && pools.descriptors.evict_oldest() {
+        OUT_OF_DESCRIPTORS_PAUSE
+    } else {
+        ACCEPT_FAILED_PAUSE
+    };
+    tokio::time::sleep(pause).await;
+}
+
 fn is_connection_error(err: &std::io::Error) -> bool {
     matches!(
         err.kind(),
@@ -358,6 +597,11 @@ fn is_connection_error(err: &std::io::Error) -> bool {
 mod tests {
     use super::*;
 
+    /// Pools of their own descriptors, far from their budget.
+    fn pools(limits: &Limits) -> Arc<Pools> {
+        Pools::sharing(limits, Descriptors::new(1000))
+    }
+
     fn limits(authenticated: usize, pending: usize) -> Limits {
         Limits {
             max_authenticated: authenticated,
@@ -369,7 +613,7 @@ mod tests {
 
     #[test]
     fn a_full_pending_pool_closes_its_oldest() {
-        let pools = Pools::new(&limits(4, 2));
+        let pools = pools(&limits(4, 2));
         let first = pools.admit();
         let second = pools.admit();
         assert!(!first.evicted().is_cancelled());
@@ -385,7 +629,7 @@ mod tests {
 
     #[test]
     fn authenticated_slots_are_counted_apart_and_given_back() {
-        let pools = Pools::new(&limits(1, 8));
+        let pools = pools(&limits(1, 8));
         let first = pools.admit();
         let second = pools.admit();
         let slot = first.promote().unwrap();
@@ -403,7 +647,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pending_connection_expires_and_an_authenticated_one_does_not() {
-        let pools = Pools::new(&limits(2, 2));
+        let pools = pools(&limits(2, 2));
         let pending = pools.admit();
         tokio::time::timeout(Duration::from_secs(2), pending.expired(Duration::from_secs(1)))
             .await
@@ -416,5 +660,73 @@ mod tests {
         )
         .await;
         assert!(waited.is_err());
+    }
+
+    #[test]
+    fn the_process_budget_closes_the_oldest_pending_connection_of_any_listener() {
+        let descriptors = Descriptors::new(4);
+        let first = Pools::sharing(&limits(8, 8), descriptors.clone());
+        let second = Pools::sharing(&limits(8, 8), descriptors.clone());
+        let oldest = first.admit();
+        let authenticated = second.admit();
+        let slot = authenticated.promote().unwrap();
+        let others = [second.admit(), first.admit()];
+        assert_eq!(descriptors.open(), 4);
+        // At the budget: the oldest pending connection goes, whichever its listener;
+        // an authenticated one never does.
+        let newest = second.admit();
+        assert!(oldest.evicted().is_cancelled());
+        assert!(!authenticated.evicted().is_cancelled());
+        assert!(others.iter().all(|other| !other.evicted().is_cancelled()));
+        assert!(!newest.evicted().is_cancelled());
+        assert_eq!((first.pending_count(), second.pending_count()), (1, 2));
+        // A descriptor counts until its connection is gone.
+        assert_eq!(descriptors.open(), 5);
+        drop(oldest);
+        assert_eq!(descriptors.open(), 4);
+        // An accept that failed for want of descriptors closes the oldest one left.
+        assert!(descriptors.evict_oldest());
+        assert!(others[0].evicted().is_cancelled());
+        // The WebSocket's slot keeps its descriptor counted after its connection.
+        drop(authenticated);
+        assert_eq!(descriptors.open(), 4);
+        drop(slot);
+        assert_eq!(descriptors.open(), 3);
+    }
+
+    #[tokio::test]
+    async fn at_the_budget_accepting_waits_for_the_oldest_pending_connection_to_go() {
+        let descriptors = Descriptors::new(2);
+        let pools = Pools::sharing(&limits(8, 8), descriptors.clone());
+        let oldest = pools.admit();
+        let newer = pools.admit();
+        let room = tokio::spawn({
+            let descriptors = descriptors.clone();
+            async move { descriptors.room().await }
+        });
+        while !oldest.evicted().is_cancelled() {
+            tokio::task::yield_now().await;
+        }
+        assert!(!newer.evicted().is_cancelled());
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!room.is_finished(), "the evicted connection still holds its descriptor");
+        drop(oldest);
+        room.await.unwrap();
+        // Nothing to close: every connection is authenticated.
+        let slot = newer.promote().unwrap();
+        let _third = pools.admit().promote().unwrap();
+        descriptors.room().await;
+        drop(slot);
+    }
+
+    #[test]
+    fn the_budget_leaves_a_headroom_of_the_limit() {
+        assert_eq!(connection_budget(256), 192);
+        assert_eq!(connection_budget(1024), 768);
+        assert_eq!(connection_budget(1 << 20), (1 << 20) - 4096);
+        assert_eq!(connection_budget(100), 50);
+        assert_eq!(connection_budget(0), 1);
     }
 }

@@ -275,6 +275,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let inherited =
                 if stdio { Vec::new() } else { toolgate::systemd::inherited_listeners()? };
             harden_daemon();
+            toolgate::admission::raise_descriptor_limit();
             runtime()?.block_on(toolgate::server::serve(toolgate::server::ServeOptions {
                 config,
                 stdio,
@@ -286,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
             harden_daemon();
+            toolgate::admission::raise_descriptor_limit();
             // A server on its host's pipes: its threads do not take the processor from
             // the host when they wake (every thread it starts inherits this; the
             // commands it runs go back to the usual policy).

@@ -1,7 +1,8 @@
 //! Authentication of the network faces of the real binary beyond the checks every
 //! face shares (those are rows of the one faces table, tests/faces.rs): the token's
-//! name as the client's identity, no OAuth metadata served, and the token file
-//! generated for an MCP HTTP listener that was given none.
+//! name as the client's identity (an MCP HTTP session answers only its own token), no
+//! OAuth metadata served, and the token file generated for an MCP HTTP listener that
+//! was given none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
@@ -14,8 +15,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use auth_support::{
-    Home, NetFace, PATIENCE, Running, TOKENS, exchange, free_port, run_to_end, start_every_face,
-    wait_for_file,
+    Home, NetFace, PATIENCE, Running, TOKENS, exchange, free_port, mcp_exchange, mcp_session,
+    run_to_end, start_every_face, start_mcp_http, tools_call, wait_for_file,
 };
 use serde_json::{Value, json};
 
@@ -214,4 +215,89 @@ fn the_daemons_mcp_http_without_a_token_file_generates_one_too() {
     assert_eq!(NetFace::McpServe.attempt(port, None).status, 401);
     let reply = NetFace::McpServe.attempt(port, Some(&format!("Bearer {secret}")));
     assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// An MCP session over HTTP belongs to the token that opened it: another token that
+/// learns its id is answered exactly as for a session that does not exist, and
+/// reaches nothing of it (not its background processes).
+#[test]
+fn an_mcp_session_answers_only_the_token_that_opened_it() {
+    const ALICE: &str = "alice-7Hq2xLp9Vw4Zr8Nb3Kd6";
+    const BOB: &str = "bob-Xc5Tg1Mv8Qs2Jy7Fh4Re";
+    let home = Home::new();
+    let (port, running) = start_mcp_http(&home, &[("alice", ALICE), ("bob", BOB)], "");
+    let session = mcp_session(port, ALICE, "2025-11-25", json!({}));
+    let command = json!({"command": "echo $$ > bg.pid; exec sleep 300", "background": true});
+    let started = mcp_exchange(
+        port,
+        ALICE,
+        "POST",
+        Some(&session),
+        Some(&tools_call(1, "run_command", command)),
+    );
+    let started = started.answer(1);
+    let process = started["result"]["structuredContent"]["metadata"]["process_id"].clone();
+    assert!(process.is_string(), "{started}");
+    let pid_file = home.path().join("workspace").join("bg.pid");
+    wait_for_file(&pid_file);
+    let pid = loop {
+        let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        if let Ok(pid) = text.trim().parse::<i32>() {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _stopped = KillOnDrop(pid);
+    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+
+    // Bob, with his own valid token and Alice's session id, next to Bob with an id
+    // nobody was given: the same answers, whatever he asks.
+    let made_up = "0123456789abcdef0123456789abcdef";
+    let list = tools_call(2, "process_list", json!({}));
+    let kill = tools_call(3, "process_kill", json!({"id": process}));
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    for (method, body) in
+        [("POST", Some(&list)), ("POST", Some(&kill)), ("POST", Some(&ping)), ("GET", None)]
+    {
+        let foreign = mcp_exchange(port, BOB, method, Some(&session), body);
+        let unknown = mcp_exchange(port, BOB, method, Some(made_up), body);
+        assert_eq!(foreign.status, 404, "{method} {body:?}: {} {}", foreign.head, foreign.body);
+        assert_eq!((foreign.status, &foreign.body), (unknown.status, &unknown.body));
+    }
+    let foreign = mcp_exchange(port, BOB, "DELETE", Some(&session), None);
+    let unknown = mcp_exchange(port, BOB, "DELETE", Some(made_up), None);
+    assert_eq!((foreign.status, &foreign.body), (unknown.status, &unknown.body));
+    assert!(alive(pid), "another token's request reached the session's process");
+
+    // Alice's session is untouched: her process is listed, and she ends it.
+    let listed = mcp_exchange(port, ALICE, "POST", Some(&session), Some(&list)).answer(2);
+    let processes = &listed["result"]["structuredContent"]["metadata"]["processes"];
+    assert_eq!(processes[0]["id"], process, "{listed}");
+    let killed = mcp_exchange(port, ALICE, "POST", Some(&session), Some(&kill)).answer(3);
+    assert_eq!(killed["result"]["structuredContent"]["ok"], json!(true), "{killed}");
+    let deadline = Instant::now() + PATIENCE;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the background process outlived process_kill");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let deleted = mcp_exchange(port, ALICE, "DELETE", Some(&session), None);
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let gone = mcp_exchange(port, ALICE, "POST", Some(&session), Some(&ping));
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    drop(running);
+}
+
+/// Kills a `sleep` the test made the daemon start, whatever the test's outcome (and
+/// only while that pid is still a `sleep`).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", self.0)).unwrap_or_default();
+        if comm.trim() != "sleep" {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.0);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
 }

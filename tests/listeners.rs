@@ -1,9 +1,12 @@
 //! The listeners themselves: what `--socket` may do to the file system (the real
 //! binary), and that clients which never authenticate cannot starve those that do
 //! (the library's listeners with short deadlines and small pools, so that a few dozen
-//! loopback connections fill them).
+//! loopback connections fill them; and the real binary with fewer descriptors than
+//! connections).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
+
+mod auth_support;
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt;
@@ -419,6 +422,48 @@ async fn a_flood_of_half_open_mcp_connections_does_not_lock_out_a_client() {
     let (status, body) = http(addr, &mcp_initialize(addr)).await;
     assert_eq!(status, 200, "{body}");
     daemon.begin_shutdown();
+}
+
+/// The real binary with few descriptors, soft and hard limit alike: a flood of
+/// half-open connections, more than the process may open, does not keep a client with
+/// a token waiting for the flood's deadline. The oldest pending connections are closed
+/// before accepting would fail, so the client's connection is accepted and answered.
+#[test]
+fn more_half_open_mcp_connections_than_descriptors_do_not_lock_out_a_client() {
+    use std::io::Write as _;
+    const DESCRIPTORS: u32 = 256;
+    const FLOOD: usize = 400;
+    const SECRET: &str = "flood-7Hq2xLp9Vw4Zr8Nb3Kd6";
+    let home = auth_support::Home::new();
+    let tokens = [("ci", SECRET)];
+    let (port, mut running) =
+        auth_support::start_mcp_http_with(&home, &tokens, "", Some(DESCRIPTORS));
+    let pid = running.child.id();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files = limits.lines().find(|line| line.starts_with("Max open files")).unwrap();
+    let open_files: Vec<&str> = open_files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(open_files, ["256", "256"], "{limits}");
+
+    let flooded = Instant::now();
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+        flood.push(stream);
+    }
+    let reply = auth_support::NetFace::McpCommand.attempt(port, Some(&format!("Bearer {SECRET}")));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // Every connection of the flood was accepted after it began; one still open would
+    // have held the client until 10 s after its accept (the pending deadline).
+    let waited = flooded.elapsed();
+    assert!(waited < Duration::from_secs(8), "answered {waited:?} after the flood began");
+    drop(flood);
+
+    let _ = running.child.kill();
+    let _ = running.child.wait();
+    let mut stderr = String::new();
+    running.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(!stderr.contains("Too many open files"), "{stderr}");
 }
 
 /// The socket in a fresh private directory, served with `limits`.

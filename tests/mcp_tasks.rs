@@ -4,15 +4,21 @@
 //! the process tree dies), and is the same call as a plain one (decided once, one
 //! audit record). The threshold is zero here, so a call still running at its first
 //! wait becomes a task; every command waits on a file the test creates, never on time.
+//! The bounds of one identity's tasks are tried on the real binary, whose threshold is
+//! two seconds: there, a command that must become a task waits for a file or sleeps
+//! past the threshold.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod auth_support;
 mod mcp_support;
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use auth_support::{Home, mcp_exchange, mcp_session, start_mcp_http, tools_call};
 use mcp_support::{PATIENCE, StdioClient, process_alive, read_pid};
 use serde_json::{Value, json};
 use toolgate::agent::{CallObserver, CallRecord};
@@ -395,4 +401,162 @@ async fn over_http_a_task_belongs_to_its_token() {
     }
     test.daemon.begin_shutdown();
     let _ = tokio::time::timeout(PATIENCE, server).await;
+}
+
+// --- The bounds of one identity's tasks, on the real binary ----------------------
+
+/// Running tasks per identity (`MAX_RUNNING_TASKS`).
+const MAX_RUNNING_TASKS: usize = 64;
+/// Bytes of finished tasks' results kept per identity (`MAX_FINISHED_BYTES`).
+const MAX_FINISHED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Creates `go` in a workspace when dropped, so that commands waiting for it end
+/// whatever the test's outcome.
+struct Go<'a>(&'a Path);
+
+impl Drop for Go<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("go"), "");
+    }
+}
+
+/// A `run_command` call that creates `marker` and then waits for `go`.
+fn marks_then_waits(marker: &str) -> Value {
+    let command = format!("touch {marker}; while [ ! -e go ]; do sleep 0.3; done; echo done");
+    json!({"name": "run_command", "arguments": {"command": command}})
+}
+
+/// Polls task `task_id` of `token` over stateless requests until it is terminal.
+async fn settled_over_http(addr: SocketAddr, token: &str, task_id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let params = json!({"taskId": task_id});
+        let answer = stateless(addr, token, "tasks/get", task_id, params).await;
+        let status = answer["result"]["status"].as_str().unwrap_or_default().to_owned();
+        if ["completed", "failed", "cancelled"].contains(&status.as_str()) {
+            return answer["result"].clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the task never settled: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The bound on running tasks holds for calls that start together: each takes its
+/// place when it starts, not when it becomes a task, so the calls past the bound are
+/// answered when they finish, however many were in flight before any became a task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_started_together_never_run_more_tasks_than_the_bound() {
+    const FIRST: &str = "first-7Hq2xLp9Vw4Zr8Nb3Kd6";
+    const SECOND: &str = "second-Xc5Tg1Mv8Qs2Jy7Fh4Re";
+    const CALLS: usize = MAX_RUNNING_TASKS + 16;
+    let home = Home::new();
+    let (port, running) = start_mcp_http(&home, &[("first", FIRST), ("second", SECOND)], "");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let workspace = home.path().join("workspace");
+    let _go = Go(&workspace);
+    let calls: Vec<_> = (0..CALLS)
+        .map(|index| {
+            let call = marks_then_waits(&format!("started-{index}"));
+            tokio::spawn(stateless(addr, FIRST, "tools/call", "run_command", call))
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while (0..CALLS).any(|index| !workspace.join(format!("started-{index}")).exists()) {
+        assert!(tokio::time::Instant::now() < deadline, "not every call started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another identity's call, started after every one of the first's, becomes a task
+    // once it has run the threshold: by then each of the first's calls has run it too.
+    let clock = stateless(addr, SECOND, "tools/call", "run_command", marks_then_waits("clock"));
+    let clock = clock.await;
+    assert_eq!(clock["result"]["resultType"], json!("task"), "{clock}");
+    std::fs::write(workspace.join("go"), "").unwrap();
+
+    let (mut tasks, mut answered) = (Vec::new(), 0);
+    for call in calls {
+        let answer = call.await.unwrap();
+        if answer["result"]["resultType"] == json!("task") {
+            tasks.push(answer["result"]["taskId"].as_str().unwrap().to_owned());
+        } else {
+            assert_eq!(answer["result"]["structuredContent"]["ok"], json!(true), "{answer}");
+            answered += 1;
+        }
+    }
+    assert_eq!((tasks.len(), answered), (MAX_RUNNING_TASKS, CALLS - MAX_RUNNING_TASKS));
+    for task in &tasks {
+        let done = settled_over_http(addr, FIRST, task).await;
+        assert_eq!(done["status"], json!("completed"), "{done}");
+    }
+    let clock_task = clock["result"]["taskId"].as_str().unwrap();
+    assert_eq!(settled_over_http(addr, SECOND, clock_task).await["status"], json!("completed"));
+    drop(running);
+}
+
+/// Finished tasks are kept within a byte budget per identity: once their results
+/// exceed it, those that finished first are forgotten (`tasks/get` says they do not
+/// exist), and what is still readable fits the budget.
+#[test]
+fn finished_tasks_are_kept_within_a_byte_budget_per_identity() {
+    const TOKEN: &str = "budget-7Hq2xLp9Vw4Zr8Nb3Kd6";
+    // Twelve results of two copies (text and structured) of 4 MB each: 96 MB.
+    const CALLS: u64 = 12;
+    let home = Home::new();
+    let config = "[limits]\nmax_output_bytes = 4194304\n";
+    let (port, running) = start_mcp_http(&home, &[("budget", TOKEN)], config);
+    // Before 2025-06-18 a client takes no resource links: a long result is kept whole.
+    let capabilities = json!({"extensions": {TASKS: {}}});
+    let session = mcp_session(port, TOKEN, "2025-03-26", capabilities);
+    let session = session.as_str();
+    // Each call outlives the threshold, so each becomes a task.
+    let command = json!({"command": "head -c 4000000 /dev/zero | tr '\\0' x; sleep 3"});
+    let tasks: Vec<String> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..CALLS)
+            .map(|id| {
+                let call = tools_call(id, "run_command", command.clone());
+                scope.spawn(move || {
+                    let reply = mcp_exchange(port, TOKEN, "POST", Some(session), Some(&call));
+                    let answer = reply.answer(id);
+                    let task = answer["result"]["taskId"].as_str();
+                    task.unwrap_or_else(|| panic!("not a task: {answer}")).to_owned()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|call| call.join().unwrap()).collect()
+    });
+    let mut next = CALLS;
+    let mut get = |task: &str| {
+        next += 1;
+        let body = json!({"jsonrpc": "2.0", "id": next, "method": "tasks/get",
+                          "params": {"taskId": task}});
+        mcp_exchange(port, TOKEN, "POST", Some(session), Some(&body)).answer(next)
+    };
+    // Each task ends (or is already forgotten).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    for task in &tasks {
+        loop {
+            let answer = get(task);
+            if answer.get("error").is_some() || answer["result"]["status"] != json!("working") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the task never ended: {answer}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let (mut kept, mut kept_bytes, mut forgotten) = (0, 0, 0);
+    for task in &tasks {
+        let answer = get(task);
+        if answer.get("error").is_some() {
+            assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
+            forgotten += 1;
+            continue;
+        }
+        assert_eq!(answer["result"]["status"], json!("completed"), "{answer}");
+        let result = &answer["result"]["result"];
+        assert_eq!(result["structuredContent"]["ok"], json!(true));
+        kept += 1;
+        kept_bytes += result.to_string().len();
+    }
+    assert!(forgotten > 0, "all {kept} results kept: {kept_bytes} bytes");
+    assert!(kept > 0 && kept_bytes <= MAX_FINISHED_BYTES, "{kept} results: {kept_bytes} bytes");
+    drop(running);
 }

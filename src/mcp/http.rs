@@ -15,7 +15,12 @@
 //!    bearer token is needed instead of starting an OAuth flow toolgate cannot finish.
 //!
 //! The authenticated token's name is the client identity of the sessions its requests
-//! open (`token:<name>`), read from the request by the handler.
+//! open (`token:<name>`), read from the request by the handler. A session is bound to
+//! the identity that opened it ([`RandomIdSessions`]): a request that carries its id
+//! with any other token is answered as for a session that does not exist (404 for a
+//! POST or GET, the acknowledgement of a DELETE of an unknown id, which ends nothing),
+//! so holding another client's session id reaches nothing of that session, and the
+//! answer does not tell whether the session exists.
 //!
 //! Connections are admitted by [`crate::admission`] ([`serve_http`]): header and
 //! authentication deadlines, unauthenticated connections counted apart from the
@@ -30,6 +35,7 @@
 //!
 //! Session ids are 128 bits from the OS CSPRNG (see [`RandomIdSessions`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -83,13 +89,15 @@ pub fn http_router(daemon: Arc<Daemon>, options: McpOptions) -> axum::Router {
         allowed_origins: options.allowed_origins.clone(),
     });
     // Layers run last-added first: Host and Origin, then the token, then (for an
-    // authenticated request only) the JSON-RPC error answers. Only `/mcp` is routed;
-    // anything else (OAuth metadata and client registration included) is 404 with a
-    // body that says how to authenticate instead.
+    // authenticated request only) the JSON-RPC error answers and the requester's
+    // identity for the session checks. Only `/mcp` is routed; anything else (OAuth
+    // metadata and client registration included) is 404 with a body that says how to
+    // authenticate instead.
     let limit = options.max_message_bytes;
     axum::Router::new()
         .route_service("/mcp", service)
         .fallback(not_served)
+        .route_layer(middleware::from_fn(as_requester))
         .route_layer(middleware::from_fn(move |request, next| {
             json_rpc_errors(limit, request, next)
         }))
@@ -186,6 +194,23 @@ async fn json_rpc_errors(limit: usize, request: Request, next: Next) -> Response
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
+tokio::task_local! {
+    /// The identity (`token:<name>`) of the request rmcp is handling, for
+    /// [`RandomIdSessions`]: set around every authenticated request.
+    static REQUESTER: Arc<str>;
+}
+
+/// Runs the rest of an authenticated request as its identity ([`REQUESTER`]). A request
+/// without one (the bearer check lets none through) runs as nobody, which owns no
+/// session and may open none.
+async fn as_requester(request: Request, next: Next) -> Response {
+    let Some(identity) = request.extensions().get::<crate::auth::Identity>() else {
+        return next.run(request).await;
+    };
+    let requester: Arc<str> = identity.to_string().into();
+    REQUESTER.scope(requester, next.run(request)).await
+}
+
 /// Every path but `/mcp`: 404. An MCP client that answered a 401 by starting an
 /// OAuth flow looks for metadata under `/.well-known/` and then registers itself at
 /// `/register`; clients show the body of the refusal that ends the flow (the MCP
@@ -265,11 +290,17 @@ fn forbidden(why: &'static str) -> Response {
 }
 
 /// rmcp's in-memory sessions under ids of 128 random bits from the OS CSPRNG
-/// (rmcp's own ids are UUIDv4, 122 bits): sessions are created here with our id and
-/// every other operation is rmcp's.
+/// (rmcp's own ids are UUIDv4, 122 bits), each bound to the identity of the request
+/// that created it. Sessions are created here with our id and their owner; every other
+/// operation is rmcp's, for the owner only: to any other requester a session is
+/// unknown (`has_session` is false, so rmcp answers 404; a DELETE closes nothing and is
+/// acknowledged as for an unknown id). Only rmcp itself, ending a session whose service
+/// has stopped, closes a session outside a request.
 #[derive(Default)]
 pub(crate) struct RandomIdSessions {
     inner: LocalSessionManager,
+    /// Who opened each live session.
+    owners: std::sync::Mutex<HashMap<SessionId, Arc<str>>>,
 }
 
 /// Why a session operation failed.
@@ -279,6 +310,31 @@ pub(crate) enum SessionsError {
     Inner(#[from] LocalSessionManagerError),
     #[error("the system random generator failed: {0}")]
     Random(getrandom::Error),
+    #[error("a session is opened only by an authenticated request")]
+    Anonymous,
+}
+
+impl RandomIdSessions {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<str>>> {
+        self.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the request being handled may see session `id`: it exists and was
+    /// opened by the requester's identity.
+    fn visible(&self, id: &SessionId) -> bool {
+        REQUESTER
+            .try_with(|requester| self.owners().get(id).is_some_and(|owner| owner == requester))
+            .unwrap_or(false)
+    }
+
+    /// `Ok` when the requester may use session `id`, else the error rmcp's manager
+    /// gives for a session it does not have.
+    fn check(&self, id: &SessionId) -> Result<(), SessionsError> {
+        if self.visible(id) {
+            return Ok(());
+        }
+        Err(LocalSessionManagerError::SessionNotFound(id.clone()).into())
+    }
 }
 
 impl SessionManager for RandomIdSessions {
@@ -286,8 +342,11 @@ impl SessionManager for RandomIdSessions {
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let owner = REQUESTER.try_with(Arc::clone).map_err(|_| SessionsError::Anonymous)?;
         let id: SessionId = super::random_hex().map_err(SessionsError::Random)?.into();
         let (handle, worker) = create_local_session(id.clone(), self.inner.session_config.clone());
+        // Bound before it exists: there is no moment at which it has no owner.
+        self.owners().insert(id.clone(), owner);
         self.inner.sessions.write().await.insert(id.clone(), handle);
         Ok((id, WorkerTransport::spawn(worker)))
     }
@@ -297,15 +356,24 @@ impl SessionManager for RandomIdSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.check(id)?;
         Ok(self.inner.initialize_session(id, message).await?)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        Ok(self.inner.has_session(id).await?)
+        Ok(self.visible(id) && self.inner.has_session(id).await?)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        Ok(self.inner.close_session(id).await?)
+        // In a request (a DELETE), only the owner closes; to anyone else the session is
+        // unknown, and closing an unknown session does nothing. Outside a request, rmcp
+        // is ending a session whose service stopped.
+        if REQUESTER.try_with(|_| ()).is_ok() && !self.visible(id) {
+            return Ok(());
+        }
+        let closed = self.inner.close_session(id).await;
+        self.owners().remove(id);
+        Ok(closed?)
     }
 
     async fn create_stream(
@@ -313,6 +381,7 @@ impl SessionManager for RandomIdSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.check(id)?;
         Ok(self.inner.create_stream(id, message).await?)
     }
 
@@ -321,6 +390,7 @@ impl SessionManager for RandomIdSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.check(id)?;
         Ok(self.inner.accept_message(id, message).await?)
     }
 
@@ -328,6 +398,7 @@ impl SessionManager for RandomIdSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.check(id)?;
         Ok(self.inner.create_standalone_stream(id).await?)
     }
 
@@ -336,6 +407,7 @@ impl SessionManager for RandomIdSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.check(id)?;
         Ok(self.inner.resume(id, last_event_id).await?)
     }
 

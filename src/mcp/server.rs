@@ -457,11 +457,13 @@ impl LiveHandler {
         start: impl FnOnce(CancellationToken) -> Execution,
     ) -> Result<Answer, McpError> {
         let delivery = Delivery::of(&self.face, ctx);
-        if !client_takes_tasks(ctx) || !self.face.tasks.has_room(&delivery.owner) {
+        // The place among the owner's running tasks is taken now, before the call runs,
+        // and given back if it is answered within its request.
+        let slot = client_takes_tasks(ctx).then(|| self.face.tasks.reserve(&delivery.owner));
+        let Some(slot) = slot.flatten() else {
             let result = self.with_progress(call_id, ctx, start(ctx.ct.clone())).await;
             return delivery.complete(result);
-        }
-        let owner = delivery.owner.clone();
+        };
         // The call's live output goes to progress notifications when the request asked
         // for them, and is watched here otherwise, so that a task starts with the
         // last line already printed as its status message.
@@ -501,7 +503,7 @@ impl LiveHandler {
                 let watching = watching.take().unwrap_or_else(|| {
                     OutputRegistration::new(&self.state.events, call_id, sender)
                 });
-                let created = self.face.tasks.start(&owner, move |task: TaskContext| {
+                let created = self.face.tasks.start(slot, move |task: TaskContext| {
                     let run = async move {
                         let _conversation = conversation;
                         let _watching = watching;

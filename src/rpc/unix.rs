@@ -202,16 +202,19 @@ pub async fn serve_with_limits(
     let own_uid = rustix::process::geteuid().as_raw();
     let shutdown = daemon.shutdown_token().clone();
     loop {
+        // A descriptor for the connection first: `accept` must not be what runs out.
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = async {
+                pools.descriptors().room().await;
+                listener.accept().await
+            } => accepted,
             () = shutdown.cancelled() => return,
         };
         let (stream, _) = match accepted {
             Ok(pair) => pair,
             Err(err) => {
-                // EMFILE and friends: log, breathe, and keep serving.
                 tracing::warn!(%err, "accept failed on the unix socket");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                crate::admission::accept_failed(&pools, &err).await;
                 continue;
             }
         };

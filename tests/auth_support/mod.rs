@@ -64,10 +64,29 @@ impl Home {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let dir = self.path();
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command.args(args);
+        self.prepare(&mut command);
         command
-            .args(args)
+    }
+
+    /// The command with at most `descriptors` open files, soft and hard limit alike
+    /// (the shell sets both, then becomes toolgate).
+    pub fn command_with_descriptors(&self, descriptors: u32, args: &[&str]) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args);
+        self.prepare(&mut command);
+        command
+    }
+
+    /// The environment, directory and standard streams of a command run in this home.
+    fn prepare(&self, command: &mut Command) {
+        let dir = self.path();
+        command
             .current_dir(dir.join("workspace"))
             .env("HOME", dir)
             .env("XDG_CONFIG_HOME", dir.join("config-home"))
@@ -79,7 +98,6 @@ impl Home {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        command
     }
 
     pub fn audit_records(&self) -> Vec<Value> {
@@ -166,6 +184,123 @@ impl Reply {
             key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
         })
     }
+
+    /// The JSON-RPC messages of the body: a JSON body, or the `data:` lines of an SSE
+    /// stream (chunked or not).
+    pub fn messages(&self) -> Vec<Value> {
+        let chunked = self.header("transfer-encoding").is_some_and(|te| te.contains("chunked"));
+        let body = if chunked { dechunk(&self.body) } else { self.body.clone() };
+        if self.header("content-type").is_some_and(|ct| ct.starts_with("text/event-stream")) {
+            body.lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str(data.trim()).ok())
+                .collect()
+        } else {
+            serde_json::from_str(&body).into_iter().collect()
+        }
+    }
+
+    /// The answer to the request with `id`.
+    pub fn answer(&self, id: u64) -> Value {
+        self.messages()
+            .into_iter()
+            .find(|message| message["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer to {id}: {} {}", self.head, self.body))
+    }
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let Some((size, rest)) = raw.split_once("\r\n") else { return out };
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            return out;
+        }
+        out.push_str(&rest[..size]);
+        raw = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
+    }
+}
+
+/// `toolgate mcp --mode bypass --http` on a free loopback port, its token file holding
+/// `tokens` (`name`, `secret`), with `config` appended to its `[server]` section (it
+/// may open other sections). Returns the port and the process.
+pub fn start_mcp_http(home: &Home, tokens: &[(&str, &str)], config: &str) -> (u16, Running) {
+    start_mcp_http_with(home, tokens, config, None)
+}
+
+/// [`start_mcp_http`], with at most `descriptors` open files when given.
+pub fn start_mcp_http_with(
+    home: &Home,
+    tokens: &[(&str, &str)],
+    config: &str,
+    descriptors: Option<u32>,
+) -> (u16, Running) {
+    let lines: String =
+        tokens.iter().map(|(name, secret)| format!("{name}:{secret}\n")).collect::<String>();
+    let file = home.token_file(&lines, 0o600);
+    let config = home.config(&format!("[server]\ntoken_file = \"{}\"\n{config}", file.display()));
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let args =
+        ["mcp", "--config", config.to_str().unwrap(), "--mode", "bypass", "--http", &address];
+    let command = match descriptors {
+        Some(descriptors) => home.command_with_descriptors(descriptors, &args),
+        None => home.command(&args),
+    };
+    let running = Running::start(command, &[port]);
+    (port, running)
+}
+
+/// One request to `/mcp` of `port` with the bearer `secret`, in `session` if given
+/// (with the protocol version header of 2025-11-25); a POST when `body` is given.
+pub fn mcp_exchange(
+    port: u16,
+    secret: &str,
+    method: &str,
+    session: Option<&str>,
+    body: Option<&Value>,
+) -> Reply {
+    let session = session
+        .map(|id| format!("Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    let (content, body) = match body {
+        Some(body) => (
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
+            body.to_string(),
+        ),
+        None => ("Accept: text/event-stream\r\n", String::new()),
+    };
+    exchange(
+        port,
+        &format!(
+            "{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+             Authorization: Bearer {secret}\r\n{session}{content}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// Opens an MCP session of protocol `version` with `secret`, declaring `capabilities`,
+/// and completes its handshake; returns its id.
+pub fn mcp_session(port: u16, secret: &str, version: &str, capabilities: Value) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": capabilities,
+        "clientInfo": {"name": "auth-test", "version": "1"}}});
+    let reply = mcp_exchange(port, secret, "POST", None, Some(&initialize));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.header("mcp-session-id").unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let reply = mcp_exchange(port, secret, "POST", Some(&session), Some(&initialized));
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    session
+}
+
+/// A `tools/call` of `name` with `arguments` as request `id`.
+pub fn tools_call(id: u64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": name, "arguments": arguments}})
 }
 
 /// One HTTP/1.1 exchange on a fresh connection. A `101` is returned as soon as its
