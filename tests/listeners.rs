@@ -540,3 +540,56 @@ async fn a_silent_unix_connection_is_cut_and_a_client_past_the_cap_is_told() {
     .await;
     daemon.begin_shutdown();
 }
+
+/// The daemon raises its own limit on open files; its commands start with the one it
+/// was started with, as they would in the user's shell (a program that walks every
+/// possible descriptor, or sizes a table by the limit, is not slowed by the daemon's).
+#[test]
+fn commands_keep_the_limit_on_open_files_the_daemon_was_started_with() {
+    use std::io::{BufRead as _, Write as _};
+    let home = auth_support::Home::new();
+    home.config("[permissions]\nmode = \"bypass\"\n");
+    let config = home.path().join("config.toml");
+    let command = home.command(&["mcp", "--config", config.to_str().unwrap()]);
+    let script = "ulimit -Sn 512 && ulimit -Hn 4096 && exec \"$0\" \"$@\"";
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg(script)
+        .arg(command.get_program())
+        .args(command.get_args())
+        .current_dir(command.get_current_dir().unwrap())
+        .envs(command.get_envs().filter_map(|(key, value)| Some((key, value?))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = shell.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "limits", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_command", "arguments": {"command": "ulimit -Sn; ulimit -Hn"}}}),
+    ];
+    for request in requests {
+        writeln!(input, "{request}").unwrap();
+    }
+    let mut answer = Value::Null;
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let message: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if message["id"] == 2 {
+            answer = message;
+            break;
+        }
+    }
+    let daemon_limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    drop(input);
+    let _ = child.kill();
+    let _ = child.wait();
+    let open_files = daemon_limits.lines().find(|line| line.starts_with("Max open files")).unwrap();
+    assert!(open_files.split_whitespace().nth(3) == Some("4096"), "{open_files}");
+    let content = answer["result"]["structuredContent"]["content"].as_str().unwrap_or_default();
+    assert!(content.starts_with("512\n4096\n"), "{answer}");
+}

@@ -557,6 +557,10 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         args.push("--cgroup".into());
         args.push(dir.into());
     }
+    if let Some(limit) = crate::admission::commands_descriptor_limit() {
+        args.push("--nofile".into());
+        args.push(limit.to_string().into());
+    }
     if let Some(profile) = &sandbox {
         args.push("--sandbox".into());
         args.push(confine::describe(profile).into());
@@ -1971,6 +1975,9 @@ struct SuperviseArgs {
     /// `--tty`: a terminal arrives on the control socket; it becomes the command's
     /// controlling terminal, stdin, stdout and stderr.
     tty: bool,
+    /// `--nofile N`: the soft limit on open files the command starts with (the one the
+    /// daemon was started with, before it raised its own).
+    nofile: Option<u64>,
     argv: Vec<OsString>,
     /// The command's environment, when it is not the supervisor's own (a supervisor
     /// forked by the spawner).
@@ -1990,6 +1997,7 @@ impl SuperviseArgs {
             stdin_bytes: None,
             live_stdin: false,
             tty: false,
+            nofile: None,
             argv: vec![],
             env: None,
         };
@@ -2015,6 +2023,7 @@ impl SuperviseArgs {
                 "--stdin-bytes" => {
                     parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
                 }
+                "--nofile" => parsed.nofile = Some(parse_number(args.next(), "--nofile")?),
                 "--cwd-fd" => parsed.cwd_fd = true,
                 "--live-stdin" => parsed.live_stdin = true,
                 "--tty" => parsed.tty = true,
@@ -2223,6 +2232,13 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
         },
         None => (None, None),
     };
+    // The supervisor serves one command: its own limit on open files becomes the
+    // command's.
+    if let Some(soft) = args.nofile {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(soft), ..limit });
+    }
     let launch = super::launch::Launch {
         argv: &args.argv,
         env: args.env.as_deref(),

@@ -182,6 +182,8 @@ fn supervise_args_parse() {
             "--sandbox",
             "landlock v6",
             "--sandbox-ruleset",
+            "--nofile",
+            "1024",
             "--",
             "/bin/sh",
             "-c",
@@ -197,6 +199,7 @@ fn supervise_args_parse() {
             stdin_bytes: Some(5),
             live_stdin: false,
             tty: false,
+            nofile: Some(1024),
             argv: args(&["/bin/sh", "-c", "x"]),
             env: None,
         })
@@ -211,6 +214,7 @@ fn supervise_args_parse() {
     assert!(SuperviseArgs::parse(args(&["--parent", "12", "--", "ls"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--cgroup"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--stdin-bytes"])).is_err());
+    assert!(SuperviseArgs::parse(args(&["--nofile", "many", "--", "ls"])).is_err());
     assert!(SuperviseArgs::parse(args(&["--sandbox"])).is_err());
     let network_off = SuperviseArgs::parse(args(&["--sandbox-no-network", "--", "ls"])).unwrap();
     assert!(network_off.sandbox_no_network && !network_off.sandbox_ruleset);
