@@ -87,24 +87,11 @@ pub fn raise_descriptor_limit() {
     }
     let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
     match setrlimit(Resource::Nofile, raised) {
-        Ok(()) => {
-            let _ = ORIGINAL_DESCRIPTOR_LIMIT.set(current);
-        }
+        Ok(()) => crate::sandbox::keep_commands_descriptor_limit(current),
         Err(err) => {
             tracing::debug!(%err, current, "the limit on open files could not be raised");
         }
     }
-}
-
-/// The soft limit on open files the process started with, when
-/// [`raise_descriptor_limit`] raised it.
-static ORIGINAL_DESCRIPTOR_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-
-/// The soft limit on open files the commands get: the one the daemon was started
-/// with, when it raised its own (a program that walks every possible descriptor, or
-/// sizes a table by the limit, meets what it would have met in the user's shell).
-pub fn commands_descriptor_limit() -> Option<u64> {
-    ORIGINAL_DESCRIPTOR_LIMIT.get().copied()
 }
 
 /// How many connections a process whose soft limit on open files is `limit` keeps

@@ -205,6 +205,22 @@ pub const DEFAULT_CACHES: &[&str] = &[
     "~/.gradle/caches",
 ];
 
+/// The soft limit on open files commands start with, when the daemon raised its own.
+static COMMANDS_DESCRIPTOR_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Notes the soft limit on open files the daemon was started with, before it raised
+/// its own for its connections: its commands get that one (a program that walks every
+/// possible descriptor, or sizes a table by the limit, meets what it would have met in
+/// the user's shell).
+pub fn keep_commands_descriptor_limit(limit: u64) {
+    let _ = COMMANDS_DESCRIPTOR_LIMIT.set(limit);
+}
+
+/// The soft limit on open files commands start with; `None`: the daemon's own.
+pub fn commands_descriptor_limit() -> Option<u64> {
+    COMMANDS_DESCRIPTOR_LIMIT.get().copied()
+}
+
 /// What the daemon configured: the settings, the paths no command may touch, the
 /// workspace roots (what upstream servers may write besides their own paths), and the
 /// fixed part of every command's grant, resolved once.

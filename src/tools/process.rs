@@ -557,7 +557,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         args.push("--cgroup".into());
         args.push(dir.into());
     }
-    if let Some(limit) = crate::admission::commands_descriptor_limit() {
+    if let Some(limit) = crate::sandbox::commands_descriptor_limit() {
         args.push("--nofile".into());
         args.push(limit.to_string().into());
     }
