@@ -590,11 +590,68 @@ fn carve(allowed: &[PathBuf], protected: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathB
     carve_existing(allowed, &existing(protected))
 }
 
-/// The protected paths that exist.
 /// The protected paths that exist, each also as it resolves where that differs: a
 /// secret reached through a symlink (`~/.ssh` linked into a dotfiles repository, a
 /// linked `~/.config`) is cut out where it really is, too.
+///
+/// Asked for every call, of some sixty paths (the secret locations and toolgate's own
+/// files): the answer is kept, with the directories those paths (and what they
+/// resolve to) are in, and holds while none of those directories changed, since a
+/// path can only appear, go or be replaced by a change to its directory's listing. A
+/// directory that had changed just before the look (within a timestamp's
+/// granularity) keeps the answer from being kept.
 fn existing(protected: &[PathBuf]) -> Vec<PathBuf> {
+    let mut kept = FOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(found) = kept.as_ref()
+        && found.protected == protected
+        && found.dirs.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
+    {
+        return found.found.clone();
+    }
+    let started = SystemTime::now();
+    let mut dirs: Vec<PathBuf> =
+        protected.iter().filter_map(|path| path.parent()).map(Path::to_path_buf).collect();
+    dirs.sort();
+    dirs.dedup();
+    let mut stamps: Vec<(PathBuf, Option<DirStamp>)> = dirs
+        .into_iter()
+        .map(|dir| {
+            let stamp = DirStamp::of(&dir);
+            (dir, stamp)
+        })
+        .collect();
+    let found = look_for(protected);
+    for path in &found {
+        if let Some(dir) = path.parent()
+            && !stamps.iter().any(|(known, _)| known == dir)
+        {
+            stamps.push((dir.to_path_buf(), DirStamp::of(dir)));
+        }
+    }
+    let settled = stamps
+        .iter()
+        .all(|(_, stamp)| stamp.is_none_or(|stamp| stamp.changed() + SETTLE < started));
+    *kept = settled.then(|| Found {
+        protected: protected.to_vec(),
+        dirs: stamps,
+        found: found.clone(),
+    });
+    found
+}
+
+/// The last answer of [`existing`] and what it was made from.
+struct Found {
+    protected: Vec<PathBuf>,
+    /// The directories the protected paths (and what they resolve to) are in, as they
+    /// were before the look.
+    dirs: Vec<(PathBuf, Option<DirStamp>)>,
+    found: Vec<PathBuf>,
+}
+
+static FOUND: Mutex<Option<Found>> = Mutex::new(None);
+
+/// [`existing`], looked up now.
+fn look_for(protected: &[PathBuf]) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut resolved_elsewhere = false;
     for path in protected {

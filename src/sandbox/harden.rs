@@ -182,9 +182,8 @@ pub fn drop_reaching_capabilities() -> std::io::Result<()> {
             }
         }
     }
-    for cap in DROPPED_CAPABILITIES.iter() {
-        let _ = rustix::thread::configure_capability_in_ambient_set(cap, false);
-    }
+    // The ambient set holds only what permitted and inheritable both hold: dropping
+    // them from those below drops them from it too.
     let sets = rustix::thread::CapabilitySets {
         effective: current.effective - DROPPED_CAPABILITIES,
         permitted: current.permitted - DROPPED_CAPABILITIES,
