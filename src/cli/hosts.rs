@@ -6,7 +6,7 @@
 //! Claude Code's `permissions.deny` in `settings.json` (a bare tool name takes the tool
 //! away), its MCP servers in `~/.claude.json` and `.mcp.json`; Codex's `[features]`
 //! `shell_tool` and `view_image`, `sandbox_mode`, `approval_policy` and `[mcp_servers]`
-//! in `config.toml`. Nothing is written.
+//! in `config.toml` and its profiles (`NAME.config.toml`). Nothing is written.
 
 use std::path::{Path, PathBuf};
 
@@ -400,7 +400,61 @@ fn check_codex(places: &Places) -> Report {
              sandbox_mode = \"read-only\" with approval_policy = \"never\" refuses its writes",
         );
     }
+    check_codex_profiles(&codex_home, &mut report);
     report
+}
+
+/// A profile (`$CODEX_HOME/NAME.config.toml`, chosen with `codex --profile NAME`) is
+/// read over the user's file: one that turns a tool back on, or loosens the sandbox
+/// or the approvals, is a way around the lockdown for every session started with it.
+fn check_codex_profiles(codex_home: &Path, report: &mut Report) {
+    let Ok(entries) = std::fs::read_dir(codex_home) else {
+        return;
+    };
+    let mut profiles: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file = entry.file_name().into_string().ok()?;
+            let name = file.strip_suffix(".config.toml")?.to_owned();
+            (!name.is_empty()).then(|| (name, entry.path()))
+        })
+        .collect();
+    profiles.sort();
+    for (name, path) in profiles {
+        let table = match read_toml(&path) {
+            Ok(Some(table)) => table,
+            Ok(None) => continue,
+            Err(err) => {
+                report.fail(err);
+                continue;
+            }
+        };
+        let layer = [(path.clone(), table)];
+        let mut loosened = Vec::new();
+        for feature in CODEX_FEATURES {
+            if let Some((_, value)) = last_setting(&layer, &["features", feature])
+                && value.as_bool() != Some(false)
+            {
+                loosened.push(format!("features.{feature} = {value}"));
+            }
+        }
+        for (key, wanted) in [("sandbox_mode", "read-only"), ("approval_policy", "never")] {
+            if let Some((_, value)) = last_setting(&layer, &[key])
+                && value.as_str() != Some(wanted)
+            {
+                loosened.push(format!("{key} = {value}"));
+            }
+        }
+        if loosened.is_empty() {
+            report.ok(format!("profile {name} ({}) keeps the lockdown", path.display()));
+        } else {
+            report.fail(format!(
+                "profile {name} ({}) sets {}: `codex --profile {name}` has it back",
+                path.display(),
+                loosened.join(", ")
+            ));
+        }
+    }
 }
 
 /// The value the last layer gives to `path` (a later layer overrides an earlier one).

@@ -197,3 +197,36 @@ fn only_toolgate_mcp_counts_as_toolgate() {
     assert!(rule_names("Bash(git log:*)", "Bash") && rule_names("Bash", "Bash"));
     assert!(!rule_names("BashOutput", "Bash"));
 }
+
+/// A profile file is read over the user's file when Codex is started with
+/// `--profile NAME`: one that turns the shell back on is named, one that keeps the
+/// lockdown is not a failure.
+#[test]
+fn codex_profiles_that_undo_the_lockdown_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex_home = dir.path().join("codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), lockdown_config(Host::Codex)).unwrap();
+    std::fs::write(codex_home.join("fast.config.toml"), "model = \"small\"\n").unwrap();
+    let places = places(dir.path().to_owned(), Some(codex_home.clone()), dir.path().join("p"));
+    let report = check(Host::Codex, &places);
+    assert!(report.locked_down(), "{report:#?}");
+    assert!(line(&report, "profile fast (").ok);
+
+    std::fs::write(
+        codex_home.join("open.config.toml"),
+        "sandbox_mode = \"workspace-write\"\n[features]\nshell_tool = true\n",
+    )
+    .unwrap();
+    let report = check(Host::Codex, &places);
+    assert!(!report.locked_down());
+    let open = line(&report, "profile open (");
+    assert!(!open.ok, "{}", open.text);
+    assert!(
+        open.text.contains("features.shell_tool = true")
+            && open.text.contains("sandbox_mode = \"workspace-write\"")
+            && open.text.ends_with("`codex --profile open` has it back"),
+        "{}",
+        open.text
+    );
+}

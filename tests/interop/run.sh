@@ -266,7 +266,7 @@ for line in open(sys.argv[1]):
     if event.get("type") == "system" and event.get("subtype") == "init":
         print(json.dumps({"tools": event["tools"], "mcp_servers": event["mcp_servers"]}))
         break
-' "$work/claude-stream.txt" >"$work/claude-init.json"
+' "$work/claude-stream.txt" >"$work/claude-init.json" || true
   }
   builtin_tools='["Bash", "Read", "Edit", "MultiEdit", "Write", "NotebookEdit", "Glob", "Grep"]'
   # Without settings, the init event lists the built-in tools (the check below can fail).
