@@ -353,6 +353,42 @@ t = servers.get("toolgate", {})
 print(int(t.get("enabled") is True and t["transport"]["command"] == "toolgate"
           and t["transport"]["args"][0] == "mcp"))
 ' "$work/codex-mcp.json" 2>/dev/null)" "$work/codex-mcp.err"
+  # The tools Codex gives the model, as it renders the model's input (`codex debug
+  # prompt-input`; no model request): the tools nested in its code-mode `exec` tool,
+  # and the MCP tool namespaces (it starts toolgate to list them).
+  codex_prompt_tools() {
+    codex debug prompt-input "list the tools" >"$work/codex-prompt-$1.json" \
+      2>"$work/codex-prompt-$1.err" || true
+    python3 -c '
+import json, re, sys
+items = json.load(open(sys.argv[1]))
+text = json.dumps(items)
+nested = set()
+for item in items:
+    if item.get("type") != "additional_tools":
+        continue
+    for namespace in item["tools"]:
+        for tool in namespace.get("tools", []):
+            if tool.get("name") == "exec":
+                nested |= set(re.findall(r"^\s*(?:-|#+)\s*`?([a-z_]+)`?", tool["description"], re.M))
+print(json.dumps({"nested": sorted(nested), "toolgate": "mcp__toolgate" in text}))
+' "$work/codex-prompt-$1.json" >"$work/codex-tools-$1.json" 2>/dev/null || true
+  }
+  mv "$codex_home/config.toml" "$work/codex-printed.toml"
+  codex_prompt_tools default
+  host_check "codex debug prompt-input: without settings, the model gets exec_command, write_stdin, view_image" \
+    "$(python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["nested"]; print(int(all(t in n for t in ["exec_command","write_stdin","view_image"])))' \
+      "$work/codex-tools-default.json" 2>/dev/null)" "$work/codex-prompt-default.err"
+  mv "$work/codex-printed.toml" "$codex_home/config.toml"
+  codex_prompt_tools printed
+  host_check "codex debug prompt-input: with the printed config.toml, no exec_command, write_stdin or view_image, apply_patch (no switch) stays, toolgate's tools offered" \
+    "$(python3 -c '
+import json, sys
+tools = json.load(open(sys.argv[1]))
+n = tools["nested"]
+print(int(not [t for t in ["exec_command", "write_stdin", "view_image"] if t in n]
+          and "apply_patch" in n and tools["toolgate"]))
+' "$work/codex-tools-printed.json" 2>/dev/null)" "$work/codex-prompt-printed.err"
   HOME="$work" CODEX_HOME="$codex_home" "$TOOLGATE_BIN" doctor --host codex \
     --project "$codex_project" >"$work/codex-doctor.txt" && rc=0 || rc=$?
   host_check "toolgate doctor --host codex: locked down (exit 0)" \
