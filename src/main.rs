@@ -202,8 +202,8 @@ enum HostArg {
     /// Claude Code: ~/.claude/settings.json, .claude/settings.json,
     /// .claude/settings.local.json, ~/.claude.json, .mcp.json.
     ClaudeCode,
-    /// Codex: $CODEX_HOME/config.toml (default ~/.codex/config.toml),
-    /// .codex/config.toml.
+    /// Codex: $CODEX_HOME/config.toml (default ~/.codex/config.toml), its profiles
+    /// (NAME.config.toml beside it), .codex/config.toml.
     Codex,
 }
 
