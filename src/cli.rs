@@ -1,5 +1,5 @@
-//! A human's client on the daemon's socket (`toolgate list|call|status|explain`) and
-//! `toolgate check-config`. It is the native API's typed client
+//! A human's client on the daemon's socket (`toolgate list|call|status|explain`),
+//! `toolgate check-config` and `toolgate doctor` (an MCP host's settings, [`hosts`]). It is the native API's typed client
 //! ([`crate::rpc::api::NativeApiClient`]) over the Unix socket's NDJSON, the same
 //! protocol as an editor plugin.
 
@@ -19,6 +19,7 @@ use crate::protocol::{
 use crate::rpc::api::{self, NativeApiClient, NoParams};
 use crate::tools::OutputStream;
 
+pub mod hosts;
 mod render;
 mod socket;
 pub use render::Output;
@@ -445,4 +446,22 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(2))
         }
     }
+}
+
+/// `toolgate doctor --host`: one line per finding about the host's settings files, then
+/// the verdict; exit status 0 when the host is locked down, 1 when not. With
+/// `print_config`, the settings that lock it down instead.
+pub fn doctor(
+    host: hosts::Host,
+    project: Option<PathBuf>,
+    print_config: bool,
+) -> anyhow::Result<ExitCode> {
+    if print_config {
+        print_text(&hosts::lockdown_config(host))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let places = hosts::Places::of_this_process(project)?;
+    let report = hosts::check(host, &places);
+    print_text(&report.render(host))?;
+    Ok(if report.locked_down() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

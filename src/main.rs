@@ -1,6 +1,6 @@
 //! The `toolgate` command line: the daemon (`serve`), the MCP server for hosts' config
 //! files (`mcp`), and a human's client on the socket (`list`, `call`, `status`,
-//! `explain`), plus `check-config` and `audit verify`. The only place that uses
+//! `explain`), plus `check-config`, `doctor` and `audit verify`. The only place that uses
 //! `anyhow`.
 
 use std::io::IsTerminal as _;
@@ -17,8 +17,8 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TOOL
 const EXIT_STATUS: &str = "\
 Exit status:
   0    success
-  1    the tool call failed (`call`: the result is not ok), or the audit log's chain
-       is broken (`audit verify`)
+  1    the tool call failed (`call`: the result is not ok), the audit log's chain
+       is broken (`audit verify`), or the MCP host is not locked down (`doctor`)
   2    a local error: invalid arguments or configuration, no daemon to talk to, the
        daemon refused the request
   141  standard output was closed early (`toolgate list | head -1`); nothing is
@@ -138,6 +138,20 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Say whether an MCP host's own file and shell tools are off and toolgate is its MCP
+    /// server, from the host's settings files for this user and project (exit status 1
+    /// when not).
+    Doctor {
+        /// The host whose settings are read.
+        #[arg(long, value_enum)]
+        host: HostArg,
+        /// The project directory the host is started in; default: the current one.
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// Print the settings that lock the host down instead (nothing is written).
+        #[arg(long)]
+        print_config: bool,
+    },
     /// Say which layer and rule would decide a call, without running it.
     Explain {
         name: String,
@@ -180,6 +194,26 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+}
+
+/// The MCP hosts `doctor` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HostArg {
+    /// Claude Code: ~/.claude/settings.json, .claude/settings.json,
+    /// .claude/settings.local.json, ~/.claude.json, .mcp.json.
+    ClaudeCode,
+    /// Codex: $CODEX_HOME/config.toml (default ~/.codex/config.toml), its profiles
+    /// (NAME.config.toml beside it), .codex/config.toml.
+    Codex,
+}
+
+impl From<HostArg> for toolgate::cli::hosts::Host {
+    fn from(host: HostArg) -> Self {
+        match host {
+            HostArg::ClaudeCode => toolgate::cli::hosts::Host::ClaudeCode,
+            HostArg::Codex => toolgate::cli::hosts::Host::Codex,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -266,6 +300,9 @@ fn harden_daemon() {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::CheckConfig { config } => toolgate::cli::check_config(config),
+        Command::Doctor { host, project, print_config } => {
+            toolgate::cli::doctor(host.into(), project, print_config)
+        }
         Command::Audit { command: AuditCommand::Verify { file, config } } => {
             audit_verify(file, config)
         }

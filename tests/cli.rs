@@ -245,8 +245,18 @@ fn completions_and_the_manual_name_every_subcommand() {
         assert!(output.status.success(), "{args:?}: {output:?}");
         String::from_utf8(output.stdout).unwrap()
     };
-    let subcommands =
-        ["serve", "mcp", "list", "call", "status", "check-config", "explain", "completions", "man"];
+    let subcommands = [
+        "serve",
+        "mcp",
+        "list",
+        "call",
+        "status",
+        "check-config",
+        "doctor",
+        "explain",
+        "completions",
+        "man",
+    ];
     for shell in ["bash", "zsh", "fish"] {
         let script = run(&["completions", shell]);
         for name in subcommands {
@@ -414,4 +424,86 @@ fn status_and_explain_say_what_the_sandbox_grants_and_what_never() {
     assert!(reason.contains("never the secret locations"), "{reason}");
     // The sandbox decides nothing before the call: the mode does.
     assert_eq!(explained["explanation"]["layer"], "mode", "{explained}");
+}
+
+/// `toolgate doctor --host` as a person runs it, against a temporary HOME and project:
+/// nothing configured is reported tool by tool (exit status 1); what `--print-config`
+/// prints, put where each host reads it, is locked down (0); and a settings file that
+/// turns one tool back on is named (1).
+#[test]
+fn doctor_reads_a_hosts_files_and_print_config_locks_it_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    let doctor = |args: &[&str]| {
+        let output = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), &home)
+            .arg("doctor")
+            .args(args)
+            .env_remove("CODEX_HOME")
+            .current_dir(&project)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        (output.status.code(), stdout)
+    };
+
+    for host in ["claude-code", "codex"] {
+        let (code, stdout) = doctor(&["--host", host]);
+        assert_eq!(code, Some(1), "{host}: {stdout}");
+        assert!(stdout.contains("FAIL  toolgate is not an MCP server"), "{host}: {stdout}");
+        assert!(stdout.contains("is not locked down"), "{host}: {stdout}");
+    }
+    let (_, stdout) = doctor(&["--host", "claude-code"]);
+    for tool in ["Bash", "Read", "Edit", "Write", "Glob", "Grep"] {
+        assert!(stdout.contains(&format!("FAIL  {tool} is on")), "{stdout}");
+    }
+
+    // Claude Code: the printed settings and server list, where it reads them.
+    let (code, printed) = doctor(&["--host", "claude-code", "--print-config"]);
+    assert_eq!(code, Some(0));
+    let (settings, servers) = printed
+        .strip_prefix("# .claude/settings.json\n")
+        .and_then(|rest| rest.split_once("# .mcp.json\n"))
+        .unwrap_or_else(|| panic!("{printed}"));
+    std::fs::write(project.join(".claude/settings.json"), settings).unwrap();
+    std::fs::write(project.join(".mcp.json"), servers).unwrap();
+    let (code, stdout) = doctor(&["--host", "claude-code"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("ok    Bash is off"), "{stdout}");
+    assert!(stdout.contains("Claude Code is locked down"), "{stdout}");
+    // The same from elsewhere, naming the project.
+    let (code, _) = doctor(&["--host", "claude-code", "--project", project.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+
+    // A local settings file cannot turn a tool back on, but an allow rule is named
+    // when a deny is missing: drop Bash from the project's deny list.
+    let mut value: Value = serde_json::from_str(settings).unwrap();
+    value["permissions"]["deny"].as_array_mut().unwrap().retain(|tool| tool != "Bash");
+    std::fs::write(project.join(".claude/settings.json"), value.to_string()).unwrap();
+    std::fs::write(
+        project.join(".claude/settings.local.json"),
+        r#"{"permissions": {"allow": ["Bash(make:*)"]}}"#,
+    )
+    .unwrap();
+    let (code, stdout) = doctor(&["--host", "claude-code"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL  Bash is on, and allowed in"), "{stdout}");
+    assert!(stdout.contains("settings.local.json"), "{stdout}");
+
+    // Codex: ~/.codex/config.toml as printed.
+    let (_, printed) = doctor(&["--host", "codex", "--print-config"]);
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::fs::write(home.join(".codex/config.toml"), &printed).unwrap();
+    let (code, stdout) = doctor(&["--host", "codex"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("ok    shell_tool is off"), "{stdout}");
+    // A trusted project's file that turns the shell back on is the one that counts.
+    std::fs::create_dir_all(project.join(".codex")).unwrap();
+    std::fs::write(project.join(".codex/config.toml"), "[features]\nshell_tool = true\n").unwrap();
+    let (code, stdout) = doctor(&["--host", "codex"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL  shell_tool is on: features.shell_tool = true"), "{stdout}");
 }
