@@ -437,6 +437,24 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                     sources.join(", ")
                 }
             )?;
+            let protections =
+                crate::permission::protections_in_force(&config.permissions.unprotect);
+            if protections.is_empty() {
+                outln!("# built-in protections in force: none ([permissions] unprotect)")?;
+            } else {
+                outln!(
+                    "# built-in protections in force ([permissions] unprotect = [\"<name>\"] \
+                     turns one off):"
+                )?;
+                for protection in protections {
+                    outln!(
+                        "#   {}: {} ({})",
+                        protection.name,
+                        protection.rules.join(", "),
+                        protection.why
+                    )?;
+                }
+            }
             write!(std::io::stdout(), "{}", config.to_toml_string()?)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -291,6 +291,8 @@ pub struct PermissionsConfig {
     pub allow: Vec<String>,
     pub ask: Vec<String>,
     pub deny: Vec<String>,
+    /// Built-in protections turned off, by name (see [`crate::permission::PROTECTIONS`]).
+    pub unprotect: Vec<String>,
 }
 
 /// `[hooks]`.
@@ -1217,6 +1219,12 @@ fn validate_permissions(
                 |problem| layers.invalid(&path, format!("invalid rule {rule:?}: {problem}")),
             )?;
         }
+    }
+    for (idx, name) in permissions.unprotect.iter().enumerate() {
+        let mut path = key_path(&["permissions", "unprotect"]);
+        path.push(Seg::Index(idx));
+        crate::permission::protection(name)
+            .map_err(|problem| layers.invalid(&path, problem.to_string()))?;
     }
     Ok(())
 }

@@ -79,6 +79,7 @@ pub fn settings_from_config(
         allow: config.permissions.allow.clone(),
         ask: config.permissions.ask.clone(),
         deny: config.permissions.deny.clone(),
+        unprotect: config.permissions.unprotect.clone(),
     };
     // Whoever can write a skill file decides what a tool runs: such writes always ask.
     // Each directory as configured and as resolved, since calls name resolved paths.

@@ -662,3 +662,99 @@ fn a_repository_planted_by_file_edits_runs_nothing_through_an_allowed_git_comman
     assert_eq!(gitfile["ok"], json!(false), "{gitfile}");
     assert!(!daemon.path("workspace/other/.git").exists());
 }
+
+/// accept_edits with a `deny` list of the user's own: the `deny` list of the built-in
+/// defaults is replaced, and the protection of git's files must hold all the same.
+const OWN_DENY_LIST: &str =
+    "[permissions]\nmode = \"accept_edits\"\ndeny = [\"run_command(rm:*)\"]\n";
+
+/// `workspace/sub/.git/config`: a nested repository's configuration.
+fn nested_repository(dir: &Path) {
+    let git = dir.join("workspace/sub/.git");
+    std::fs::create_dir_all(&git).unwrap();
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+}
+
+/// Tries write_file, edit_file and apply_patch on `sub/.git/config` (`config` on
+/// disk), each on the file as [`nested_repository`] made it and after reading it;
+/// returns the three results.
+fn edit_git_config(client: &mut Client, config: &Path) -> Vec<Value> {
+    let planted = "[core]\n\tfsmonitor = \"touch planted-ran; false\"\n";
+    let mut call = |name: &str, arguments: Value| {
+        std::fs::write(config, "[core]\n\tbare = false\n").unwrap();
+        let read = client.result(
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "sub/.git/config"}}),
+        );
+        assert_eq!(read["ok"], true, "{read}");
+        client.result("tools/call", json!({"name": name, "arguments": arguments}))
+    };
+    let patch = "*** Begin Patch\n*** Update File: sub/.git/config\n@@\n-\tbare = false\n\
+                 +\tfsmonitor = \"touch planted-ran; false\"\n*** End Patch\n";
+    vec![
+        call("write_file", json!({"path": "sub/.git/config", "content": planted})),
+        call(
+            "edit_file",
+            json!({"path": "sub/.git/config", "old_string": "bare = false",
+                   "new_string": "fsmonitor = \"touch planted-ran; false\""}),
+        ),
+        call("apply_patch", json!({"patch": patch})),
+    ]
+}
+
+#[test]
+fn git_files_stay_protected_when_the_deny_list_is_replaced() {
+    let daemon = TestDaemon::start_with(OWN_DENY_LIST, nested_repository);
+    let mut client = daemon.connect();
+    for (tool, result) in ["write_file", "edit_file", "apply_patch"]
+        .iter()
+        .zip(edit_git_config(&mut client, &daemon.path("workspace/sub/.git/config")))
+    {
+        assert_eq!(result["error_type"], "permission_denied", "{tool}: {result}");
+    }
+    let config = std::fs::read_to_string(daemon.path("workspace/sub/.git/config")).unwrap();
+    assert_eq!(config, "[core]\n\tbare = false\n");
+    // Other edits in the same mode still run without asking.
+    let other = client.result(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "sub/notes.txt", "content": "x"}}),
+    );
+    assert_eq!(other["ok"], true, "{other}");
+}
+
+#[test]
+fn a_named_switch_turns_the_git_protection_off() {
+    let config = format!("{OWN_DENY_LIST}unprotect = [\"git\"]\n");
+    let daemon = TestDaemon::start_with(&config, nested_repository);
+    let mut client = daemon.connect();
+    for (tool, result) in ["write_file", "edit_file", "apply_patch"]
+        .iter()
+        .zip(edit_git_config(&mut client, &daemon.path("workspace/sub/.git/config")))
+    {
+        assert_eq!(result["ok"], true, "{tool}: {result}");
+    }
+}
+
+#[test]
+fn check_config_lists_the_protections_in_force() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, OWN_DENY_LIST);
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(stdout.contains("# built-in protections in force"), "{stdout}");
+    assert!(stdout.lines().any(|line| line.starts_with("#   git: Edit(**/.git/**)")), "{stdout}");
+
+    write_private(&config, &format!("{OWN_DENY_LIST}unprotect = [\"git\"]\n"));
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(!stdout.contains("Edit(**/.git/**)"), "{stdout}");
+    assert!(stdout.contains("# built-in protections in force: none"), "{stdout}");
+
+    // A name that is no protection is an error naming the file and line.
+    write_private(&config, "[permissions]\nunprotect = [\n  \"gti\",\n]\n");
+    let shown = config.display().to_string();
+    both_refuse(dir.path(), &config, &[&format!("{shown}:3:"), "gti", "git"]);
+}

@@ -151,6 +151,11 @@ pub enum RuleProblem {
     #[error("the argument name before `=` is empty")]
     EmptyArgumentName,
     #[error(
+        "no built-in protection is named {name:?}, so unprotect could not turn it off; the \
+         protections are: {known}"
+    )]
+    UnknownProtection { name: String, known: String },
+    #[error(
         "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
     )]
     ParentInGlob,

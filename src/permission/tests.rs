@@ -14,7 +14,12 @@ fn roots() -> Vec<PathBuf> {
 
 fn engine(allow: &[&str], ask: &[&str], deny: &[&str], mode: Mode) -> PermissionEngine {
     let strings = |list: &[&str]| list.iter().map(|rule| (*rule).to_owned()).collect();
-    let config = RuleConfig { allow: strings(allow), ask: strings(ask), deny: strings(deny) };
+    let config = RuleConfig {
+        allow: strings(allow),
+        ask: strings(ask),
+        deny: strings(deny),
+        ..RuleConfig::default()
+    };
     let policy = Policy::new(&config, Some(Path::new(HOME)))
         .unwrap_or_else(|err| panic!("test rules must parse: {err}"));
     PermissionEngine::new(policy, mode)
@@ -913,6 +918,7 @@ fn bad_configured_rules_name_rule_and_list() {
         allow: vec!["run_command(git status:*)".to_owned()],
         ask: vec![],
         deny: vec!["edit_file(src/[)".to_owned()],
+        ..RuleConfig::default()
     };
     let err = Policy::new(&config, None).err().map(|err| err.to_string());
     expect![[r#"Some("invalid deny rule \"edit_file(src/[)\": the path glob is invalid: unclosed character class; missing ']'")"#]]
@@ -1040,4 +1046,50 @@ fn a_sandbox_widening_always_needs_a_person() {
         let denied = engine(&[], &[], &["run_command(cargo:*)"], mode);
         assert_eq!(decide(&denied, "run_command", &widened).verdict, Verdict::Deny, "{mode}");
     }
+}
+
+#[test]
+fn built_in_protections_hold_whatever_the_lists_say() {
+    use Verdict::*;
+    let edits = ["sub/.git/config", ".git/hooks/pre-commit", "a/b/.git", ".git"];
+    for mode in [Mode::AcceptEdits, Mode::Bypass] {
+        // A configuration with lists of its own, and an allow rule for every edit.
+        let protected = engine(&["Edit", "Edit(**)"], &[], &["run_command(rm:*)"], mode);
+        for target in edits {
+            for tool in ["write_file", "edit_file", "notebook_edit"] {
+                let decision = decide(&protected, tool, &path(target));
+                assert_eq!(decision.verdict, Deny, "{mode} {tool} {target}: {}", render(&decision));
+            }
+        }
+        let patch = json!({"patch": format!(
+            "*** Begin Patch\n*** Add File: ok.txt\n+x\n*** Update File: sub/.git/config\n-a\n+b\n*** End Patch"
+        )});
+        assert_eq!(decide(&protected, "apply_patch", &patch).verdict, Deny, "{mode}");
+        // Names that only look like git's are not protected.
+        for target in ["sub/.github/workflows/ci.yml", "sub/.gitignore", "sub/git/config"] {
+            assert_eq!(decide(&protected, "write_file", &path(target)).verdict, Allow, "{target}");
+        }
+    }
+    check(
+        &engine(&[], &[], &[], Mode::Bypass),
+        &[("write_file", path("sub/.git/config"))],
+        expect![[r#"
+            write_file {"path":"sub/.git/config"}
+              => deny by rule [deny Edit(**/.git/**)]: write_file is denied by the rule Edit(**/.git/**), a built-in protection (git: git's own files at any depth, a `.git` file included: a repository's configuration or hooks name commands git runs (core.fsmonitor, core.pager, hooks)) that only [permissions] unprotect = ["git"] turns off
+        "#]],
+    );
+    // The empty policy has them too.
+    let bare = PermissionEngine::new(Policy::default(), Mode::Bypass);
+    assert_eq!(decide(&bare, "write_file", &path("sub/.git/config")).verdict, Deny);
+
+    // Only the named switch turns one off.
+    let config = RuleConfig { unprotect: vec!["git".to_owned()], ..RuleConfig::default() };
+    let policy = Policy::new(&config, None).unwrap_or_else(|err| panic!("{err}"));
+    let unprotected = PermissionEngine::new(policy, Mode::AcceptEdits);
+    for target in edits {
+        assert_eq!(decide(&unprotected, "write_file", &path(target)).verdict, Allow, "{target}");
+    }
+    let config = RuleConfig { unprotect: vec!["gti".to_owned()], ..RuleConfig::default() };
+    let err = Policy::new(&config, None).err().map(|err| err.problem);
+    assert!(matches!(err, Some(RuleProblem::UnknownProtection { .. })), "{err:?}");
 }
