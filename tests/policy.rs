@@ -758,3 +758,24 @@ fn check_config_lists_the_protections_in_force() {
     let shown = config.display().to_string();
     both_refuse(dir.path(), &config, &[&format!("{shown}:3:"), "gti", "git"]);
 }
+
+#[test]
+fn a_deny_rule_on_a_git_subcommand_sees_through_global_options() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nmode = \"bypass\"\ndeny = [\"run_command(git push:*)\"]\n",
+    );
+    let mut client = daemon.connect();
+    for command in ["git -C . push", "git --no-pager push origin", "nice -n 5 git -c k=v push"] {
+        let explained = client.explain_command(command);
+        assert_eq!(explained["decision"], "deny", "{command}: {explained}");
+        assert_eq!(explained["explanation"]["rule"], "run_command(git push:*)", "{explained}");
+    }
+    // The call itself is refused before anything runs.
+    let refused = client.result(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": "git -C . push; touch ran"}}),
+    );
+    assert_eq!(refused["error_type"], "permission_denied", "{refused}");
+    assert!(!daemon.path("workspace/ran").exists());
+    assert_eq!(client.explain_command("git -C . status")["decision"], "allow");
+}

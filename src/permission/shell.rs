@@ -224,7 +224,8 @@ pub(crate) struct SimpleCommand {
     /// a command made only of assignments or redirections.
     pub(crate) words: Vec<ShellWord>,
     /// Other readings deny and ask rules are matched against: the command after a
-    /// wrapper such as `sudo`, and a path-qualified name reduced to its file name.
+    /// wrapper such as `sudo`, a path-qualified name reduced to its file name, and
+    /// git's subcommand without the global options before it (see `alternate_views`).
     pub(crate) alternates: Vec<Vec<ShellWord>>,
     /// Found inside a substitution, an `eval` string, a function body or a `sh -c`
     /// script: deny and ask rules apply to it; allow rules need not cover it.
@@ -1158,23 +1159,173 @@ fn shell_script_argument(args: &[ShellWord]) -> Option<String> {
 }
 
 /// The extra readings of a command for deny and ask rules: the command after a wrapper
-/// (at every later word, so wrapper options need no parsing), and path-qualified
-/// names reduced to their file name.
+/// (at every later word, so wrapper options need no parsing; `env -S` split as env
+/// splits it), path-qualified names reduced to their file name, and git's subcommand
+/// with the global options before it left out (see [`git_views`]).
 fn alternate_views(words: &[ShellWord]) -> Vec<Vec<ShellWord>> {
     let mut views = Vec::new();
     push_file_name_view(words, &mut views);
-    let wrapped = words
+    let wrapper = words
         .first()
         .and_then(ShellWord::literal)
-        .is_some_and(|name| WRAPPERS.contains(&file_name(name)));
-    if wrapped {
+        .map(file_name)
+        .filter(|name| WRAPPERS.contains(name));
+    if let Some(wrapper) = wrapper {
         for start in 1..words.len() {
             let view = words[start..].to_vec();
             push_file_name_view(&view, &mut views);
             views.push(view);
         }
+        if wrapper == "env" {
+            views.extend(env_split_views(&words[1..]));
+        }
+    }
+    let mut git = Vec::new();
+    for view in std::iter::once(words).chain(views.iter().map(Vec::as_slice)) {
+        git_views(view, &mut git);
+    }
+    for view in git {
+        if !views.contains(&view) {
+            views.push(view);
+        }
     }
     views
+}
+
+/// `env -S STRING` (`--split-string`, also joined): env splits STRING at whitespace
+/// into the command and its first arguments. The readings that split gives.
+fn env_split_views(args: &[ShellWord]) -> Vec<Vec<ShellWord>> {
+    let mut views = Vec::new();
+    for (idx, arg) in args.iter().enumerate() {
+        let Some(text) = arg.literal() else { continue };
+        let (string, rest) = match text {
+            "-S" | "--split-string" => match args.get(idx + 1).and_then(ShellWord::literal) {
+                Some(string) => (string, idx + 2),
+                None => continue,
+            },
+            _ => match text
+                .strip_prefix("--split-string=")
+                .or_else(|| text.strip_prefix("-S").filter(|_| !text.starts_with("--")))
+            {
+                Some(string) => (string, idx + 1),
+                None => continue,
+            },
+        };
+        let mut view: Vec<ShellWord> =
+            string.split_whitespace().map(|word| ShellWord::Literal(word.to_owned())).collect();
+        view.extend(args.get(rest..).unwrap_or_default().iter().cloned());
+        if !view.is_empty() {
+            push_file_name_view(&view, &mut views);
+            views.push(view);
+        }
+    }
+    views
+}
+
+/// git's global options that take the next word as their value (each also takes it
+/// joined, `--git-dir=...`, which any `--name=value` word is read as).
+const GIT_OPTIONS_WITH_VALUE: &[&str] = &[
+    "-C",
+    "-c",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--super-prefix",
+    "--config-env",
+    "--attr-source",
+    "--list-cmds",
+];
+
+/// git's global options that take no value.
+const GIT_FLAGS: &[&str] = &[
+    "-p",
+    "--paginate",
+    "-P",
+    "--no-pager",
+    "--bare",
+    "--no-replace-objects",
+    "--no-lazy-fetch",
+    "--no-optional-locks",
+    "--no-advice",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--exec-path",
+    "--html-path",
+    "--man-path",
+    "--info-path",
+    "-v",
+    "--version",
+    "-h",
+    "--help",
+];
+
+/// For a `git` command, readings that start `git SUBCOMMAND ...` with the global options
+/// before the subcommand left out, so that `git -C . --no-pager push` meets a rule for
+/// `git push`. An option git does not have here (one it may learn later), or a word
+/// only known at run time where an option would be, is read both with and without a
+/// value. A subcommand that a `-c alias.NAME=VALUE` of the same command defines is also
+/// read as what the alias runs (`VALUE`, or for `!VALUE` the shell command).
+fn git_views(words: &[ShellWord], out: &mut Vec<Vec<ShellWord>>) {
+    let is_git = words.first().and_then(ShellWord::literal).is_some_and(|w| file_name(w) == "git");
+    if !is_git {
+        return;
+    }
+    let mut aliases: Vec<(String, &str)> = Vec::new();
+    let mut seen = vec![false; words.len()];
+    let mut starts = Vec::new();
+    let mut frontier = vec![1usize];
+    while let Some(at) = frontier.pop() {
+        let Some(word) = words.get(at) else { continue };
+        if std::mem::replace(&mut seen[at], true) {
+            continue;
+        }
+        let steps: &[usize] = match word {
+            ShellWord::Literal(text) if !text.starts_with('-') => {
+                starts.push(at);
+                continue;
+            }
+            ShellWord::Literal(text) if GIT_FLAGS.contains(&text.as_str()) => &[1],
+            ShellWord::Literal(text) if text.starts_with("--") && text.contains('=') => &[1],
+            ShellWord::Literal(text) if GIT_OPTIONS_WITH_VALUE.contains(&text.as_str()) => {
+                if text == "-c"
+                    && let Some(value) = words.get(at + 1).and_then(ShellWord::literal)
+                    && let Some((key, runs)) = value.split_once('=')
+                    && let Some(name) = key
+                        .get(..6)
+                        .filter(|prefix| prefix.eq_ignore_ascii_case("alias."))
+                        .and_then(|_| key.get(6..))
+                {
+                    aliases.push((name.to_owned(), runs));
+                }
+                &[2]
+            }
+            _ => &[1, 2],
+        };
+        frontier.extend(steps.iter().map(|step| at + step));
+    }
+    starts.sort_unstable();
+    for start in starts {
+        let rest = &words[start..];
+        if start > 1 {
+            let mut view = vec![ShellWord::Literal("git".to_owned())];
+            view.extend(rest.iter().cloned());
+            out.push(view);
+        }
+        let subcommand = rest.first().and_then(ShellWord::literal).unwrap_or_default();
+        for (_, runs) in aliases.iter().filter(|(name, _)| name == subcommand) {
+            let (mut view, shell) = match runs.trim_start().strip_prefix('!') {
+                Some(command) => (Vec::new(), command),
+                None => (vec![ShellWord::Literal("git".to_owned())], *runs),
+            };
+            view.extend(shell.split_whitespace().map(|word| ShellWord::Literal(word.to_owned())));
+            view.extend(rest[1..].iter().cloned());
+            if !view.is_empty() {
+                out.push(view);
+            }
+        }
+    }
 }
 
 fn push_file_name_view(words: &[ShellWord], views: &mut Vec<Vec<ShellWord>>) {

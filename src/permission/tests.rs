@@ -1093,3 +1093,106 @@ fn built_in_protections_hold_whatever_the_lists_say() {
     let err = Policy::new(&config, None).err().map(|err| err.problem);
     assert!(matches!(err, Some(RuleProblem::UnknownProtection { .. })), "{err:?}");
 }
+
+#[test]
+fn command_rules_see_through_git_global_options_and_wrappers() {
+    use Verdict::*;
+    let engine = engine(
+        &["run_command(git status:*)", "run_command(git log:*)"],
+        &["run_command(git commit:*)"],
+        &["run_command(git push:*)"],
+        Mode::Bypass,
+    );
+    assert_commands(
+        &engine,
+        &[
+            ("git push", Deny),
+            // Global options before the subcommand, in every spelling git takes.
+            ("git -C . push", Deny),
+            ("git -C sub -C . push origin main", Deny),
+            ("git --no-pager push", Deny),
+            ("git -P push", Deny),
+            ("git -p push", Deny),
+            ("git --paginate push", Deny),
+            ("git -c k=v push", Deny),
+            ("git -c core.sshCommand=ssh push", Deny),
+            ("git --config-env=k=ENV push", Deny),
+            ("git --config-env k=ENV push", Deny),
+            ("git --git-dir=.git push", Deny),
+            ("git --git-dir .git push", Deny),
+            ("git --work-tree . push", Deny),
+            ("git --work-tree=. push", Deny),
+            ("git --exec-path=/usr/lib/git-core push", Deny),
+            ("git --namespace ns push", Deny),
+            ("git --namespace=ns push", Deny),
+            ("git --bare push", Deny),
+            ("git --literal-pathspecs push", Deny),
+            ("git --glob-pathspecs --icase-pathspecs push", Deny),
+            ("git --noglob-pathspecs push", Deny),
+            ("git --no-replace-objects --no-optional-locks push", Deny),
+            ("git --no-lazy-fetch --no-advice push", Deny),
+            ("git --attr-source HEAD push", Deny),
+            ("git --super-prefix=x/ push", Deny),
+            // An option git may learn later, with or without a value of its own.
+            ("git --some-new-option push", Deny),
+            ("git --some-new-option value push", Deny),
+            // A word only known at run time where an option would be.
+            ("git $OPTS push", Deny),
+            ("/usr/bin/git -C . push", Deny),
+            // Wrappers, with their own options, and several of them.
+            ("env -i VAR=x git push", Deny),
+            ("env -i VAR=x git -C . push", Deny),
+            ("nice -n 5 git push", Deny),
+            ("timeout 10 git push", Deny),
+            ("timeout -s KILL 10 git --no-pager push", Deny),
+            ("nohup git push", Deny),
+            ("time git push", Deny),
+            ("time -p git push", Deny),
+            ("stdbuf -oL git push", Deny),
+            ("sudo -u me nice -n 5 git -C . push", Deny),
+            ("command git push", Deny),
+            ("bash -c 'git -C . push'", Deny),
+            ("echo $(git --no-pager push)", Deny),
+            // Ask rules the same way.
+            ("git -C . commit -m x", Ask),
+            ("nice git --no-pager commit", Ask),
+            // Not a push: an option's value, or an argument after the subcommand.
+            ("git -C push status", Allow),
+            ("git -c push=1 status", Allow),
+            ("git log push", Allow),
+            ("git status --porcelain push", Allow),
+        ],
+    );
+    // Allow rules stay as strict as they were: the words as written must match.
+    let strict = engine_with_mode(&engine, Mode::Default);
+    assert_commands(
+        &strict,
+        &[
+            ("git status", Allow),
+            ("git -C . status", Ask),
+            ("git --no-pager log", Ask),
+            ("nice git status", Ask),
+            ("env git status", Ask),
+        ],
+    );
+}
+
+#[test]
+fn command_rules_see_what_a_git_alias_or_env_split_runs() {
+    use Verdict::*;
+    let engine = engine(&[], &[], &["run_command(git push:*)", "run_command(rm:*)"], Mode::Bypass);
+    assert_commands(
+        &engine,
+        &[
+            ("git -c alias.p=push p", Deny),
+            ("git -c alias.p='push --force' p origin", Deny),
+            ("git -C . -c alias.p='!git push' p", Deny),
+            ("git -c alias.x='!rm -rf /' x", Deny),
+            ("env -S 'git push' origin", Deny),
+            ("env -S'git -C . push'", Deny),
+            ("env --split-string='rm -rf /'", Deny),
+            // An alias that is not the subcommand runs nothing.
+            ("git -c alias.p=push status", Allow),
+        ],
+    );
+}
