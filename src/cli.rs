@@ -427,6 +427,9 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .and_then(|(config, options)| crate::server::preflight(&config, &options).map(|_| config))
     {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("toolgate: warning: {warning}");
+            }
             let sources: Vec<String> =
                 config.sources.iter().map(|path| path.display().to_string()).collect();
             outln!(

@@ -125,6 +125,7 @@ fn defaults_with_no_files() {
         audit: crate::audit::AuditSettings::default(),
         sandbox: crate::sandbox::SandboxConfig::default(),
         sources: vec![],
+        warnings: vec![],
     };
     assert_eq!(config, expected);
     // The built-in limits are the ones the tools fall back to.

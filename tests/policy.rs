@@ -779,3 +779,96 @@ fn a_deny_rule_on_a_git_subcommand_sees_through_global_options() {
     assert!(!daemon.path("workspace/ran").exists());
     assert_eq!(client.explain_command("git -C . status")["decision"], "allow");
 }
+
+/// Rules that load but can never do what they look like, one a line (line numbers
+/// are what the warnings must name).
+const MISLEADING_RULES: &str = "[permissions]
+deny = [
+  \"Bash(git push)\",
+  \"run_command(path=*.env)\",
+  \"Edit(//etc/**)\",
+  \"process_write(text=*rm*)\",
+]
+allow = [
+  \"run_command(git status:*)\",
+  \"Edit(//etc/**)\",
+  \"Read(src/**)\",
+  \"process_write(input=ls*)\",
+  \"write_file(**/.git/**)\",
+]
+";
+
+#[test]
+fn check_config_warns_about_rules_that_never_do_what_they_look_like() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, MISLEADING_RULES);
+    let shown = config.display().to_string();
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "warnings are not errors: {stderr}");
+    let line = |number: usize| {
+        let at = format!("{shown}:{number}:");
+        stderr.lines().filter(|line| line.contains(&at)).collect::<Vec<_>>().join("\n")
+    };
+    for (number, needles) in [
+        (
+            3,
+            &["warning", "[permissions] deny #1", "only the exact command", "Bash(git push:*)"][..],
+        ),
+        (4, &["path=*.env", "only sets a variable"]),
+        (5, &["Edit(//etc/**)", "/etc", "outside every workspace root"]),
+        (6, &["never applies: process_write has no argument `text`", "input"]),
+        (10, &["outside every workspace root"]),
+        (10, &["[permissions] deny #3", "never allows anything"]),
+        (13, &["built-in protection", "never allows anything"]),
+    ] {
+        let found = line(number);
+        for needle in needles {
+            assert!(found.contains(needle), "line {number} lacks {needle:?}: {stderr}");
+        }
+    }
+    // Rules that do what they say draw no warning.
+    for number in [9, 11, 12] {
+        assert!(line(number).is_empty(), "line {number}: {stderr}");
+    }
+
+    // serve starts all the same, and logs the same warnings.
+    let log = dir.path().join("serve.log");
+    let socket = dir.path().join("run").join("warned.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--socket"])
+        .arg(&socket)
+        .current_dir(dir.path().join("workspace"))
+        .envs(test_env(dir.path()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        if UnixStream::connect(&socket).is_ok() {
+            break true;
+        }
+        if serve.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(started, "serve did not start: {logged}");
+    assert!(
+        logged.contains(&format!("{shown}:3:")) && logged.contains("only the exact command"),
+        "{logged}"
+    );
+    assert!(logged.contains(&format!("{shown}:13:")), "{logged}");
+
+    // A configuration without such rules draws none.
+    write_private(&config, OWN_DENY_LIST);
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success() && !stderr.contains("warning"), "{stderr}");
+}

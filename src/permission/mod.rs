@@ -56,7 +56,9 @@ use crate::tools::{Definition, Env, ErrorType, Safety};
 
 pub use decided::{CallDecision, DecidedBy, Outcome};
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
-pub use rule::{RuleError, RuleProblem, check_rule, claude_code_aliases};
+pub use rule::{
+    RuleError, RuleProblem, check_rule, claude_code_aliases, covered_by, rule_warnings,
+};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
 use shell::{Analysis, Hazard, ShellWord};
