@@ -714,6 +714,22 @@ fn git_files_stay_protected_when_the_deny_list_is_replaced() {
     }
     let config = std::fs::read_to_string(daemon.path("workspace/sub/.git/config")).unwrap();
     assert_eq!(config, "[core]\n\tbare = false\n");
+    // Through a symlink, and as a `.git` file planted beside a directory.
+    symlink("sub/.git", &daemon.path("workspace/gitlink"));
+    // (On the resolved path the file layer refuses: access_denied, naming the rule.)
+    for (path, refusal) in
+        [("gitlink/config", "access_denied"), ("other/.git", "permission_denied")]
+    {
+        let refused = client.result(
+            "tools/call",
+            json!({"name": "write_file", "arguments": {"path": path, "content": "gitdir: ../sub\n"}}),
+        );
+        assert_eq!(refused["error_type"], refusal, "{path}: {refused}");
+        assert!(refused.to_string().contains("Edit(**/.git/**)"), "{path}: {refused}");
+    }
+    assert!(!daemon.path("workspace/other/.git").exists());
+    let config = std::fs::read_to_string(daemon.path("workspace/sub/.git/config")).unwrap();
+    assert_eq!(config, "[core]\n\tbare = false\n");
     // Other edits in the same mode still run without asking.
     let other = client.result(
         "tools/call",
