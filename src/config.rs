@@ -1223,7 +1223,8 @@ fn skill_tools(dirs: &[PathBuf]) -> BTreeMap<String, Option<Vec<String>>> {
                     .and_then(|schema| schema.get("properties"))
                     .and_then(toml::Value::as_table)
                     .map(|properties| properties.keys().cloned().collect());
-                tools.insert(name.to_owned(), properties);
+                // Directories are searched in order: the first skill of a name is the one.
+                tools.entry(name.to_owned()).or_insert(properties);
             }
         }
     }
