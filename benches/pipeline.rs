@@ -70,7 +70,7 @@ fn hundred_rules() -> RuleConfig {
     for i in 0..10 {
         deny.push(format!("write_file(locked{i}/**)"));
     }
-    RuleConfig { allow, ask, deny }
+    RuleConfig { allow, ask, deny, ..RuleConfig::default() }
 }
 
 fn bench(c: &mut Criterion) {

@@ -428,6 +428,9 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .and_then(|(config, options)| crate::server::preflight(&config, &options).map(|_| config))
     {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("toolgate: warning: {warning}");
+            }
             let sources: Vec<String> =
                 config.sources.iter().map(|path| path.display().to_string()).collect();
             outln!(
@@ -438,6 +441,24 @@ pub fn check_config(explicit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                     sources.join(", ")
                 }
             )?;
+            let protections =
+                crate::permission::protections_in_force(&config.permissions.unprotect);
+            if protections.is_empty() {
+                outln!("# built-in protections in force: none ([permissions] unprotect)")?;
+            } else {
+                outln!(
+                    "# built-in protections in force ([permissions] unprotect = [\"<name>\"] \
+                     turns one off):"
+                )?;
+                for protection in protections {
+                    outln!(
+                        "#   {}: {} ({})",
+                        protection.name,
+                        protection.rules.join(", "),
+                        protection.why
+                    )?;
+                }
+            }
             write!(std::io::stdout(), "{}", config.to_toml_string()?)?;
             Ok(ExitCode::SUCCESS)
         }

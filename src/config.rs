@@ -122,6 +122,26 @@ fn render_invalid(
     out
 }
 
+/// A setting that loads but cannot do what it looks like it does (a rule that never
+/// applies, or one another rule always decides before). Shown by `check-config` and
+/// logged by `serve` at start; it stops nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The file that set the key (or the embedded defaults).
+    pub file: String,
+    /// 1-based line and column in `file`, when known.
+    pub position: Option<(usize, usize)>,
+    /// The key, as `[permissions] allow #2`.
+    pub key: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&render_invalid(&self.file, self.position, &self.key, &self.message))
+    }
+}
+
 /// Where configuration comes from. Everything the loader would otherwise read from the
 /// process (its environment, its current directory, its uid) is a field here.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -200,6 +220,9 @@ pub struct Config {
     /// The files that were read, in layer order (the embedded defaults not included).
     #[serde(skip)]
     pub sources: Vec<PathBuf>,
+    /// What loads but cannot do what it looks like it does, in the order of the keys.
+    #[serde(skip)]
+    pub warnings: Vec<ConfigWarning>,
 }
 
 /// `[server]`: listeners, the audit log and the daemon's own bounds.
@@ -291,6 +314,8 @@ pub struct PermissionsConfig {
     pub allow: Vec<String>,
     pub ask: Vec<String>,
     pub deny: Vec<String>,
+    /// Built-in protections turned off, by name (see [`crate::permission::PROTECTIONS`]).
+    pub unprotect: Vec<String>,
 }
 
 /// `[hooks]`.
@@ -719,12 +744,18 @@ impl Layers {
     /// An error about `path`, located in the last layer that set it (or, for a key a
     /// layer did not set itself, its nearest enclosing table or array).
     fn invalid(&self, path: &[Seg], message: impl Into<String>) -> ConfigError {
+        let ConfigWarning { file, position, key, message } = self.warning(path, message);
+        ConfigError::Invalid { file, position, key, message }
+    }
+
+    /// A warning about `path`, located as [`Layers::invalid`] locates an error.
+    fn warning(&self, path: &[Seg], message: impl Into<String>) -> ConfigWarning {
         let key = render_key(path);
         for len in (1..=path.len()).rev() {
             let prefix = &path[..len];
             for layer in self.layers.iter().rev() {
                 if let Some(position) = layer.positions.get(prefix) {
-                    return ConfigError::Invalid {
+                    return ConfigWarning {
                         file: layer.name.clone(),
                         position: Some(*position),
                         key,
@@ -734,7 +765,7 @@ impl Layers {
             }
         }
         let file = self.layers.last().map_or_else(|| DEFAULTS_NAME.to_owned(), |l| l.name.clone());
-        ConfigError::Invalid { file, position: None, key, message: message.into() }
+        ConfigWarning { file, position: None, key, message: message.into() }
     }
 }
 
@@ -1065,7 +1096,11 @@ impl RawConfig {
         }
 
         // Rules last: a rule may name a skill's tool, found in the skill directories.
-        validate_permissions(&self.permissions, &skill_tool_names(&dirs), options, layers)?;
+        let skill_tools = skill_tools(&dirs);
+        let skill_names: Vec<String> = skill_tools.keys().cloned().collect();
+        validate_permissions(&self.permissions, &skill_names, options, layers)?;
+        let warnings =
+            permission_warnings(&self.permissions, &roots, &skill_tools, options, layers);
 
         Ok(Config {
             server,
@@ -1079,6 +1114,7 @@ impl RawConfig {
             audit: self.audit,
             sandbox: self.sandbox,
             sources: Vec::new(),
+            warnings,
         })
     }
 }
@@ -1166,11 +1202,12 @@ fn validate_limits(limits: &LimitsConfig, layers: &Layers) -> Result<(), ConfigE
     Ok(())
 }
 
-/// The tool names the command skills of `dirs` declare (`name` in each `*.toml`), so
-/// that rules may name them. Files that cannot be read are left to the skill loader
-/// to report.
-fn skill_tool_names(dirs: &[PathBuf]) -> Vec<String> {
-    let mut names = Vec::new();
+/// The tools the command skills of `dirs` declare (`name` in each `*.toml`), so that
+/// rules may name them, with the names of their arguments when the skill's
+/// `input_schema` lists `properties`. Files that cannot be read are left to the skill
+/// loader to report.
+fn skill_tools(dirs: &[PathBuf]) -> BTreeMap<String, Option<Vec<String>>> {
+    let mut tools = BTreeMap::new();
     for dir in dirs {
         let Ok(entries) = std::fs::read_dir(dir) else { continue };
         for entry in entries.flatten() {
@@ -1181,11 +1218,100 @@ fn skill_tool_names(dirs: &[PathBuf]) -> Vec<String> {
             let Ok(text) = std::fs::read_to_string(&path) else { continue };
             let Ok(table) = text.parse::<toml::Table>() else { continue };
             if let Some(name) = table.get("name").and_then(toml::Value::as_str) {
-                names.push(name.to_owned());
+                let properties = table
+                    .get("input_schema")
+                    .and_then(|schema| schema.get("properties"))
+                    .and_then(toml::Value::as_table)
+                    .map(|properties| properties.keys().cloned().collect());
+                // Directories are searched in order: the first skill of a name is the one.
+                tools.entry(name.to_owned()).or_insert(properties);
             }
         }
     }
-    names
+    tools
+}
+
+/// The argument names of a built-in tool, from its input schema.
+fn builtin_properties(tool: &str) -> Option<Vec<String>> {
+    static SCHEMAS: std::sync::LazyLock<HashMap<String, Vec<String>>> =
+        std::sync::LazyLock::new(|| {
+            crate::tools::builtin::all()
+                .iter()
+                .filter_map(|tool| {
+                    let definition = tool.definition();
+                    let properties = definition.input_schema.get("properties")?.as_object()?;
+                    Some((definition.name.clone(), properties.keys().cloned().collect()))
+                })
+                .collect()
+        });
+    SCHEMAS.get(tool).cloned()
+}
+
+/// The rules that load but cannot do what they look like they do: each rule's own
+/// problems ([`crate::permission::rule_warnings`]), and a rule that an identical rule
+/// of a list decided first (deny, then ask, then allow) always overrides, the built-in
+/// protections in force counted as deny rules.
+fn permission_warnings(
+    permissions: &PermissionsConfig,
+    roots: &[PathBuf],
+    skill_tools: &BTreeMap<String, Option<Vec<String>>>,
+    options: &LoadOptions,
+    layers: &Layers,
+) -> Vec<ConfigWarning> {
+    let home = options.home.as_deref();
+    let properties = |tool: &str| match skill_tools.get(tool) {
+        Some(properties) => properties.clone(),
+        None => builtin_properties(tool),
+    };
+    let lists =
+        [("deny", &permissions.deny), ("ask", &permissions.ask), ("allow", &permissions.allow)];
+    let protected: Vec<&str> = crate::permission::protections_in_force(&permissions.unprotect)
+        .into_iter()
+        .flat_map(|protection| protection.rules.iter().copied())
+        .collect();
+    let mut warnings = Vec::new();
+    for (rank, (key, rules)) in lists.iter().enumerate() {
+        for (idx, rule) in rules.iter().enumerate() {
+            let mut path = key_path(&["permissions", key]);
+            path.push(Seg::Index(idx));
+            for message in crate::permission::rule_warnings(rule, home, roots, &properties) {
+                warnings.push(layers.warning(&path, format!("the rule {rule:?} {message}")));
+            }
+            let earlier = lists[..rank].iter().flat_map(|(earlier_key, earlier_rules)| {
+                earlier_rules.iter().enumerate().map(move |(at, text)| {
+                    (
+                        format!(
+                            "the {earlier_key} rule {text:?} ([permissions] {earlier_key} #{})",
+                            at + 1
+                        ),
+                        text.as_str(),
+                    )
+                })
+            });
+            let builtin =
+                protected.iter().map(|text| (format!("the built-in protection {text:?}"), *text));
+            if *key == "deny" {
+                continue;
+            }
+            let shadow = earlier
+                .chain(builtin)
+                .find(|(_, text)| crate::permission::covered_by(rule, text, home));
+            if let Some((by, _)) = shadow {
+                let effect = match *key {
+                    "allow" => "it never allows anything",
+                    _ => "it never asks",
+                };
+                warnings.push(layers.warning(
+                    &path,
+                    format!(
+                        "the rule {rule:?} matches nothing that {by} does not, and that rule \
+                         is decided first: {effect}"
+                    ),
+                ));
+            }
+        }
+    }
+    warnings
 }
 
 fn validate_permissions(
@@ -1217,6 +1343,12 @@ fn validate_permissions(
                 |problem| layers.invalid(&path, format!("invalid rule {rule:?}: {problem}")),
             )?;
         }
+    }
+    for (idx, name) in permissions.unprotect.iter().enumerate() {
+        let mut path = key_path(&["permissions", "unprotect"]);
+        path.push(Seg::Index(idx));
+        crate::permission::protection(name)
+            .map_err(|problem| layers.invalid(&path, problem.to_string()))?;
     }
     Ok(())
 }

@@ -112,7 +112,8 @@ fn defaults_with_no_files() {
             mode: "default".to_owned(),
             allow: vec![],
             ask: vec![],
-            deny: vec!["Edit(**/.git/**)".to_owned()],
+            deny: vec![],
+            unprotect: vec![],
         },
         hooks: HooksConfig { pre_tool_use: vec![], post_tool_use: vec![] },
         skills: SkillsConfig {
@@ -124,6 +125,7 @@ fn defaults_with_no_files() {
         audit: crate::audit::AuditSettings::default(),
         sandbox: crate::sandbox::SandboxConfig::default(),
         sources: vec![],
+        warnings: vec![],
     };
     assert_eq!(config, expected);
     // The built-in limits are the ones the tools fall back to.
@@ -205,6 +207,7 @@ mode = "plan"
             allow: vec!["mcp__b".to_owned(), "mcp__c".to_owned()],
             ask: vec![],
             deny: vec!["write_file(.git/**)".to_owned()],
+            unprotect: vec![],
         }
     );
     let set: Vec<(&str, &str)> =

@@ -79,6 +79,7 @@ pub fn settings_from_config(
         allow: config.permissions.allow.clone(),
         ask: config.permissions.ask.clone(),
         deny: config.permissions.deny.clone(),
+        unprotect: config.permissions.unprotect.clone(),
     };
     // Whoever can write a skill file decides what a tool runs: such writes always ask.
     // Each directory as configured and as resolved, since calls name resolved paths.
@@ -188,6 +189,14 @@ pub fn preflight(config: &Config, options: &LoadOptions) -> Result<Settings, Ser
         configured_tokens(config)?;
     }
     Ok(settings)
+}
+
+/// Logs the configuration's warnings (what loads but cannot do what it looks like it
+/// does); `check-config` prints them instead.
+fn log_warnings(config: &Config) {
+    for warning in &config.warnings {
+        tracing::warn!("configuration: {warning}");
+    }
 }
 
 /// Loads the configuration the way the process was asked to.
@@ -344,6 +353,7 @@ fn warn_about_privileges(mode: Mode) {
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (config, load_options) = load_config(options.config.clone())?;
     let settings = preflight(&config, &load_options)?;
+    log_warnings(&config);
     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
     configure_sandbox(&config, &load_options);
     let Core { audit, daemon, dynamic } = Core::start(&config, settings)?;
@@ -468,6 +478,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 let _ = notifier.reloading();
                 match load_config(explicit.clone()).and_then(|(config, options)| {
                     let settings = settings_for(&config, &options)?;
+                    log_warnings(&config);
                     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
                     Ok((config, options, settings))
                 }) {
@@ -559,6 +570,7 @@ pub async fn serve_mcp(options: McpCommandOptions) -> Result<(), ServeError> {
         config.workspace.roots = roots;
     }
     let mut settings = preflight(&config, &load_options)?;
+    log_warnings(&config);
     configure_sandbox(&config, &load_options);
     if let Some(mode) = &options.mode {
         settings.mode = mode.parse().map_err(|_| ServeError::Mode(mode.clone()))?;

@@ -356,6 +356,7 @@ fn permission_rules_see_every_path_of_a_patch() {
         allow: vec!["Edit(src/**)".to_owned()],
         ask: Vec::new(),
         deny: vec!["Edit(secrets/**)".to_owned()],
+        ..RuleConfig::default()
     };
     let engine = PermissionEngine::new(Policy::new(&config, None).unwrap(), Mode::Default);
     let definition = apply_patch::tool().definition().clone();

@@ -662,3 +662,229 @@ fn a_repository_planted_by_file_edits_runs_nothing_through_an_allowed_git_comman
     assert_eq!(gitfile["ok"], json!(false), "{gitfile}");
     assert!(!daemon.path("workspace/other/.git").exists());
 }
+
+/// accept_edits with a `deny` list of the user's own: the `deny` list of the built-in
+/// defaults is replaced, and the protection of git's files must hold all the same.
+const OWN_DENY_LIST: &str =
+    "[permissions]\nmode = \"accept_edits\"\ndeny = [\"run_command(rm:*)\"]\n";
+
+/// `workspace/sub/.git/config`: a nested repository's configuration.
+fn nested_repository(dir: &Path) {
+    let git = dir.join("workspace/sub/.git");
+    std::fs::create_dir_all(&git).unwrap();
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+}
+
+/// Tries write_file, edit_file and apply_patch on `sub/.git/config` (`config` on
+/// disk), each on the file as [`nested_repository`] made it and after reading it;
+/// returns the three results.
+fn edit_git_config(client: &mut Client, config: &Path) -> Vec<Value> {
+    let planted = "[core]\n\tfsmonitor = \"touch planted-ran; false\"\n";
+    let mut call = |name: &str, arguments: Value| {
+        std::fs::write(config, "[core]\n\tbare = false\n").unwrap();
+        let read = client.result(
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "sub/.git/config"}}),
+        );
+        assert_eq!(read["ok"], true, "{read}");
+        client.result("tools/call", json!({"name": name, "arguments": arguments}))
+    };
+    let patch = "*** Begin Patch\n*** Update File: sub/.git/config\n@@\n-\tbare = false\n\
+                 +\tfsmonitor = \"touch planted-ran; false\"\n*** End Patch\n";
+    vec![
+        call("write_file", json!({"path": "sub/.git/config", "content": planted})),
+        call(
+            "edit_file",
+            json!({"path": "sub/.git/config", "old_string": "bare = false",
+                   "new_string": "fsmonitor = \"touch planted-ran; false\""}),
+        ),
+        call("apply_patch", json!({"patch": patch})),
+    ]
+}
+
+#[test]
+fn git_files_stay_protected_when_the_deny_list_is_replaced() {
+    let daemon = TestDaemon::start_with(OWN_DENY_LIST, nested_repository);
+    let mut client = daemon.connect();
+    for (tool, result) in ["write_file", "edit_file", "apply_patch"]
+        .iter()
+        .zip(edit_git_config(&mut client, &daemon.path("workspace/sub/.git/config")))
+    {
+        assert_eq!(result["error_type"], "permission_denied", "{tool}: {result}");
+    }
+    let config = std::fs::read_to_string(daemon.path("workspace/sub/.git/config")).unwrap();
+    assert_eq!(config, "[core]\n\tbare = false\n");
+    // Through a symlink, and as a `.git` file planted beside a directory.
+    symlink("sub/.git", &daemon.path("workspace/gitlink"));
+    // (On the resolved path the file layer refuses: access_denied, naming the rule.)
+    for (path, refusal) in
+        [("gitlink/config", "access_denied"), ("other/.git", "permission_denied")]
+    {
+        let refused = client.result(
+            "tools/call",
+            json!({"name": "write_file", "arguments": {"path": path, "content": "gitdir: ../sub\n"}}),
+        );
+        assert_eq!(refused["error_type"], refusal, "{path}: {refused}");
+        assert!(refused.to_string().contains("Edit(**/.git/**)"), "{path}: {refused}");
+    }
+    assert!(!daemon.path("workspace/other/.git").exists());
+    let config = std::fs::read_to_string(daemon.path("workspace/sub/.git/config")).unwrap();
+    assert_eq!(config, "[core]\n\tbare = false\n");
+    // Other edits in the same mode still run without asking.
+    let other = client.result(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "sub/notes.txt", "content": "x"}}),
+    );
+    assert_eq!(other["ok"], true, "{other}");
+}
+
+#[test]
+fn a_named_switch_turns_the_git_protection_off() {
+    let config = format!("{OWN_DENY_LIST}unprotect = [\"git\"]\n");
+    let daemon = TestDaemon::start_with(&config, nested_repository);
+    let mut client = daemon.connect();
+    for (tool, result) in ["write_file", "edit_file", "apply_patch"]
+        .iter()
+        .zip(edit_git_config(&mut client, &daemon.path("workspace/sub/.git/config")))
+    {
+        assert_eq!(result["ok"], true, "{tool}: {result}");
+    }
+}
+
+#[test]
+fn check_config_lists_the_protections_in_force() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, OWN_DENY_LIST);
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(stdout.contains("# built-in protections in force"), "{stdout}");
+    assert!(stdout.lines().any(|line| line.starts_with("#   git: Edit(**/.git/**)")), "{stdout}");
+
+    write_private(&config, &format!("{OWN_DENY_LIST}unprotect = [\"git\"]\n"));
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(!stdout.contains("Edit(**/.git/**)"), "{stdout}");
+    assert!(stdout.contains("# built-in protections in force: none"), "{stdout}");
+
+    // A name that is no protection is an error naming the file and line.
+    write_private(&config, "[permissions]\nunprotect = [\n  \"gti\",\n]\n");
+    let shown = config.display().to_string();
+    both_refuse(dir.path(), &config, &[&format!("{shown}:3:"), "gti", "git"]);
+}
+
+#[test]
+fn a_deny_rule_on_a_git_subcommand_sees_through_global_options() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nmode = \"bypass\"\ndeny = [\"run_command(git push:*)\"]\n",
+    );
+    let mut client = daemon.connect();
+    for command in ["git -C . push", "git --no-pager push origin", "nice -n 5 git -c k=v push"] {
+        let explained = client.explain_command(command);
+        assert_eq!(explained["decision"], "deny", "{command}: {explained}");
+        assert_eq!(explained["explanation"]["rule"], "run_command(git push:*)", "{explained}");
+    }
+    // The call itself is refused before anything runs.
+    let refused = client.result(
+        "tools/call",
+        json!({"name": "run_command", "arguments": {"command": "git -C . push; touch ran"}}),
+    );
+    assert_eq!(refused["error_type"], "permission_denied", "{refused}");
+    assert!(!daemon.path("workspace/ran").exists());
+    assert_eq!(client.explain_command("git -C . status")["decision"], "allow");
+}
+
+/// Rules that load but can never do what they look like, one a line (line numbers
+/// are what the warnings must name).
+const MISLEADING_RULES: &str = "[permissions]
+deny = [
+  \"Bash(git push)\",
+  \"run_command(path=*.env)\",
+  \"Edit(//etc/**)\",
+  \"process_write(text=*rm*)\",
+]
+allow = [
+  \"run_command(git status:*)\",
+  \"Edit(//etc/**)\",
+  \"Read(src/**)\",
+  \"process_write(input=ls*)\",
+  \"write_file(**/.git/**)\",
+]
+";
+
+#[test]
+fn check_config_warns_about_rules_that_never_do_what_they_look_like() {
+    let dir = test_dir();
+    let config = dir.path().join("config.toml");
+    write_private(&config, MISLEADING_RULES);
+    let shown = config.display().to_string();
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "warnings are not errors: {stderr}");
+    let line = |number: usize| {
+        let at = format!("{shown}:{number}:");
+        stderr.lines().filter(|line| line.contains(&at)).collect::<Vec<_>>().join("\n")
+    };
+    for (number, needles) in [
+        (
+            3,
+            &["warning", "[permissions] deny #1", "only the exact command", "Bash(git push:*)"][..],
+        ),
+        (4, &["path=*.env", "only sets a variable"]),
+        (5, &["Edit(//etc/**)", "/etc", "outside every workspace root"]),
+        (6, &["never applies: process_write has no argument `text`", "input"]),
+        (10, &["outside every workspace root"]),
+        (10, &["[permissions] deny #3", "never allows anything"]),
+        (13, &["built-in protection", "never allows anything"]),
+    ] {
+        let found = line(number);
+        for needle in needles {
+            assert!(found.contains(needle), "line {number} lacks {needle:?}: {stderr}");
+        }
+    }
+    // Rules that do what they say draw no warning.
+    for number in [9, 11, 12] {
+        assert!(line(number).is_empty(), "line {number}: {stderr}");
+    }
+
+    // serve starts all the same, and logs the same warnings.
+    let log = dir.path().join("serve.log");
+    let socket = dir.path().join("run").join("warned.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--socket"])
+        .arg(&socket)
+        .current_dir(dir.path().join("workspace"))
+        .envs(test_env(dir.path()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        if UnixStream::connect(&socket).is_ok() {
+            break true;
+        }
+        if serve.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(started, "serve did not start: {logged}");
+    assert!(
+        logged.contains(&format!("{shown}:3:")) && logged.contains("only the exact command"),
+        "{logged}"
+    );
+    assert!(logged.contains(&format!("{shown}:13:")), "{logged}");
+
+    // A configuration without such rules draws none.
+    write_private(&config, OWN_DENY_LIST);
+    let checked = toolgate(dir.path(), &["check-config", "--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success() && !stderr.contains("warning"), "{stderr}");
+}

@@ -56,7 +56,9 @@ use crate::tools::{Definition, Env, ErrorType, Safety};
 
 pub use decided::{CallDecision, DecidedBy, Outcome};
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
-pub use rule::{RuleError, RuleProblem, check_rule, claude_code_aliases};
+pub use rule::{
+    RuleError, RuleProblem, check_rule, claude_code_aliases, covered_by, rule_warnings,
+};
 
 use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
 use shell::{Analysis, Hazard, ShellWord};
@@ -391,6 +393,45 @@ pub struct RuleConfig {
     pub allow: Vec<String>,
     pub ask: Vec<String>,
     pub deny: Vec<String>,
+    /// Names of [`PROTECTIONS`] turned off; every other protection is in force.
+    pub unprotect: Vec<String>,
+}
+
+/// A protection built into the engine: deny rules in force whatever the configured
+/// lists say (a `deny` list replaced by a later configuration file cannot drop them),
+/// until `[permissions] unprotect` names the protection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// What `unprotect` calls it.
+    pub name: &'static str,
+    /// Its deny rules, in rule syntax.
+    pub rules: &'static [&'static str],
+    /// What it protects, and why, in one phrase.
+    pub why: &'static str,
+}
+
+/// Every built-in protection.
+pub const PROTECTIONS: &[Protection] = &[Protection {
+    name: "git",
+    rules: &["Edit(**/.git/**)"],
+    why: "git's own files at any depth, a `.git` file included: a repository's \
+          configuration or hooks name commands git runs (core.fsmonitor, core.pager, hooks)",
+}];
+
+/// The protection named `name`, or why there is none.
+pub fn protection(name: &str) -> Result<&'static Protection, RuleProblem> {
+    PROTECTIONS.iter().find(|protection| protection.name == name).ok_or_else(|| {
+        RuleProblem::UnknownProtection {
+            name: name.to_owned(),
+            known: PROTECTIONS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+        }
+    })
+}
+
+/// The protections in force under `unprotect` (names already checked or not: an
+/// unknown name turns nothing off).
+pub fn protections_in_force(unprotect: &[String]) -> Vec<&'static Protection> {
+    PROTECTIONS.iter().filter(|p| !unprotect.iter().any(|name| name == p.name)).collect()
 }
 
 /// What the engine needs to know about the tool being called.
@@ -444,12 +485,25 @@ pub struct Policy {
     /// Directories whose files decide what runs (the skill directories): a file tool
     /// writing beneath one asks in every mode but bypass, whatever the rules allow.
     guarded: Arc<[PathBuf]>,
+    /// The texts of the deny rules the built-in protections in force added.
+    protected: Arc<[&'static str]>,
 }
 
 impl Default for Policy {
-    /// No rules and no home directory: the modes alone decide.
+    /// No configured rules and no home directory: the built-in protections, then the
+    /// modes, decide.
     fn default() -> Policy {
-        Policy { rules: Arc::new(RuleIndex::empty()), home: None, guarded: Arc::from([]) }
+        Policy::new(&RuleConfig::default(), None).unwrap_or_else(|err| {
+            // The protections' rules are fixed text, parsed by a test; should one ever
+            // fail, say so and keep a policy with no rules at all.
+            tracing::error!(%err, "the built-in protections do not parse");
+            Policy {
+                rules: Arc::new(RuleIndex::empty()),
+                home: None,
+                guarded: Arc::from([]),
+                protected: Arc::from([]),
+            }
+        })
     }
 }
 
@@ -465,9 +519,20 @@ impl Policy {
     /// Parses and compiles the configured rules; the first bad rule is reported with
     /// its text and list. `home` resolves `~/` in path rules (a rule using `~` without
     /// a home directory is an error).
+    ///
+    /// The deny rules of every built-in protection `config.unprotect` does not name
+    /// come after the configured ones (a configured rule that also matches is the one
+    /// an explanation names); an unknown name in `unprotect` is an error.
     pub fn new(config: &RuleConfig, home: Option<&Path>) -> Result<Policy, RuleError> {
+        for name in &config.unprotect {
+            protection(name).map_err(|problem| RuleError {
+                rule: name.clone(),
+                list: None,
+                problem,
+            })?;
+        }
         let mut rules =
-            Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len());
+            Vec::with_capacity(config.allow.len() + config.ask.len() + config.deny.len() + 1);
         let lists = [
             (RuleList::Allow, &config.allow),
             (RuleList::Ask, &config.ask),
@@ -483,10 +548,23 @@ impl Policy {
                 rules.push((list, rule));
             }
         }
+        let mut protected = Vec::new();
+        for protection in protections_in_force(&config.unprotect) {
+            for &text in protection.rules {
+                let rule = Rule::parse(text, home).map_err(|problem| RuleError {
+                    rule: text.to_owned(),
+                    list: Some(RuleList::Deny),
+                    problem,
+                })?;
+                rules.push((RuleList::Deny, rule));
+                protected.push(text);
+            }
+        }
         Ok(Policy {
             rules: Arc::new(RuleIndex::build(rules)?),
             home: home.map(Arc::from),
             guarded: Arc::from([]),
+            protected: Arc::from(protected),
         })
     }
 
@@ -859,6 +937,17 @@ impl PermissionEngine {
                         format!("`{}` matches the deny rule {rule}", display::inline(part))
                     }
                     None => format!("{name} is denied by the rule {rule}"),
+                };
+                let reason = match PROTECTIONS.iter().find(|p| {
+                    p.rules.contains(&rule.as_str())
+                        && self.policy.protected.contains(&rule.as_str())
+                }) {
+                    Some(protection) => format!(
+                        "{reason}, a built-in protection ({}: {}) that only [permissions] \
+                         unprotect = [\"{}\"] turns off",
+                        protection.name, protection.why, protection.name
+                    ),
+                    None => reason,
                 };
                 return Decision::new(Verdict::Deny, Layer::Rule, reason)
                     .with_rule(RuleList::Deny, rule);

@@ -121,6 +121,111 @@ pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(
     Err(RuleProblem::UnknownTool { name, known: names.join(", ") })
 }
 
+/// Why a rule that parses cannot do what it looks like it does, one sentence each (empty
+/// when nothing is wrong, or the rule does not parse: [`check_rule`] reports that).
+/// `roots` are the workspace roots; `properties` gives the argument names of a tool
+/// whose input schema is known (`None` when it is not, as for proxied MCP tools).
+pub fn rule_warnings(
+    text: &str,
+    home: Option<&Path>,
+    roots: &[PathBuf],
+    properties: &dyn Fn(&str) -> Option<Vec<String>>,
+) -> Vec<String> {
+    let Ok(rule) = Rule::parse(text, home) else { return Vec::new() };
+    let ToolMatch::Names(names) = &rule.tools else { return Vec::new() };
+    let trimmed = text.trim();
+    let Some((name, spec)) = trimmed
+        .split_once('(')
+        .and_then(|(name, rest)| Some((name.trim_end(), rest.strip_suffix(')')?.trim())))
+    else {
+        return Vec::new();
+    };
+    let assigned = spec.split_once('=').map(|(key, _)| key).filter(|key| {
+        !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !key.starts_with(|c: char| c.is_ascii_digit())
+    });
+    let mut warnings = Vec::new();
+    match &rule.spec {
+        Spec::Command(_) if assigned.is_some() => warnings.push(format!(
+            "never applies: `{spec}` is read as a command pattern, and a command starting with \
+             `{}=` only sets a variable (a run_command specifier is the command itself, not an \
+             argument; write `{name}(<command>:*)`)",
+            assigned.unwrap_or_default()
+        )),
+        Spec::Command(pattern) if !pattern.tokens.contains(&Token::AnyWords) => {
+            warnings.push(format!(
+                "matches only the exact command `{spec}`, not `{spec}` with more words after \
+                 it; write `{name}({spec}:*)` to match every command that starts with it"
+            ));
+        }
+        Spec::Path(_) if assigned.is_some() => warnings.push(format!(
+            "never applies as an argument pattern: `{spec}` is read as a path glob, a file \
+             named so (a {} specifier is a path glob; write `{name}(<glob>)`)",
+            names.first().map(String::as_str).unwrap_or_default()
+        )),
+        Spec::Path(pattern) if pattern.absolute && !roots.is_empty() => {
+            let prefix = literal_prefix(pattern.globs.first().map(String::as_str).unwrap_or("/"));
+            let touches = |path: &Path| {
+                roots.iter().any(|root| root.starts_with(path) || path.starts_with(root))
+            };
+            let canonical = std::fs::canonicalize(&prefix).ok();
+            if !touches(&prefix) && !canonical.as_deref().is_some_and(touches) {
+                let shown: Vec<String> =
+                    roots.iter().map(|root| root.display().to_string()).collect();
+                warnings.push(format!(
+                    "names only paths beneath {}, outside every workspace root ({}), where no \
+                     file tool reaches, so the rule never applies",
+                    prefix.display(),
+                    shown.join(", ")
+                ));
+            }
+        }
+        Spec::Arguments(pattern) => {
+            if let Some(key) = &pattern.key {
+                for tool in names {
+                    if let Some(known) = properties(tool)
+                        && !known.is_empty()
+                        && !known.contains(key)
+                    {
+                        warnings.push(format!(
+                            "never applies: {tool} has no argument `{key}` (its arguments: \
+                             {})",
+                            known.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    warnings
+}
+
+/// Whether rule `a` matches nothing that rule `b` does not: the same specifier, and
+/// every tool `a` names named by `b` too (`Edit(x)` covers `edit_file(x)`). False when
+/// either does not parse.
+pub fn covered_by(a: &str, b: &str, home: Option<&Path>) -> bool {
+    let (Ok(a), Ok(b)) = (Rule::parse(a, home), Rule::parse(b, home)) else { return false };
+    a.spec == b.spec
+        && match (&a.tools, &b.tools) {
+            (ToolMatch::Names(a), ToolMatch::Names(b)) => a.iter().all(|name| b.contains(name)),
+            (a, b) => a == b,
+        }
+}
+
+/// The directories of an absolute glob before its first wildcard (`/etc/**` → `/etc`).
+fn literal_prefix(glob: &str) -> PathBuf {
+    let mut prefix = PathBuf::from("/");
+    for component in glob.split('/').filter(|c| !c.is_empty()) {
+        if component.contains(['*', '?', '[', '{', '\\']) {
+            break;
+        }
+        prefix.push(component);
+    }
+    prefix
+}
+
 /// What is wrong with a rule.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -150,6 +255,11 @@ pub enum RuleProblem {
     UnknownTool { name: String, known: String },
     #[error("the argument name before `=` is empty")]
     EmptyArgumentName,
+    #[error(
+        "no built-in protection is named {name:?}, so unprotect could not turn it off; the \
+         protections are: {known}"
+    )]
+    UnknownProtection { name: String, known: String },
     #[error(
         "a path glob cannot contain `..`: rules match paths already resolved (use //abs/path for a path outside the roots)"
     )]
@@ -1019,6 +1129,51 @@ mod tests {
         }
         let target = PathTarget { absolute: Path::new("/w/a/src/x"), roots: &roots };
         assert_eq!(index.for_tool("read_file").path(RuleList::Allow, &target), None);
+    }
+
+    #[test]
+    fn warnings_name_rules_that_never_do_what_they_look_like() {
+        let home = Path::new("/home/u");
+        let roots = [PathBuf::from("/home/u"), PathBuf::from("/w/proj")];
+        let properties = |tool: &str| match tool {
+            "say" => Some(vec!["text".to_owned()]),
+            _ => None,
+        };
+        let warned = |text: &str| rule_warnings(text, Some(home), &roots, &properties);
+        let table: &[(&str, Option<&str>)] = &[
+            ("run_command(git push)", Some("write `run_command(git push:*)`")),
+            ("Bash(git push)", Some("write `Bash(git push:*)`")),
+            ("run_command(git push:*)", None),
+            ("run_command(npm run test *)", None),
+            ("run_command(path=*.env)", Some("only sets a variable")),
+            ("Bash(FOO=1 make:*)", Some("only sets a variable")),
+            ("read_file(path=*.env)", Some("is read as a path glob")),
+            ("Edit(//etc/**)", Some("beneath /etc, outside every workspace root")),
+            ("Read(//srv/data/*.csv)", Some("beneath /srv/data, outside")),
+            ("Read(~/.ssh/**)", None),
+            ("Edit(//w/proj/src/**)", None),
+            ("Edit(//w/**)", None),
+            ("Edit(src/**)", None),
+            ("say(txt=*secret*)", Some("say has no argument `txt` (its arguments: text)")),
+            ("say(text=*secret*)", None),
+            ("say(*secret*)", None),
+            ("mcp__db__query(sql=DROP *)", None),
+            ("run_command", None),
+        ];
+        for (text, expected) in table {
+            let warnings = warned(text);
+            match expected {
+                Some(needle) => assert!(
+                    warnings.len() == 1 && warnings[0].contains(needle),
+                    "{text}: {warnings:?}"
+                ),
+                None => assert!(warnings.is_empty(), "{text}: {warnings:?}"),
+            }
+        }
+        assert!(covered_by("edit_file(x/**)", "Edit(x/**)", None));
+        assert!(covered_by("Bash(git push:*)", "run_command(git push:*)", None));
+        assert!(!covered_by("Edit(x/**)", "edit_file(x/**)", None));
+        assert!(!covered_by("run_command(git push:*)", "run_command(git push)", None));
     }
 
     #[test]

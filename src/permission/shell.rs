@@ -23,6 +23,7 @@
 //! fails to parse as it does in sh, and deny rules also see sh's reading where it
 //! differs.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::BufReader;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -224,7 +225,8 @@ pub(crate) struct SimpleCommand {
     /// a command made only of assignments or redirections.
     pub(crate) words: Vec<ShellWord>,
     /// Other readings deny and ask rules are matched against: the command after a
-    /// wrapper such as `sudo`, and a path-qualified name reduced to its file name.
+    /// wrapper such as `sudo`, a path-qualified name reduced to its file name, and
+    /// git's subcommand without the global options before it (see `alternate_views`).
     pub(crate) alternates: Vec<Vec<ShellWord>>,
     /// Found inside a substitution, an `eval` string, a function body or a `sh -c`
     /// script: deny and ask rules apply to it; allow rules need not cover it.
@@ -1158,23 +1160,191 @@ fn shell_script_argument(args: &[ShellWord]) -> Option<String> {
 }
 
 /// The extra readings of a command for deny and ask rules: the command after a wrapper
-/// (at every later word, so wrapper options need no parsing), and path-qualified
-/// names reduced to their file name.
+/// (at every later word, so wrapper options need no parsing; `env -S` split as env
+/// splits it), path-qualified names reduced to their file name, and git's subcommand
+/// with the global options before it left out (see [`git_views`]).
 fn alternate_views(words: &[ShellWord]) -> Vec<Vec<ShellWord>> {
     let mut views = Vec::new();
     push_file_name_view(words, &mut views);
-    let wrapped = words
+    let wrapper = words
         .first()
         .and_then(ShellWord::literal)
-        .is_some_and(|name| WRAPPERS.contains(&file_name(name)));
-    if wrapped {
+        .map(file_name)
+        .filter(|name| WRAPPERS.contains(name));
+    // git's readings of the words from each position on, each made once however many
+    // positions reach it (keyed by where in `words` it starts), so that their number
+    // stays within that of the wrapper readings whatever the words repeat.
+    let mut made = HashSet::new();
+    let mut git = Vec::new();
+    git_views(words, Some(0), &mut made, &mut git);
+    if let Some(wrapper) = wrapper {
         for start in 1..words.len() {
             let view = words[start..].to_vec();
             push_file_name_view(&view, &mut views);
+            git_views(&view, Some(start), &mut made, &mut git);
             views.push(view);
         }
+        if wrapper == "env"
+            && let Some(split) = env_split_view(&words[1..])
+        {
+            push_file_name_view(&split, &mut views);
+            git_views(&split, None, &mut made, &mut git);
+            views.push(split);
+        }
     }
+    views.extend(git);
     views
+}
+
+/// `env -S STRING` (`--split-string`, also joined): env splits STRING at whitespace
+/// into the command and its first arguments. The reading the first such option gives.
+fn env_split_view(args: &[ShellWord]) -> Option<Vec<ShellWord>> {
+    for (idx, arg) in args.iter().enumerate() {
+        let Some(text) = arg.literal() else { continue };
+        let (string, rest) = match text {
+            "-S" | "--split-string" => (args.get(idx + 1)?.literal()?, idx + 2),
+            _ => match text
+                .strip_prefix("--split-string=")
+                .or_else(|| text.strip_prefix("-S").filter(|_| !text.starts_with("--")))
+            {
+                Some(string) => (string, idx + 1),
+                None => continue,
+            },
+        };
+        let mut view: Vec<ShellWord> =
+            string.split_whitespace().map(|word| ShellWord::Literal(word.to_owned())).collect();
+        view.extend(args.get(rest..).unwrap_or_default().iter().cloned());
+        return (!view.is_empty()).then_some(view);
+    }
+    None
+}
+
+/// git's global options that take the next word as their value (each also takes it
+/// joined, `--git-dir=...`, which any `--name=value` word is read as).
+const GIT_OPTIONS_WITH_VALUE: &[&str] = &[
+    "-C",
+    "-c",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--super-prefix",
+    "--config-env",
+    "--attr-source",
+    "--list-cmds",
+];
+
+/// git's global options that take no value.
+const GIT_FLAGS: &[&str] = &[
+    "-p",
+    "--paginate",
+    "-P",
+    "--no-pager",
+    "--bare",
+    "--no-replace-objects",
+    "--no-lazy-fetch",
+    "--no-optional-locks",
+    "--no-advice",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--exec-path",
+    "--html-path",
+    "--man-path",
+    "--info-path",
+    "-v",
+    "--version",
+    "-h",
+    "--help",
+];
+
+/// For a `git` command, readings that start `git SUBCOMMAND ...` with the global options
+/// before the subcommand left out, so that `git -C . --no-pager push` meets a rule for
+/// `git push`. An option git does not have here (one it may learn later), or a word
+/// only known at run time where an option would be, is read both with and without a
+/// value. A subcommand that a `-c alias.NAME=VALUE` of the same command defines is also
+/// read as what the alias runs (`VALUE`, or for `!VALUE` the shell command).
+///
+/// `offset` is where `words` starts in the command's own words (`None` for a reading
+/// that is no suffix of them); `made` holds what was already read from there, so the
+/// same reading is never made twice.
+fn git_views(
+    words: &[ShellWord],
+    offset: Option<usize>,
+    made: &mut HashSet<(usize, usize)>,
+    out: &mut Vec<Vec<ShellWord>>,
+) {
+    let is_git = words.first().and_then(ShellWord::literal).is_some_and(|w| file_name(w) == "git");
+    if !is_git {
+        return;
+    }
+    // Alias name → what it runs, and where in `words` that is.
+    let mut aliases: HashMap<&str, (&str, usize)> = HashMap::new();
+    let mut seen = vec![false; words.len()];
+    let mut starts = Vec::new();
+    let mut frontier = vec![1usize];
+    while let Some(at) = frontier.pop() {
+        let Some(word) = words.get(at) else { continue };
+        if std::mem::replace(&mut seen[at], true) {
+            continue;
+        }
+        let steps: &[usize] = match word {
+            ShellWord::Literal(text) if !text.starts_with('-') => {
+                starts.push(at);
+                continue;
+            }
+            ShellWord::Literal(text) if GIT_FLAGS.contains(&text.as_str()) => &[1],
+            ShellWord::Literal(text) if text.starts_with("--") && text.contains('=') => &[1],
+            ShellWord::Literal(text) if GIT_OPTIONS_WITH_VALUE.contains(&text.as_str()) => {
+                if text == "-c"
+                    && let Some(value) = words.get(at + 1).and_then(ShellWord::literal)
+                    && let Some((key, runs)) = value.split_once('=')
+                    && let Some(name) = key
+                        .get(..6)
+                        .filter(|prefix| prefix.eq_ignore_ascii_case("alias."))
+                        .and_then(|_| key.get(6..))
+                {
+                    // git takes the last definition of a name.
+                    let alias = aliases.entry(name).or_insert((runs, at + 1));
+                    if alias.1 < at + 1 {
+                        *alias = (runs, at + 1);
+                    }
+                }
+                &[2]
+            }
+            _ => &[1, 2],
+        };
+        frontier.extend(steps.iter().map(|step| at + step));
+    }
+    starts.sort_unstable();
+    // Whether this reading (a start, and the alias read there, 0 for none) is new.
+    let mut new = |start: usize, alias: usize| match offset {
+        Some(offset) => made.insert((offset + start, alias)),
+        None => true,
+    };
+    for start in starts {
+        let rest = &words[start..];
+        if start > 1 && new(start, 0) {
+            let mut view = vec![ShellWord::Literal("git".to_owned())];
+            view.extend(rest.iter().cloned());
+            out.push(view);
+        }
+        let subcommand = rest.first().and_then(ShellWord::literal).unwrap_or_default();
+        if let Some(&(runs, at)) = aliases.get(subcommand) {
+            if !new(start, offset.map_or(0, |offset| offset + at)) {
+                continue;
+            }
+            let (mut view, shell) = match runs.trim_start().strip_prefix('!') {
+                Some(command) => (Vec::new(), command),
+                None => (vec![ShellWord::Literal("git".to_owned())], runs),
+            };
+            view.extend(shell.split_whitespace().map(|word| ShellWord::Literal(word.to_owned())));
+            view.extend(rest[1..].iter().cloned());
+            if !view.is_empty() {
+                out.push(view);
+            }
+        }
+    }
 }
 
 fn push_file_name_view(words: &[ShellWord], views: &mut Vec<Vec<ShellWord>>) {
@@ -1617,6 +1787,29 @@ mod tests {
                 "/",
             ]
         );
+    }
+
+    #[test]
+    fn git_readings_stay_as_many_as_the_words() {
+        let roots = [PathBuf::from("/w")];
+        // Every word after a wrapper starts a reading; git's readings of those that
+        // start with git, and its aliases, are each made once.
+        let repeated = "git --u ".repeat(200);
+        for text in [format!("sudo {repeated}a"), format!("env -S 'git --u' {repeated}a")] {
+            let analysis = analyze(&text, Path::new("/w"), &roots, &Lexical);
+            let command = &analysis.commands[0];
+            let words = command.words.len();
+            let views = command.views().count();
+            assert!(views <= 4 * words, "{views} readings of {words} words");
+        }
+        // The last definition of an alias is the one git runs.
+        let analysis =
+            analyze("git -c alias.p=status -c alias.p=push p", Path::new("/w"), &roots, &Lexical);
+        let views: Vec<String> = analysis.commands[0]
+            .views()
+            .map(|view| view.iter().map(ShellWord::display).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(views, ["git -c alias.p=status -c alias.p=push p", "git p", "git push"]);
     }
 
     #[test]

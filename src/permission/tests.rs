@@ -14,7 +14,12 @@ fn roots() -> Vec<PathBuf> {
 
 fn engine(allow: &[&str], ask: &[&str], deny: &[&str], mode: Mode) -> PermissionEngine {
     let strings = |list: &[&str]| list.iter().map(|rule| (*rule).to_owned()).collect();
-    let config = RuleConfig { allow: strings(allow), ask: strings(ask), deny: strings(deny) };
+    let config = RuleConfig {
+        allow: strings(allow),
+        ask: strings(ask),
+        deny: strings(deny),
+        ..RuleConfig::default()
+    };
     let policy = Policy::new(&config, Some(Path::new(HOME)))
         .unwrap_or_else(|err| panic!("test rules must parse: {err}"));
     PermissionEngine::new(policy, mode)
@@ -913,6 +918,7 @@ fn bad_configured_rules_name_rule_and_list() {
         allow: vec!["run_command(git status:*)".to_owned()],
         ask: vec![],
         deny: vec!["edit_file(src/[)".to_owned()],
+        ..RuleConfig::default()
     };
     let err = Policy::new(&config, None).err().map(|err| err.to_string());
     expect![[r#"Some("invalid deny rule \"edit_file(src/[)\": the path glob is invalid: unclosed character class; missing ']'")"#]]
@@ -1040,4 +1046,153 @@ fn a_sandbox_widening_always_needs_a_person() {
         let denied = engine(&[], &[], &["run_command(cargo:*)"], mode);
         assert_eq!(decide(&denied, "run_command", &widened).verdict, Verdict::Deny, "{mode}");
     }
+}
+
+#[test]
+fn built_in_protections_hold_whatever_the_lists_say() {
+    use Verdict::*;
+    let edits = ["sub/.git/config", ".git/hooks/pre-commit", "a/b/.git", ".git"];
+    for mode in [Mode::AcceptEdits, Mode::Bypass] {
+        // A configuration with lists of its own, and an allow rule for every edit.
+        let protected = engine(&["Edit", "Edit(**)"], &[], &["run_command(rm:*)"], mode);
+        for target in edits {
+            for tool in ["write_file", "edit_file", "notebook_edit"] {
+                let decision = decide(&protected, tool, &path(target));
+                assert_eq!(decision.verdict, Deny, "{mode} {tool} {target}: {}", render(&decision));
+            }
+        }
+        let patch = json!({"patch": format!(
+            "*** Begin Patch\n*** Add File: ok.txt\n+x\n*** Update File: sub/.git/config\n-a\n+b\n*** End Patch"
+        )});
+        assert_eq!(decide(&protected, "apply_patch", &patch).verdict, Deny, "{mode}");
+        // Names that only look like git's are not protected.
+        for target in ["sub/.github/workflows/ci.yml", "sub/.gitignore", "sub/git/config"] {
+            assert_eq!(decide(&protected, "write_file", &path(target)).verdict, Allow, "{target}");
+        }
+    }
+    check(
+        &engine(&[], &[], &[], Mode::Bypass),
+        &[("write_file", path("sub/.git/config"))],
+        expect![[r#"
+            write_file {"path":"sub/.git/config"}
+              => deny by rule [deny Edit(**/.git/**)]: write_file is denied by the rule Edit(**/.git/**), a built-in protection (git: git's own files at any depth, a `.git` file included: a repository's configuration or hooks name commands git runs (core.fsmonitor, core.pager, hooks)) that only [permissions] unprotect = ["git"] turns off
+        "#]],
+    );
+    // The empty policy has them too.
+    let bare = PermissionEngine::new(Policy::default(), Mode::Bypass);
+    assert_eq!(decide(&bare, "write_file", &path("sub/.git/config")).verdict, Deny);
+
+    // Only the named switch turns one off.
+    let config = RuleConfig { unprotect: vec!["git".to_owned()], ..RuleConfig::default() };
+    let policy = Policy::new(&config, None).unwrap_or_else(|err| panic!("{err}"));
+    let unprotected = PermissionEngine::new(policy, Mode::AcceptEdits);
+    for target in edits {
+        assert_eq!(decide(&unprotected, "write_file", &path(target)).verdict, Allow, "{target}");
+    }
+    let config = RuleConfig { unprotect: vec!["gti".to_owned()], ..RuleConfig::default() };
+    let err = Policy::new(&config, None).err().map(|err| err.problem);
+    assert!(matches!(err, Some(RuleProblem::UnknownProtection { .. })), "{err:?}");
+}
+
+#[test]
+fn command_rules_see_through_git_global_options_and_wrappers() {
+    use Verdict::*;
+    let engine = engine(
+        &["run_command(git status:*)", "run_command(git log:*)"],
+        &["run_command(git commit:*)"],
+        &["run_command(git push:*)"],
+        Mode::Bypass,
+    );
+    assert_commands(
+        &engine,
+        &[
+            ("git push", Deny),
+            // Global options before the subcommand, in every spelling git takes.
+            ("git -C . push", Deny),
+            ("git -C sub -C . push origin main", Deny),
+            ("git --no-pager push", Deny),
+            ("git -P push", Deny),
+            ("git -p push", Deny),
+            ("git --paginate push", Deny),
+            ("git -c k=v push", Deny),
+            ("git -c core.sshCommand=ssh push", Deny),
+            ("git --config-env=k=ENV push", Deny),
+            ("git --config-env k=ENV push", Deny),
+            ("git --git-dir=.git push", Deny),
+            ("git --git-dir .git push", Deny),
+            ("git --work-tree . push", Deny),
+            ("git --work-tree=. push", Deny),
+            ("git --exec-path=/usr/lib/git-core push", Deny),
+            ("git --namespace ns push", Deny),
+            ("git --namespace=ns push", Deny),
+            ("git --bare push", Deny),
+            ("git --literal-pathspecs push", Deny),
+            ("git --glob-pathspecs --icase-pathspecs push", Deny),
+            ("git --noglob-pathspecs push", Deny),
+            ("git --no-replace-objects --no-optional-locks push", Deny),
+            ("git --no-lazy-fetch --no-advice push", Deny),
+            ("git --attr-source HEAD push", Deny),
+            ("git --super-prefix=x/ push", Deny),
+            // An option git may learn later, with or without a value of its own.
+            ("git --some-new-option push", Deny),
+            ("git --some-new-option value push", Deny),
+            // A word only known at run time where an option would be.
+            ("git $OPTS push", Deny),
+            ("/usr/bin/git -C . push", Deny),
+            // Wrappers, with their own options, and several of them.
+            ("env -i VAR=x git push", Deny),
+            ("env -i VAR=x git -C . push", Deny),
+            ("nice -n 5 git push", Deny),
+            ("timeout 10 git push", Deny),
+            ("timeout -s KILL 10 git --no-pager push", Deny),
+            ("nohup git push", Deny),
+            ("time git push", Deny),
+            ("time -p git push", Deny),
+            ("stdbuf -oL git push", Deny),
+            ("sudo -u me nice -n 5 git -C . push", Deny),
+            ("command git push", Deny),
+            ("bash -c 'git -C . push'", Deny),
+            ("echo $(git --no-pager push)", Deny),
+            // Ask rules the same way.
+            ("git -C . commit -m x", Ask),
+            ("nice git --no-pager commit", Ask),
+            // Not a push: an option's value, or an argument after the subcommand.
+            ("git -C push status", Allow),
+            ("git -c push=1 status", Allow),
+            ("git log push", Allow),
+            ("git status --porcelain push", Allow),
+        ],
+    );
+    // Allow rules stay as strict as they were: the words as written must match.
+    let strict = engine_with_mode(&engine, Mode::Default);
+    assert_commands(
+        &strict,
+        &[
+            ("git status", Allow),
+            ("git -C . status", Ask),
+            ("git --no-pager log", Ask),
+            ("nice git status", Ask),
+            ("env git status", Ask),
+        ],
+    );
+}
+
+#[test]
+fn command_rules_see_what_a_git_alias_or_env_split_runs() {
+    use Verdict::*;
+    let engine = engine(&[], &[], &["run_command(git push:*)", "run_command(rm:*)"], Mode::Bypass);
+    assert_commands(
+        &engine,
+        &[
+            ("git -c alias.p=push p", Deny),
+            ("git -c alias.p='push --force' p origin", Deny),
+            ("git -C . -c alias.p='!git push' p", Deny),
+            ("git -c alias.x='!rm -rf /' x", Deny),
+            ("env -S 'git push' origin", Deny),
+            ("env -S'git -C . push'", Deny),
+            ("env --split-string='rm -rf /'", Deny),
+            // An alias that is not the subcommand runs nothing.
+            ("git -c alias.p=push status", Allow),
+        ],
+    );
 }

@@ -361,7 +361,7 @@ impl Spec {
 /// run what its configuration names. A directory that merely looks like a bare
 /// repository (`HEAD`, `config`, `objects/`, `refs/`, no `.git`) is not taken for one,
 /// and no file system monitor command runs. (A planted `.git`, file or directory, is
-/// what the built-in `Edit(**/.git/**)` rule refuses to write.)
+/// what the built-in `git` protection, `Edit(**/.git/**)`, refuses to write.)
 pub const GIT_PROTECTIONS: &[(&str, &str)] =
     &[("safe.bareRepository", "explicit"), ("core.fsmonitor", "false")];
 
