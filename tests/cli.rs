@@ -415,3 +415,103 @@ fn status_and_explain_say_what_the_sandbox_grants_and_what_never() {
     // The sandbox decides nothing before the call: the mode does.
     assert_eq!(explained["explanation"]["layer"], "mode", "{explained}");
 }
+
+/// Runs `toolgate ARGS` isolated in `dir` with stdin empty and waits for it to end
+/// (a daemon that starts instead of refusing is killed, and the test fails).
+fn run_to_end(dir: &Path, args: &[&str]) -> Output {
+    let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir)
+        .args(args)
+        .current_dir(dir)
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("toolgate {args:?} kept running: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A configuration whose hook names a script that is not there (or cannot be run) is
+/// refused by `check-config`, `serve` and `mcp`, naming the file, the hook and the
+/// script; once the script is there and executable, all of them accept it.
+#[test]
+fn a_hook_whose_program_cannot_run_is_refused_until_it_can() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroots = [{:?}]\n\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\n\
+             command = \"~/.config/toolgate/hooks/check-command.sh\"\n",
+            workspace.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+    let socket = dir.path().join("run").join("toolgate.sock");
+    let socket_arg = socket.to_str().unwrap();
+    let script = dir.path().join(".config/toolgate/hooks/check-command.sh");
+    let refused = |why: &str| {
+        let check = run_to_end(dir.path(), &["check-config", "--config", config_arg]);
+        let stderr = String::from_utf8_lossy(&check.stderr);
+        assert!(!check.status.success(), "check-config accepted it: {stderr}");
+        for part in [config_arg, "hooks.pre_tool_use", "check-command.sh", why] {
+            assert!(stderr.contains(part), "check-config does not say {part:?}: {stderr}");
+        }
+        for args in [
+            &["serve", "--config", config_arg, "--socket", socket_arg][..],
+            &["mcp", "--config", config_arg],
+        ] {
+            let run = run_to_end(dir.path(), args);
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert!(!run.status.success(), "{args:?} started: {stderr}");
+            assert!(stderr.contains("check-command.sh"), "{args:?}: {stderr}");
+            assert!(stderr.contains(why), "{args:?}: {stderr}");
+        }
+        assert!(!socket.exists(), "serve listened");
+    };
+    refused("does not exist");
+
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused("not executable");
+
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = run_to_end(dir.path(), &["check-config", "--config", config_arg]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut daemon = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
+        .args(["serve", "--config", config_arg, "--socket", socket_arg])
+        .current_dir(&workspace)
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = loop {
+        if UnixStream::connect(&socket).is_ok() {
+            break true;
+        }
+        if daemon.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(listening, "serve did not start with the script in place");
+}
