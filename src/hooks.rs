@@ -397,6 +397,8 @@ struct CompiledHook {
     index: usize,
     /// `None` matches every tool.
     matcher: Option<Regex>,
+    /// The matcher as configured, for people.
+    matcher_text: String,
     command: String,
     timeout: Duration,
     timeout_ms: u64,
@@ -455,6 +457,7 @@ impl CompiledHook {
         Ok(CompiledHook {
             index,
             matcher,
+            matcher_text: config.matcher.clone(),
             command,
             timeout: Duration::from_millis(config.timeout_ms),
             timeout_ms: config.timeout_ms,
@@ -619,6 +622,40 @@ impl Hooks {
     /// Whether any PostToolUse hook matches this tool.
     pub fn has_post(&self, tool_name: &str) -> bool {
         self.post.iter().any(|hook| hook.matches(tool_name))
+    }
+
+    /// One sentence for each hook that would run for a call of `tool_name` (PreToolUse
+    /// first, each event in configuration order), saying which hook it is and that its
+    /// answer is known only when the call runs: no hook is run to find out, since a
+    /// hook is a program that may do anything.
+    pub fn explain(&self, tool_name: &str) -> Vec<String> {
+        let describe = |event: HookEvent, hook: &CompiledHook| {
+            let matcher = match hook.matcher_text.trim() {
+                "" | "*" => "every tool".to_owned(),
+                text => format!("matcher {text:?}"),
+            };
+            let what = match event {
+                HookEvent::PreToolUse => {
+                    "runs before the permission rules; its answer (continue, allow, ask, deny, \
+                     block or new arguments) is known only when the call runs, so the call may \
+                     be refused or changed where this says otherwise"
+                }
+                HookEvent::PostToolUse => {
+                    "runs after the call; it can only add feedback to the result"
+                }
+            };
+            format!(
+                "{} hook #{} `{}` ({matcher}) {what}",
+                event.config_key(),
+                hook.index + 1,
+                hook.command
+            )
+        };
+        let pre = self.pre.iter().filter(|hook| hook.matches(tool_name));
+        let post = self.post.iter().filter(|hook| hook.matches(tool_name));
+        pre.map(|hook| describe(HookEvent::PreToolUse, hook))
+            .chain(post.map(|hook| describe(HookEvent::PostToolUse, hook)))
+            .collect()
     }
 
     /// Runs every PreToolUse hook matching `call.tool_name`, concurrently, and combines

@@ -515,3 +515,36 @@ fn a_hook_whose_program_cannot_run_is_refused_until_it_can() {
     let _ = daemon.wait();
     assert!(listening, "serve did not start with the script in place");
 }
+
+/// `explain` names every hook that would run for the call, first, as a call meets
+/// them, and says their answer is known only when the call runs: it runs none of them.
+#[test]
+fn explain_lists_the_hooks_a_call_would_run() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nallow = [\"run_command(git status:*)\"]\n\n\
+         [[hooks.pre_tool_use]]\nmatcher = \"Bash\"\ncommand = \"touch pre-hook-ran\"\n\n\
+         [[hooks.pre_tool_use]]\nmatcher = \"read_file\"\ncommand = \"touch other-hook-ran\"\n\n\
+         [[hooks.post_tool_use]]\ncommand = \"true\"\n",
+    );
+    let explained =
+        json_of(&daemon.run(&["explain", "run_command", r#"{"command":"git status"}"#]));
+    assert_eq!(explained["decision"], "allow", "{explained}");
+    let layers = explained["layers"].as_array().unwrap();
+    let hooks: Vec<&str> = layers
+        .iter()
+        .filter(|layer| layer["layer"] == "hook")
+        .map(|layer| layer["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(hooks.len(), 2, "{explained}");
+    assert_eq!(layers[0]["layer"], "hook", "{explained}");
+    assert!(hooks[0].contains("pre_tool_use hook #1 `touch pre-hook-ran`"), "{}", hooks[0]);
+    assert!(hooks[0].contains("known only when the call runs"), "{}", hooks[0]);
+    assert!(hooks[1].contains("post_tool_use hook #1 `true`"), "{}", hooks[1]);
+    assert!(!daemon.workspace().join("pre-hook-ran").exists(), "explain ran the hook");
+
+    // The call itself runs the hook explain named, and not the other.
+    let call = json_of(&daemon.run(&["call", "run_command", r#"{"command":"git status"}"#]));
+    assert_eq!(call["tool"], "run_command", "{call}");
+    assert!(daemon.workspace().join("pre-hook-ran").exists(), "the call did not run the hook");
+    assert!(!daemon.workspace().join("other-hook-ran").exists());
+}
