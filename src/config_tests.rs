@@ -153,7 +153,7 @@ fn no_directories_at_all_still_loads() {
 fn default_audit_log_needs_a_state_directory() {
     let fixture = Fixture::new();
     let options = LoadOptions { state_home: None, ..fixture.options() };
-    expect!["(built-in defaults):56:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
+    expect!["(built-in defaults):59:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
         .assert_eq(&fixture.error(&options));
     fixture.user_file("[server]\naudit_log = false\n");
     assert_eq!(Config::load(&options).unwrap().server.audit_log, None);

@@ -372,6 +372,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     // Listeners: inherited ones first (socket activation), else bind our own.
     let accept_stop = CancellationToken::new();
+    let socket_from_config = options.socket.is_none()
+        && !options.inherited.iter().any(|inherited| matches!(inherited, Inherited::Unix { .. }));
     let mut unix_listener = None;
     let mut bound_socket = None;
     for inherited in options.inherited {
@@ -471,10 +473,23 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
                     Ok((config, options, settings))
                 }) {
-                    Ok((config, options, settings)) => {
-                        configure_sandbox(&config, &options);
+                    Ok((reloaded, options, settings)) => {
+                        configure_sandbox(&reloaded, &options);
                         daemon.reload(settings);
-                        dynamic.reload(&config);
+                        dynamic.reload(&reloaded);
+                        let unapplied = unapplied_listener_settings(
+                            &config.server,
+                            &reloaded.server,
+                            socket_from_config,
+                        );
+                        for (setting, running, configured) in unapplied {
+                            tracing::warn!(
+                                "the reload did not apply [server] {setting}: the \
+                                 configuration says {configured}, the running daemon has \
+                                 {running}; listeners are opened at start only, restart \
+                                 toolgate to apply it"
+                            );
+                        }
                         tracing::info!("configuration reloaded");
                     }
                     Err(err) => tracing::error!(%err, "reload failed; keeping the running configuration"),
@@ -517,6 +532,45 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     drop(bound_socket);
     Ok(())
+}
+
+/// The listener settings of a reloaded configuration that differ from those the
+/// daemon started with, as `(setting, running, configured)`: listeners, and the tokens
+/// the network ones check, are opened once at start, so a reload cannot apply them.
+/// `socket` counts only when the Unix socket came from the configuration (not from
+/// `--socket` or the service manager).
+fn unapplied_listener_settings(
+    running: &crate::config::ServerConfig,
+    reloaded: &crate::config::ServerConfig,
+    socket_from_config: bool,
+) -> Vec<(&'static str, String, String)> {
+    fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
+        value.map_or_else(|| "none".to_owned(), |value| value.to_string())
+    }
+    let mut changed = Vec::new();
+    if socket_from_config && running.socket != reloaded.socket {
+        changed.push((
+            "socket",
+            running.socket.display().to_string(),
+            reloaded.socket.display().to_string(),
+        ));
+    }
+    for (setting, was, now) in
+        [("tcp", running.tcp, reloaded.tcp), ("mcp_http", running.mcp_http, reloaded.mcp_http)]
+    {
+        if was != now {
+            changed.push((setting, shown(was), shown(now)));
+        }
+    }
+    let networked = running.tcp.is_some() || running.mcp_http.is_some();
+    if networked && running.token_file != reloaded.token_file {
+        changed.push((
+            "token_file",
+            shown(running.token_file.as_ref().map(|path| path.display())),
+            shown(reloaded.token_file.as_ref().map(|path| path.display())),
+        ));
+    }
+    changed
 }
 
 /// What `toolgate mcp` was asked to do.

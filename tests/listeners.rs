@@ -593,3 +593,87 @@ fn commands_keep_the_limit_on_open_files_the_daemon_was_started_with() {
     let content = answer["result"]["structuredContent"]["content"].as_str().unwrap_or_default();
     assert!(content.starts_with("512\n4096\n"), "{answer}");
 }
+
+/// A reload cannot open or move a listener: SIGHUP after `[server] socket`, `tcp` and
+/// `mcp_http` changed reloads the rest, opens nothing, and warns about each of the
+/// three, naming it and saying it needs a restart.
+#[test]
+fn a_reload_names_each_listener_setting_it_did_not_apply() {
+    use std::io::BufRead as _;
+    let home = Home::new();
+    let dir = home.path();
+    let socket = dir.join("run").join("toolgate.sock");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[server]\nsocket = {:?}\n", socket.display().to_string()))
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .current_dir(dir.join("workspace"))
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config-home"))
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env("TOOLGATE_LOG", "info")
+        .env("TOOLGATE_LOG_FORMAT", "text")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut running = Running::start(command, &socket);
+    let (lines, received) = std::sync::mpsc::channel();
+    let stderr = running.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (tcp, mcp_http) = (free_port(), free_port());
+    let moved = dir.join("run").join("moved.sock");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nsocket = {:?}\ntcp = \"{tcp}\"\nmcp_http = \"{mcp_http}\"\n",
+            moved.display().to_string()
+        ),
+    )
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(running.0.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut log = Vec::new();
+    loop {
+        let line = received.recv_timeout(PATIENCE).expect("no \"configuration reloaded\"");
+        let done = line.contains("configuration reloaded");
+        log.push(line);
+        if done {
+            break;
+        }
+    }
+    let log = log.join("\n");
+    for (setting, value) in [
+        ("socket", moved.display().to_string()),
+        ("tcp", tcp.to_string()),
+        ("mcp_http", mcp_http.to_string()),
+    ] {
+        let warning = log
+            .lines()
+            .find(|line| line.contains(&format!("did not apply [server] {setting}:")))
+            .unwrap_or_else(|| panic!("no warning about {setting}:\n{log}"));
+        assert!(warning.contains("WARN"), "{warning}");
+        assert!(warning.contains(&value), "{warning}");
+        assert!(warning.contains("restart"), "{warning}");
+    }
+    // What the warnings say holds: nothing was opened, the old socket still answers.
+    assert!(!moved.exists(), "the reload bound the new socket");
+    assert!(std::net::TcpStream::connect(tcp).is_err(), "the reload opened {tcp}");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    running.stop();
+}
