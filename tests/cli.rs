@@ -548,3 +548,84 @@ fn explain_lists_the_hooks_a_call_would_run() {
     assert!(daemon.workspace().join("pre-hook-ran").exists(), "the call did not run the hook");
     assert!(!daemon.workspace().join("other-hook-ran").exists());
 }
+
+/// A reload whose hook cannot run is refused like a start: the daemon logs why, naming
+/// the hook's script, and keeps the configuration it runs (no hook appears).
+#[test]
+fn a_reload_with_a_hook_that_cannot_run_keeps_the_running_configuration() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = dir.path().join("config.toml");
+    let base = format!("[workspace]\nroots = [{:?}]\n", workspace.display().to_string());
+    std::fs::write(&config, &base).unwrap();
+    let socket = dir.path().join("run").join("toolgate.sock");
+    let mut daemon = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .arg("--config")
+        .arg(&config)
+        .current_dir(&workspace)
+        .env("TOOLGATE_LOG", "info")
+        .env("TOOLGATE_LOG_FORMAT", "text")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    let stderr = daemon.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&socket).is_err() {
+        if Instant::now() > deadline || daemon.try_wait().unwrap().is_some() {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the daemon did not listen");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(
+        &config,
+        format!(
+            "{base}\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\n\
+             command = \"~/.config/toolgate/hooks/check-command.sh\"\n"
+        ),
+    )
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let reloaded = loop {
+        match received.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.contains("reload") => break Ok(line),
+            Ok(_) => {}
+            Err(err) => break Err(err),
+        }
+    };
+    // The running configuration has no hook: explain lists none.
+    let mut explain = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path());
+    let explained = explain
+        .args(["explain", "run_command", r#"{"command":"git status"}"#, "--socket"])
+        .arg(&socket)
+        .current_dir(&workspace)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let reloaded = reloaded.expect("the daemon logged nothing about the reload");
+    assert!(reloaded.contains("keeping the running configuration"), "{reloaded}");
+    assert!(reloaded.contains("check-command.sh"), "{reloaded}");
+    assert!(reloaded.contains("does not exist"), "{reloaded}");
+    let explained = json_of(&explained);
+    let layers = explained["layers"].as_array().unwrap();
+    assert!(layers.iter().all(|layer| layer["layer"] != "hook"), "{explained}");
+}
