@@ -506,11 +506,7 @@ impl Config {
     /// The environment policy of commands: the built-in secret patterns, the service
     /// manager's variables and `[env] exclude`, then `[env] set`.
     pub fn env_policy(&self) -> EnvPolicy {
-        let mut policy = EnvPolicy { inherit: self.env.inherit, ..EnvPolicy::default() };
-        policy.exclude_patterns.extend(SERVICE_MANAGER_VARS.iter().map(|name| (*name).to_owned()));
-        policy.exclude_patterns.extend(self.env.exclude.iter().cloned());
-        policy.set = self.env.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        policy
+        env_policy_of(&self.env)
     }
 
     /// A new session's Env as this configuration grants it: every root, the first one
@@ -1034,7 +1030,7 @@ impl RawConfig {
         }
 
         validate_limits(&self.limits, layers)?;
-        validate_hooks(&self.hooks, options, layers)?;
+        validate_hooks(&self.hooks, &hook_search_path(&self.env), options, layers)?;
         let mut mcp_servers = self.mcp_servers;
         validate_mcp_servers(&mut mcp_servers, &self.limits, options, layers)?;
         validate_env(&self.env, layers)?;
@@ -1355,6 +1351,7 @@ fn validate_permissions(
 
 fn validate_hooks(
     hooks: &HooksConfig,
+    search_path: &Option<String>,
     options: &LoadOptions,
     layers: &Layers,
 ) -> Result<(), ConfigError> {
@@ -1387,12 +1384,46 @@ fn validate_hooks(
             if hook.timeout_ms == 0 {
                 return Err(layers.invalid(&path("timeout_ms"), "must be greater than zero"));
             }
+            // A hook that cannot start fails every call it matches (closed) or never
+            // runs (open): either way the configuration does not do what it says.
+            if let Some(why) = crate::hooks::missing_program(
+                &hook.command,
+                options.home.as_deref(),
+                search_path.as_deref(),
+            ) {
+                return Err(layers
+                    .invalid(&path("command"), format!("{:?} cannot run: {why}", hook.command)));
+            }
             for file in hook_command_files(&hook.command, options.home.as_deref()) {
                 check_trusted(&file, options.uid)?;
             }
         }
     }
     Ok(())
+}
+
+/// The environment policy `[env]` sets: the built-in secret patterns, the service
+/// manager's variables and `exclude`, then `set`.
+fn env_policy_of(env: &EnvConfig) -> EnvPolicy {
+    let mut policy = EnvPolicy { inherit: env.inherit, ..EnvPolicy::default() };
+    policy.exclude_patterns.extend(SERVICE_MANAGER_VARS.iter().map(|name| (*name).to_owned()));
+    policy.exclude_patterns.extend(env.exclude.iter().cloned());
+    policy.set = env.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    policy
+}
+
+/// The `PATH` hook processes get (the environment policy of [`Config::env_policy`]
+/// applied to the daemon's environment); `None` when they get none.
+fn hook_search_path(env: &EnvConfig) -> Option<String> {
+    if let Some(path) = env.set.get("PATH") {
+        return Some(path.clone());
+    }
+    if !env_policy_of(env).inherits("PATH") {
+        return None;
+    }
+    crate::sandbox::daemon_environment()
+        .into_iter()
+        .find_map(|(name, value)| (name == "PATH").then_some(value))
 }
 
 /// The files a hook command runs that exist now: its program when named by a path, and

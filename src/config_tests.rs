@@ -155,7 +155,7 @@ fn no_directories_at_all_still_loads() {
 fn default_audit_log_needs_a_state_directory() {
     let fixture = Fixture::new();
     let options = LoadOptions { state_home: None, ..fixture.options() };
-    expect!["(built-in defaults):56:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
+    expect!["(built-in defaults):59:1: [server] audit_log: neither $XDG_STATE_HOME nor the home directory is known; set audit_log to a path, or to false"]
         .assert_eq(&fixture.error(&options));
     fixture.user_file("[server]\naudit_log = false\n");
     assert_eq!(Config::load(&options).unwrap().server.audit_log, None);
@@ -222,12 +222,11 @@ fn arrays_of_tables_replace_rather_than_append() {
     fixture.system_file(
         "[[hooks.pre_tool_use]]\ncommand = \"system-hook\"\n[[hooks.pre_tool_use]]\ncommand = \"second\"\n",
     );
-    fixture
-        .user_file("[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\ncommand = \"user-hook\"\n");
+    fixture.user_file("[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\ncommand = \"true\"\n");
     let config = fixture.load();
     let commands: Vec<&str> =
         config.hooks.pre_tool_use.iter().map(|hook| hook.command.as_str()).collect();
-    assert_eq!(commands, ["user-hook"]);
+    assert_eq!(commands, ["true"]);
     assert_eq!(config.hooks.pre_tool_use[0].timeout_ms, 60_000);
     assert_eq!(config.hooks.pre_tool_use[0].on_error, crate::hooks::OnError::Allow);
 }
@@ -354,7 +353,7 @@ fn an_unknown_mode_is_refused() {
 #[test]
 fn hooks_are_validated() {
     check_user_error(
-        "[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\ncommand = \"a\"\n\n[[hooks.pre_tool_use]]\nmatcher = \"(edit|write\"\ncommand = \"b\"\n",
+        "[[hooks.pre_tool_use]]\nmatcher = \"run_command\"\ncommand = \"true\"\n\n[[hooks.pre_tool_use]]\nmatcher = \"(edit|write\"\ncommand = \"b\"\n",
         expect![[
             r#"$T/home/.config/toolgate/config.toml:6:1: [[hooks.pre_tool_use]] #2 matcher: "(edit|write" is not a valid regex: error: unclosed group"#
         ]],
@@ -378,12 +377,31 @@ fn hooks_are_validated() {
         ],
     );
 
+    check_user_error(
+        "[[hooks.pre_tool_use]]\ncommand = \"true\"\n[[hooks.pre_tool_use]]\ncommand = \"~/hooks/check.sh --strict\"\n",
+        expect![[
+            r#"$T/home/.config/toolgate/config.toml:4:1: [[hooks.pre_tool_use]] #2 command: "~/hooks/check.sh --strict" cannot run: $T/home/hooks/check.sh does not exist"#
+        ]],
+    );
+    check_user_error(
+        "[[hooks.post_tool_use]]\ncommand = \"no-such-hook-program x\"\n[env]\nset = { PATH = \"/nonexistent\" }\n",
+        expect![[
+            r#"$T/home/.config/toolgate/config.toml:2:1: [[hooks.post_tool_use]] #1 command: "no-such-hook-program x" cannot run: `no-such-hook-program` is not a program in any directory of PATH (/nonexistent)"#
+        ]],
+    );
+
     let fixture = Fixture::new();
     fixture.user_file(
         "[[hooks.pre_tool_use]]\nmatcher = \"*\"\ncommand = \"~/hooks/check.sh\"\ntimeout_ms = 10000\non_error = \"deny\"\n",
     );
+    let script = fixture.home.join("hooks").join("check.sh");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    fixture.write(&script, "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The script is the user's own: the daemon runs as its owner.
+    let options = LoadOptions { uid: rustix::process::geteuid().as_raw(), ..fixture.options() };
     assert_eq!(
-        fixture.load().hooks.pre_tool_use,
+        Config::load(&options).unwrap().hooks.pre_tool_use,
         vec![HookConfig {
             matcher: "*".to_owned(),
             command: "~/hooks/check.sh".to_owned(),
@@ -709,7 +727,7 @@ mode = "accept_edits"
 allow = ["run_command(git status:*)"]
 [[hooks.pre_tool_use]]
 matcher = "run_command"
-command = "check"
+command = "true"
 [[mcp_servers]]
 name = "git"
 command = "uvx"

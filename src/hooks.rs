@@ -397,6 +397,8 @@ struct CompiledHook {
     index: usize,
     /// `None` matches every tool.
     matcher: Option<Regex>,
+    /// The matcher as configured, for people.
+    matcher_text: String,
     command: String,
     timeout: Duration,
     timeout_ms: u64,
@@ -455,6 +457,7 @@ impl CompiledHook {
         Ok(CompiledHook {
             index,
             matcher,
+            matcher_text: config.matcher.clone(),
             command,
             timeout: Duration::from_millis(config.timeout_ms),
             timeout_ms: config.timeout_ms,
@@ -485,6 +488,87 @@ fn expand_home(command: &str, home: Option<&Path>) -> Option<String> {
     let home = home?;
     let home = home.to_str()?.trim_end_matches('/');
     Some(format!("{home}/{rest}"))
+}
+
+/// Words `/bin/sh` runs itself (keywords and built-ins): a command starting with one
+/// needs no program.
+const SHELL_WORDS: &[&str] = &[
+    "!", "{", "}", "case", "for", "if", "until", "while", ":", ".", "[", "alias", "bg", "break",
+    "cd", "command", "continue", "echo", "eval", "exec", "exit", "export", "false", "fg",
+    "getopts", "hash", "jobs", "kill", "local", "printf", "pwd", "read", "readonly", "return",
+    "set", "shift", "test", "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset",
+    "wait",
+];
+
+/// The directories `/bin/sh` searches when the environment has no `PATH`.
+const SHELL_DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Why the program a hook command starts cannot run, judged as `/bin/sh` would find
+/// it: the first word of the command, with a leading `~/` expanded as the runner
+/// expands it ([`expand_home`]); a word with a `/` is a path, anything else a built-in
+/// or a name looked up in `search_path` (the hooks' `PATH`; the shell's default when
+/// `None`). `None` when the program is there and executable, or when the first word
+/// is not a plain word (a variable, an assignment, a quote with expansions, a relative
+/// path the session's directory decides): those are known only when the hook runs.
+pub fn missing_program(
+    command: &str,
+    home: Option<&Path>,
+    search_path: Option<&str>,
+) -> Option<String> {
+    let command = command.trim_start();
+    let word = if let Some(quote @ ('"' | '\'')) = command.chars().next() {
+        let rest = &command[1..];
+        let end = rest.find(quote)?;
+        let word = &rest[..end];
+        let after = &rest[end + 1..];
+        let ends = after.is_empty() || after.starts_with(char::is_whitespace);
+        if !ends || (quote == '"' && word.contains(['$', '`', '\\'])) {
+            return None;
+        }
+        word.to_owned()
+    } else {
+        let word = command.split(char::is_whitespace).next().unwrap_or_default();
+        let word = match (word.strip_prefix("~/"), home) {
+            (Some(rest), Some(home)) => format!("{}/{rest}", home.to_str()?.trim_end_matches('/')),
+            (Some(_), None) => return None,
+            (None, _) => word.to_owned(),
+        };
+        const SPECIAL: &[char] = &[
+            '$', '`', '\\', '"', '\'', ';', '&', '|', '<', '>', '(', ')', '*', '?', '[', ']', '=',
+            '#', '~',
+        ];
+        if word.is_empty() || (word != "[" && word.contains(SPECIAL)) {
+            return None;
+        }
+        word
+    };
+    if word.contains('/') {
+        if !word.starts_with('/') {
+            return None;
+        }
+        return not_executable(Path::new(&word)).map(|why| format!("{word} {why}"));
+    }
+    if SHELL_WORDS.contains(&word.as_str()) {
+        return None;
+    }
+    let search_path = search_path.unwrap_or(SHELL_DEFAULT_PATH);
+    let found = search_path
+        .split(':')
+        .filter(|dir| dir.starts_with('/'))
+        .any(|dir| not_executable(&Path::new(dir).join(&word)).is_none());
+    (!found).then(|| format!("`{word}` is not a program in any directory of PATH ({search_path})"))
+}
+
+/// Why `path` is not a program the daemon's user can run; `None` when it is.
+fn not_executable(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_owned()),
+        Err(err) => Some(format!("cannot be read: {err}")),
+        Ok(meta) if !meta.is_file() => Some("is not a file".to_owned()),
+        Ok(_) => rustix::fs::access(path, rustix::fs::Access::EXEC_OK)
+            .err()
+            .map(|_| "is not executable by the user toolgate runs as (chmod +x it)".to_owned()),
+    }
 }
 
 /// The daemon user's home directory: `$HOME`, else the password database.
@@ -538,6 +622,40 @@ impl Hooks {
     /// Whether any PostToolUse hook matches this tool.
     pub fn has_post(&self, tool_name: &str) -> bool {
         self.post.iter().any(|hook| hook.matches(tool_name))
+    }
+
+    /// One sentence for each hook that would run for a call of `tool_name` (PreToolUse
+    /// first, each event in configuration order), saying which hook it is and that its
+    /// answer is known only when the call runs: no hook is run to find out, since a
+    /// hook is a program that may do anything.
+    pub fn explain(&self, tool_name: &str) -> Vec<String> {
+        let describe = |event: HookEvent, hook: &CompiledHook| {
+            let matcher = match hook.matcher_text.trim() {
+                "" | "*" => "every tool".to_owned(),
+                text => format!("matcher {text:?}"),
+            };
+            let what = match event {
+                HookEvent::PreToolUse => {
+                    "runs before the permission rules; its answer (continue, allow, ask, deny, \
+                     block or new arguments) is known only when the call runs, so the call may \
+                     be refused or changed where this says otherwise"
+                }
+                HookEvent::PostToolUse => {
+                    "runs after the call; it can only add feedback to the result"
+                }
+            };
+            format!(
+                "{} hook #{} `{}` ({matcher}) {what}",
+                event.config_key(),
+                hook.index + 1,
+                hook.command
+            )
+        };
+        let pre = self.pre.iter().filter(|hook| hook.matches(tool_name));
+        let post = self.post.iter().filter(|hook| hook.matches(tool_name));
+        pre.map(|hook| describe(HookEvent::PreToolUse, hook))
+            .chain(post.map(|hook| describe(HookEvent::PostToolUse, hook)))
+            .collect()
     }
 
     /// Runs every PreToolUse hook matching `call.tool_name`, concurrently, and combines
@@ -1145,6 +1263,38 @@ mod tests {
         assert_eq!(expand_home("~user/x", Some(home)).unwrap(), "~user/x");
         assert_eq!(expand_home("~/x", None), None);
         assert_eq!(expand_home("plain", None).unwrap(), "plain");
+    }
+
+    #[test]
+    fn the_program_of_a_command_is_found_as_the_shell_finds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let program = bin.join("check");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let mode = |mode| {
+            std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+        };
+        mode(0o755);
+        let search = bin.to_str().unwrap();
+        let missing = |command: &str| missing_program(command, Some(dir.path()), Some(search));
+        assert_eq!(missing("check --all"), None);
+        assert_eq!(missing("~/bin/check"), None);
+        assert_eq!(missing(&format!("{} x", program.display())), None);
+        assert_eq!(missing(&format!("'{}' x", program.display())), None);
+        // Built-ins, and words whose meaning only the running shell knows.
+        for command in ["exit 2", "[ -e x ]", "$HOOK x", "A=1 gone", "./gone", "\"$HOME/gone\""] {
+            assert_eq!(missing(command), None, "{command}");
+        }
+        assert!(missing("gone x").unwrap().contains("`gone` is not a program"));
+        assert!(missing("~/bin/gone").unwrap().ends_with("bin/gone does not exist"));
+        assert!(missing("~/bin").unwrap().ends_with("bin is not a file"));
+        assert_eq!(missing_program("~/bin/check", None, Some(search)), None);
+        mode(0o644);
+        // Root may run what any execute bit allows, and none is left.
+        assert!(missing("~/bin/check").unwrap().contains("is not executable"));
+        assert!(missing("check").is_some());
     }
 
     #[test]

@@ -25,8 +25,9 @@ Exit status:
        printed about it
 
 Logging (serve, mcp): TOOLGATE_LOG, else RUST_LOG, is a filter such as `debug` or
-`warn,toolgate=debug`; without either, toolgate logs at info and its dependencies at
-warn, and -v / -q move that up or down.
+`warn,toolgate=debug`; without either, toolgate logs at info (at warn for `mcp` over
+stdio, whose host records stderr) and its dependencies at warn, and -v / -q move that
+up or down.
 
 Output: `list`, `call`, `status` and `explain` print text for a person when stdout is
 a terminal, and the daemon's JSON when it is not (a pipe, a file) or with --json.
@@ -456,8 +457,8 @@ fn audit_verify(file: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Resul
 /// Sets up logging to stderr, never to stdout: stdout carries the protocol in
 /// `--stdio` and `mcp` modes.
 ///
-/// The filter is `TOOLGATE_LOG`, else `RUST_LOG`, else toolgate at info and its
-/// dependencies at warn (their per-session chatter, such as rmcp's dump of every
+/// The filter is `TOOLGATE_LOG`, else `RUST_LOG`, else toolgate at info (at warn for
+/// `mcp` over stdio) and its dependencies at warn (their per-session chatter, such as rmcp's dump of every
 /// initialize request, is not for a service log), moved by `-v`/`-q`. The format is
 /// chosen by `--log-format`: under systemd (stderr is the journal's stream) lines
 /// carry a syslog priority and neither timestamps nor colour, as the journal adds
@@ -466,9 +467,13 @@ fn init_tracing(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
 
     let verbosity = i16::from(cli.verbose) - i16::from(cli.quiet);
+    // An MCP host records a stdio server's stderr, often as errors: there, toolgate
+    // says only what needs attention unless asked for more.
+    let mcp_stdio = matches!(cli.command, Command::Mcp { http: None, .. });
     let default_filter = match verbosity {
         ..=-2 => "error",
         -1 => "warn",
+        0 if mcp_stdio => "warn",
         0 => "warn,toolgate=info",
         1 => "warn,toolgate=debug",
         2 => "info,toolgate=trace",

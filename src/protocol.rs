@@ -226,7 +226,8 @@ pub struct ToolsExplainResult {
     pub decision: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Explanation>,
-    /// One explanation per layer consulted, in the order a call passes them (the
+    /// One explanation per layer consulted, in the order a call passes them (each hook
+    /// that would run, whose answer is known only when the call runs, then the
     /// permission engine, then confinement of the call's paths, then for a command the
     /// kernel sandbox it runs in); `explanation` is the one that decided.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -382,8 +382,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     // Listeners: inherited ones first (socket activation), else bind our own.
     let accept_stop = CancellationToken::new();
+    let socket_from_config = options.socket.is_none()
+        && !options.inherited.iter().any(|inherited| matches!(inherited, Inherited::Unix { .. }));
     let mut unix_listener = None;
     let mut bound_socket = None;
+    // TCP sockets from the service manager, by name (toolgate-tcp.socket names its
+    // socket `tcp`, toolgate-mcp-http.socket `mcp_http`): served in place of binding
+    // the configured address, which inside the service's network namespace no client
+    // could reach.
+    let mut inherited_tcp = None;
+    let mut inherited_mcp_http = None;
     for inherited in options.inherited {
         match inherited {
             Inherited::Unix { name, listener } => {
@@ -395,8 +403,25 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                     .map_err(|source| ServeError::Listen { addr: name, source })?;
                 unix_listener = Some(listener);
             }
-            Inherited::Tcp { name, .. } => {
-                tracing::warn!(%name, "ignoring an inherited TCP socket this build does not serve");
+            Inherited::Tcp { name, listener } => {
+                let slot = match name.as_str() {
+                    "tcp" => &mut inherited_tcp,
+                    "mcp_http" => &mut inherited_mcp_http,
+                    _ => {
+                        tracing::warn!(
+                            %name,
+                            "ignoring an inherited TCP socket: its FileDescriptorName= is \
+                             neither tcp nor mcp_http"
+                        );
+                        continue;
+                    }
+                };
+                let listen_error = |source| ServeError::Listen { addr: name.clone(), source };
+                listener.set_nonblocking(true).map_err(listen_error)?;
+                let listener = tokio::net::TcpListener::from_std(listener).map_err(listen_error)?;
+                let local = listener.local_addr().map_err(listen_error)?;
+                tracing::info!(%name, %local, "using a TCP socket passed by the service manager");
+                *slot = Some(listener);
             }
         }
     }
@@ -420,11 +445,25 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             }
         }));
     }
-    if let Some(addr) = config.server.tcp {
+    let tcp_inherited = inherited_tcp.is_some();
+    let mcp_http_inherited = inherited_mcp_http.is_some();
+    let tcp_listener = match (inherited_tcp, config.server.tcp) {
+        (Some(listener), _) => Some(listener),
+        (None, Some(addr)) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(listener) = tcp_listener {
         let tokens = configured_tokens(&config)?.unwrap_or_default();
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Listen { addr: "tcp".to_owned(), source })?;
+        if !tcp_inherited {
+            warn_if_unreachable(&format!("[server] tcp = {addr}"), addr);
+        }
         let mut tcp_options = rpc::tcp::TcpOptions::new(tokens);
         tcp_options.max_message_bytes = max_message;
         tcp_options.limits = crate::admission::Limits::new(config.server.max_connections);
@@ -444,10 +483,22 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             }
         }));
     }
-    if let Some(addr) = config.server.mcp_http {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
+    let mcp_http_listener = match (inherited_mcp_http, config.server.mcp_http) {
+        (Some(listener), _) => Some(listener),
+        (None, Some(addr)) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(listener) = mcp_http_listener {
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Listen { addr: "mcp_http".to_owned(), source })?;
+        if !mcp_http_inherited {
+            warn_if_unreachable(&format!("[server] mcp_http = {addr}"), addr);
+        }
         let local = listener
             .local_addr()
             .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;
@@ -482,10 +533,23 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                     crate::own_files::warn_inside_roots(&settings.access, &settings.roots);
                     Ok((config, options, settings))
                 }) {
-                    Ok((config, options, settings)) => {
-                        configure_sandbox(&config, &options);
+                    Ok((reloaded, options, settings)) => {
+                        configure_sandbox(&reloaded, &options);
                         daemon.reload(settings);
-                        dynamic.reload(&config);
+                        dynamic.reload(&reloaded);
+                        let unapplied = unapplied_listener_settings(
+                            &config.server,
+                            &reloaded.server,
+                            socket_from_config,
+                        );
+                        for (setting, running, configured) in unapplied {
+                            tracing::warn!(
+                                "the reload did not apply [server] {setting}: the \
+                                 configuration says {configured}, the running daemon has \
+                                 {running}; listeners are opened at start only, restart \
+                                 toolgate to apply it"
+                            );
+                        }
                         tracing::info!("configuration reloaded");
                     }
                     Err(err) => tracing::error!(%err, "reload failed; keeping the running configuration"),
@@ -528,6 +592,101 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     drop(bound_socket);
     Ok(())
+}
+
+/// The listener settings of a reloaded configuration that differ from those the
+/// daemon started with, as `(setting, running, configured)`: listeners, and the tokens
+/// the network ones check, are opened once at start, so a reload cannot apply them.
+/// `socket` counts only when the Unix socket came from the configuration (not from
+/// `--socket` or the service manager).
+fn unapplied_listener_settings(
+    running: &crate::config::ServerConfig,
+    reloaded: &crate::config::ServerConfig,
+    socket_from_config: bool,
+) -> Vec<(&'static str, String, String)> {
+    fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
+        value.map_or_else(|| "none".to_owned(), |value| value.to_string())
+    }
+    let mut changed = Vec::new();
+    if socket_from_config && running.socket != reloaded.socket {
+        changed.push((
+            "socket",
+            running.socket.display().to_string(),
+            reloaded.socket.display().to_string(),
+        ));
+    }
+    for (setting, was, now) in
+        [("tcp", running.tcp, reloaded.tcp), ("mcp_http", running.mcp_http, reloaded.mcp_http)]
+    {
+        if was != now {
+            changed.push((setting, shown(was), shown(now)));
+        }
+    }
+    let networked = running.tcp.is_some() || running.mcp_http.is_some();
+    if networked && running.token_file != reloaded.token_file {
+        changed.push((
+            "token_file",
+            shown(running.token_file.as_ref().map(|path| path.display())),
+            shown(reloaded.token_file.as_ref().map(|path| path.display())),
+        ));
+    }
+    changed
+}
+
+/// Warns when the listener `what` bound at `addr` cannot be reached
+/// from beyond this process's network namespace: an address meant for other machines,
+/// in a namespace whose only interface is the loopback (systemd's `PrivateNetwork=yes`).
+fn warn_if_unreachable(what: &str, addr: std::net::SocketAddr) {
+    let interfaces = match std::fs::read_to_string("/proc/self/net/dev") {
+        Ok(text) => network_interfaces(&text),
+        Err(_) => return,
+    };
+    // systemd sets INVOCATION_ID for every unit it runs.
+    let service = std::env::var_os("INVOCATION_ID").is_some();
+    if let Some(why) = unreachable_listener(addr, &interfaces, service) {
+        tracing::warn!(
+            "{what}: {why}; in the system service, enable \
+             toolgate-tcp.socket or toolgate-mcp-http.socket instead, whose sockets \
+             systemd opens outside the namespace"
+        );
+    }
+}
+
+/// The interface names of `/proc/self/net/dev` (two header lines, then `name: counters`).
+fn network_interfaces(dev: &str) -> Vec<String> {
+    dev.lines()
+        .skip(2)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, _)| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Why a listener on `addr` reaches no client, given the namespace's interfaces and
+/// whether a service manager runs toolgate (a loopback-only namespace there is the
+/// service's own, `PrivateNetwork=yes`, whose loopback no other program shares);
+/// `None` when it can.
+fn unreachable_listener(
+    addr: std::net::SocketAddr,
+    interfaces: &[String],
+    service: bool,
+) -> Option<String> {
+    let only_loopback = !interfaces.is_empty() && interfaces.iter().all(|name| name == "lo");
+    if !only_loopback {
+        return None;
+    }
+    if !addr.ip().is_loopback() {
+        return Some(
+            "no client can reach it: toolgate runs in a network namespace whose only \
+             interface is the loopback (PrivateNetwork=yes, for one)"
+                .to_owned(),
+        );
+    }
+    service.then(|| {
+        "no client can reach it: the service runs in a network namespace of its own \
+         (PrivateNetwork=yes), whose loopback is not the machine's"
+            .to_owned()
+    })
 }
 
 /// What `toolgate mcp` was asked to do.
@@ -611,6 +770,7 @@ async fn serve_mcp_http(
     let listen_error = |source| ServeError::Listen { addr: addr.to_owned(), source };
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen_error)?;
     let local = listener.local_addr().map_err(listen_error)?;
+    warn_if_unreachable(&format!("mcp --http {local}"), local);
     let tokens = mcp_http_tokens(config, load_options, local)?;
     let mut mcp_options = mcp_options(config, tokens);
     mcp_options.conformance_fixtures = conformance_fixtures;
@@ -646,5 +806,27 @@ fn mcp_options(config: &Config, tokens: crate::auth::TokenSet) -> crate::mcp::Mc
         tokens,
         max_message_bytes: config.server.max_message_bytes,
         ..crate::mcp::McpOptions::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_beyond_loopback_in_a_loopback_only_namespace_is_unreachable() {
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets|bytes\n    lo: 1 2 3\n";
+        let only_lo = network_interfaces(dev);
+        assert_eq!(only_lo, ["lo"]);
+        let with_eth = network_interfaces(&format!("{dev}  eth0: 4 5 6\n"));
+        assert_eq!(with_eth, ["lo", "eth0"]);
+        let wide: std::net::SocketAddr = "0.0.0.0:7810".parse().unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:7810".parse().unwrap();
+        assert!(unreachable_listener(wide, &only_lo, false).unwrap().contains("only interface"));
+        assert_eq!(unreachable_listener(wide, &with_eth, true), None);
+        assert_eq!(unreachable_listener(local, &only_lo, false), None);
+        assert!(unreachable_listener(local, &only_lo, true).unwrap().contains("of its own"));
+        assert_eq!(unreachable_listener(local, &with_eth, true), None);
+        assert_eq!(unreachable_listener(wide, &[], true), None);
     }
 }

@@ -507,3 +507,217 @@ fn doctor_reads_a_hosts_files_and_print_config_locks_it_down() {
     assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains("FAIL  shell_tool is on: features.shell_tool = true"), "{stdout}");
 }
+
+/// Runs `toolgate ARGS` isolated in `dir` with stdin empty and waits for it to end
+/// (a daemon that starts instead of refusing is killed, and the test fails).
+fn run_to_end(dir: &Path, args: &[&str]) -> Output {
+    let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir)
+        .args(args)
+        .current_dir(dir)
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("toolgate {args:?} kept running: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A configuration whose hook names a script that is not there (or cannot be run) is
+/// refused by `check-config`, `serve` and `mcp`, naming the file, the hook and the
+/// script; once the script is there and executable, all of them accept it.
+#[test]
+fn a_hook_whose_program_cannot_run_is_refused_until_it_can() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroots = [{:?}]\n\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\n\
+             command = \"~/.config/toolgate/hooks/check-command.sh\"\n",
+            workspace.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+    let socket = dir.path().join("run").join("toolgate.sock");
+    let socket_arg = socket.to_str().unwrap();
+    let script = dir.path().join(".config/toolgate/hooks/check-command.sh");
+    let refused = |why: &str| {
+        let check = run_to_end(dir.path(), &["check-config", "--config", config_arg]);
+        let stderr = String::from_utf8_lossy(&check.stderr);
+        assert!(!check.status.success(), "check-config accepted it: {stderr}");
+        for part in [config_arg, "hooks.pre_tool_use", "check-command.sh", why] {
+            assert!(stderr.contains(part), "check-config does not say {part:?}: {stderr}");
+        }
+        for args in [
+            &["serve", "--config", config_arg, "--socket", socket_arg][..],
+            &["mcp", "--config", config_arg],
+        ] {
+            let run = run_to_end(dir.path(), args);
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert!(!run.status.success(), "{args:?} started: {stderr}");
+            assert!(stderr.contains("check-command.sh"), "{args:?}: {stderr}");
+            assert!(stderr.contains(why), "{args:?}: {stderr}");
+        }
+        assert!(!socket.exists(), "serve listened");
+    };
+    refused("does not exist");
+
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused("not executable");
+
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let check = run_to_end(dir.path(), &["check-config", "--config", config_arg]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut daemon = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
+        .args(["serve", "--config", config_arg, "--socket", socket_arg])
+        .current_dir(&workspace)
+        .env("TOOLGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = loop {
+        if UnixStream::connect(&socket).is_ok() {
+            break true;
+        }
+        if daemon.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(listening, "serve did not start with the script in place");
+}
+
+/// `explain` names every hook that would run for the call, first, as a call meets
+/// them, and says their answer is known only when the call runs: it runs none of them.
+#[test]
+fn explain_lists_the_hooks_a_call_would_run() {
+    let daemon = TestDaemon::start(
+        "[permissions]\nallow = [\"run_command(git status:*)\"]\n\n\
+         [[hooks.pre_tool_use]]\nmatcher = \"Bash\"\ncommand = \"touch pre-hook-ran\"\n\n\
+         [[hooks.pre_tool_use]]\nmatcher = \"read_file\"\ncommand = \"touch other-hook-ran\"\n\n\
+         [[hooks.post_tool_use]]\ncommand = \"true\"\n",
+    );
+    let explained =
+        json_of(&daemon.run(&["explain", "run_command", r#"{"command":"git status"}"#]));
+    assert_eq!(explained["decision"], "allow", "{explained}");
+    let layers = explained["layers"].as_array().unwrap();
+    let hooks: Vec<&str> = layers
+        .iter()
+        .filter(|layer| layer["layer"] == "hook")
+        .map(|layer| layer["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(hooks.len(), 2, "{explained}");
+    assert_eq!(layers[0]["layer"], "hook", "{explained}");
+    assert!(hooks[0].contains("pre_tool_use hook #1 `touch pre-hook-ran`"), "{}", hooks[0]);
+    assert!(hooks[0].contains("known only when the call runs"), "{}", hooks[0]);
+    assert!(hooks[1].contains("post_tool_use hook #1 `true`"), "{}", hooks[1]);
+    assert!(!daemon.workspace().join("pre-hook-ran").exists(), "explain ran the hook");
+
+    // The call itself runs the hook explain named, and not the other.
+    let call = json_of(&daemon.run(&["call", "run_command", r#"{"command":"git status"}"#]));
+    assert_eq!(call["tool"], "run_command", "{call}");
+    assert!(daemon.workspace().join("pre-hook-ran").exists(), "the call did not run the hook");
+    assert!(!daemon.workspace().join("other-hook-ran").exists());
+}
+
+/// A reload whose hook cannot run is refused like a start: the daemon logs why, naming
+/// the hook's script, and keeps the configuration it runs (no hook appears).
+#[test]
+fn a_reload_with_a_hook_that_cannot_run_keeps_the_running_configuration() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = dir.path().join("config.toml");
+    let base = format!("[workspace]\nroots = [{:?}]\n", workspace.display().to_string());
+    std::fs::write(&config, &base).unwrap();
+    let socket = dir.path().join("run").join("toolgate.sock");
+    let mut daemon = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .arg("--config")
+        .arg(&config)
+        .current_dir(&workspace)
+        .env("TOOLGATE_LOG", "info")
+        .env("TOOLGATE_LOG_FORMAT", "text")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    let stderr = daemon.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&socket).is_err() {
+        if Instant::now() > deadline || daemon.try_wait().unwrap().is_some() {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the daemon did not listen");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(
+        &config,
+        format!(
+            "{base}\n[[hooks.pre_tool_use]]\nmatcher = \"Bash\"\n\
+             command = \"~/.config/toolgate/hooks/check-command.sh\"\n"
+        ),
+    )
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let reloaded = loop {
+        match received.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.contains("reload") => break Ok(line),
+            Ok(_) => {}
+            Err(err) => break Err(err),
+        }
+    };
+    // The running configuration has no hook: explain lists none.
+    let mut explain = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path());
+    let explained = explain
+        .args(["explain", "run_command", r#"{"command":"git status"}"#, "--socket"])
+        .arg(&socket)
+        .current_dir(&workspace)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let reloaded = reloaded.expect("the daemon logged nothing about the reload");
+    assert!(reloaded.contains("keeping the running configuration"), "{reloaded}");
+    assert!(reloaded.contains("check-command.sh"), "{reloaded}");
+    assert!(reloaded.contains("does not exist"), "{reloaded}");
+    let explained = json_of(&explained);
+    let layers = explained["layers"].as_array().unwrap();
+    assert!(layers.iter().all(|layer| layer["layer"] != "hook"), "{explained}");
+}

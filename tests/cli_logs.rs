@@ -68,7 +68,9 @@ fn initialize_and_hang_up(child: &mut Child) {
 
 #[test]
 fn logs_on_a_pipe_carry_no_colour_and_dependency_chatter_stays_out() {
-    let stderr = mcp_session_stderr(|_| {});
+    let stderr = mcp_session_stderr(|command| {
+        command.arg("-v");
+    });
     assert!(stderr.contains("INFO"), "toolgate's own info lines are logged:\n{stderr}");
     assert!(!stderr.contains('\x1b'), "escape bytes in logs written to a pipe:\n{stderr}");
     // rmcp logs every session's initialize parameters at info.
@@ -78,6 +80,26 @@ fn logs_on_a_pipe_carry_no_colour_and_dependency_chatter_stays_out() {
         command.env("RUST_LOG", "info");
     });
     assert!(asked.contains("log-test-client"), "RUST_LOG=info shows rmcp:\n{asked}");
+}
+
+/// An MCP host records a stdio server's stderr (often as errors): `toolgate mcp` on
+/// stdio logs warnings alone unless asked for more with `-v` or `TOOLGATE_LOG`.
+#[test]
+fn mcp_over_stdio_logs_warnings_alone_unless_asked() {
+    let plain = mcp_session_stderr(|command| {
+        command.args(["--mode", "bypass"]);
+    });
+    assert!(!plain.contains("INFO"), "info lines on an MCP host's stderr:\n{plain}");
+    // What needs attention is still said.
+    assert!(plain.contains("WARN") && plain.contains("bypass"), "{plain}");
+    let verbose = mcp_session_stderr(|command| {
+        command.arg("-v");
+    });
+    assert!(verbose.contains("INFO"), "-v shows info:\n{verbose}");
+    let asked = mcp_session_stderr(|command| {
+        command.env("TOOLGATE_LOG", "info");
+    });
+    assert!(asked.contains("INFO"), "TOOLGATE_LOG=info shows info:\n{asked}");
 }
 
 #[test]
@@ -114,7 +136,9 @@ fn starts_with_timestamp(line: &str) -> bool {
 
 #[test]
 fn under_the_journal_lines_carry_a_priority_and_no_timestamp() {
-    let text = mcp_session_stderr(|_| {});
+    let text = mcp_session_stderr(|command| {
+        command.arg("-v");
+    });
     let first = text.lines().next().unwrap_or_default();
     assert!(starts_with_timestamp(first), "the text format has timestamps: {first}");
 
@@ -123,7 +147,7 @@ fn under_the_journal_lines_carry_a_priority_and_no_timestamp() {
     let stat = rustix::fs::fstat(&writer).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut child = toolgate(dir.path())
-        .args(["mcp", "--mode", "bypass"])
+        .args(["mcp", "-v", "--mode", "bypass"])
         .env("JOURNAL_STREAM", format!("{}:{}", stat.st_dev, stat.st_ino))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -158,7 +182,7 @@ fn under_the_journal_lines_carry_a_priority_and_no_timestamp() {
 
     // The same stream variable with stderr elsewhere is not the journal.
     let elsewhere = mcp_session_stderr(|command| {
-        command.env("JOURNAL_STREAM", "1:2");
+        command.arg("-v").env("JOURNAL_STREAM", "1:2");
     });
     assert!(!elsewhere.starts_with('<'), "{elsewhere}");
 }
@@ -166,7 +190,7 @@ fn under_the_journal_lines_carry_a_priority_and_no_timestamp() {
 #[test]
 fn json_logs_on_request() {
     let json = mcp_session_stderr(|command| {
-        command.args(["--log-format", "json"]);
+        command.args(["-v", "--log-format", "json"]);
     });
     assert!(!json.is_empty());
     for line in json.lines() {
@@ -174,7 +198,7 @@ fn json_logs_on_request() {
         assert!(value["level"].is_string(), "{line}");
     }
     let by_variable = mcp_session_stderr(|command| {
-        command.env("TOOLGATE_LOG_FORMAT", "json");
+        command.arg("-v").env("TOOLGATE_LOG_FORMAT", "json");
     });
     assert!(by_variable.lines().all(|line| line.starts_with('{')), "{by_variable}");
 }

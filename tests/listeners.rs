@@ -593,3 +593,240 @@ fn commands_keep_the_limit_on_open_files_the_daemon_was_started_with() {
     let content = answer["result"]["structuredContent"]["content"].as_str().unwrap_or_default();
     assert!(content.starts_with("512\n4096\n"), "{answer}");
 }
+
+/// A reload cannot open or move a listener: SIGHUP after `[server] socket`, `tcp` and
+/// `mcp_http` changed reloads the rest, opens nothing, and warns about each of the
+/// three, naming it and saying it needs a restart.
+#[test]
+fn a_reload_names_each_listener_setting_it_did_not_apply() {
+    use std::io::BufRead as _;
+    let home = Home::new();
+    let dir = home.path();
+    let socket = dir.join("run").join("toolgate.sock");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[server]\nsocket = {:?}\n", socket.display().to_string()))
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .current_dir(dir.join("workspace"))
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir.join("config-home"))
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("LISTEN_FDS")
+        .env("TOOLGATE_LOG", "info")
+        .env("TOOLGATE_LOG_FORMAT", "text")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut running = Running::start(command, &socket);
+    let (lines, received) = std::sync::mpsc::channel();
+    let stderr = running.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (tcp, mcp_http) = (free_port(), free_port());
+    let moved = dir.join("run").join("moved.sock");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nsocket = {:?}\ntcp = \"{tcp}\"\nmcp_http = \"{mcp_http}\"\n",
+            moved.display().to_string()
+        ),
+    )
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(running.0.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut log = Vec::new();
+    loop {
+        let line = received.recv_timeout(PATIENCE).expect("no \"configuration reloaded\"");
+        let done = line.contains("configuration reloaded");
+        log.push(line);
+        if done {
+            break;
+        }
+    }
+    let log = log.join("\n");
+    for (setting, value) in [
+        ("socket", moved.display().to_string()),
+        ("tcp", tcp.to_string()),
+        ("mcp_http", mcp_http.to_string()),
+    ] {
+        let warning = log
+            .lines()
+            .find(|line| line.contains(&format!("did not apply [server] {setting}:")))
+            .unwrap_or_else(|| panic!("no warning about {setting}:\n{log}"));
+        assert!(warning.contains("WARN"), "{warning}");
+        assert!(warning.contains(&value), "{warning}");
+        assert!(warning.contains("restart"), "{warning}");
+    }
+    // What the warnings say holds: nothing was opened, the old socket still answers.
+    assert!(!moved.exists(), "the reload bound the new socket");
+    assert!(std::net::TcpStream::connect(tcp).is_err(), "the reload opened {tcp}");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    running.stop();
+}
+
+/// `GET /healthz` on `addr`: the status line, or why there is none.
+fn healthz(addr: &str) -> Result<String, std::io::Error> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(PATIENCE))?;
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+/// The system service's TCP path: a socket the service manager opened and named `tcp`
+/// (toolgate-tcp.socket) is the one the daemon serves.
+#[test]
+fn a_tcp_socket_passed_by_the_service_manager_is_served() {
+    use std::io::{BufRead as _, Write as _};
+    let activate = ["/usr/bin/systemd-socket-activate", "/bin/systemd-socket-activate"]
+        .into_iter()
+        .find(|path| Path::new(path).is_file())
+        .expect("systemd-socket-activate not found: install the `systemd` package");
+    let home = Home::new();
+    let dir = home.path();
+    let native = dir.join("native.sock");
+    let mut attempt = 0;
+    let (mut running, addr) = loop {
+        attempt += 1;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut child = Command::new(activate)
+            .arg(format!("--listen={}", native.display()))
+            .arg(format!("--listen={port}"))
+            .arg("--fdname=native:tcp")
+            .arg(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--config"])
+            .arg(dir.join("config.toml"))
+            .current_dir(dir.join("workspace"))
+            .env("HOME", dir)
+            .env("XDG_CONFIG_HOME", dir.join("config-home"))
+            .env("XDG_STATE_HOME", dir.join("state"))
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env_remove("NOTIFY_SOCKET")
+            .env("TOOLGATE_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first connection starts the daemon; its answer says it is serving.
+        let deadline = Instant::now() + PATIENCE;
+        let connected = loop {
+            if let Ok(stream) = std::os::unix::net::UnixStream::connect(&native) {
+                break Some(stream);
+            }
+            if child.try_wait().unwrap().is_some() {
+                break None;
+            }
+            assert!(Instant::now() < deadline, "systemd-socket-activate never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let Some(mut stream) = connected else {
+            assert!(attempt < 5, "systemd-socket-activate kept failing");
+            let _ = std::fs::remove_file(&native);
+            continue;
+        };
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon/status\"}\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stream).read_line(&mut line).unwrap();
+        assert!(line.contains("\"id\":1"), "no answer on the native socket: {line}");
+        break (Running(child), port.to_string());
+    };
+    let status = healthz(&addr);
+    let _ = running.0.kill();
+    let mut stderr = String::new();
+    let _ = running.0.stderr.take().unwrap().read_to_string(&mut stderr);
+    let status = status.unwrap_or_else(|err| panic!("{addr}: {err}; daemon log: {stderr}"));
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}; daemon log: {stderr}");
+}
+
+/// A listener for other machines in a network namespace with only the loopback (as
+/// under `PrivateNetwork=yes`) reaches nobody, and the daemon says so at start.
+#[test]
+fn a_tcp_listener_nobody_can_reach_is_warned_about() {
+    let home = Home::new();
+    let dir = home.path();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("agent:{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        format!(
+            "[server]\ntcp = \"0.0.0.0:7810\"\ntoken_file = {:?}\n",
+            tokens.display().to_string()
+        ),
+    )
+    .unwrap();
+    let socket = dir.join("run").join("toolgate.sock");
+    let serve = home.serve(&socket);
+    // The same command in a new network namespace: only `lo`, as systemd gives it.
+    let mut command = Command::new("unshare");
+    command.args(["--net", "--map-root-user", "--"]).arg(serve.get_program());
+    command.args(serve.get_args());
+    command.current_dir(dir.join("workspace"));
+    for (name, value) in serve.get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let running = Running::start(command, &socket);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(running.0.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut running = running;
+    let mut stderr = String::new();
+    running.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(stderr.contains("[server] tcp = 0.0.0.0:7810: no client can reach it"), "{stderr}");
+    assert!(stderr.contains("toolgate-tcp.socket"), "{stderr}");
+
+    // `toolgate mcp --http` says the same of the address it was given.
+    let mut mcp = Command::new("unshare");
+    mcp.args(["--net", "--map-root-user", "--"]).arg(serve.get_program());
+    mcp.args(["mcp", "--http", "0.0.0.0:7811", "--config"]).arg(dir.join("config.toml"));
+    mcp.current_dir(dir.join("workspace"));
+    for (name, value) in serve.get_envs() {
+        match value {
+            Some(value) => mcp.env(name, value),
+            None => mcp.env_remove(name),
+        };
+    }
+    let mut mcp = Running(
+        mcp.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap(),
+    );
+    let (lines, received) = std::sync::mpsc::channel();
+    let stderr = mcp.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let warning = loop {
+        let line = received.recv_timeout(PATIENCE).expect("mcp --http warned about nothing");
+        if line.contains("mcp --http") {
+            break line;
+        }
+    };
+    drop(mcp);
+    assert!(warning.contains("mcp --http 0.0.0.0:7811: no client can reach it"), "{warning}");
+}

@@ -396,7 +396,14 @@ impl Session {
         let decision = self.decide(tool.definition(), &args);
         let mut verdict = verdict_name(&decision.verdict).to_owned();
         let mut deciding = decision.explanation.clone();
-        let mut layers = vec![decision.explanation];
+        // Hooks come first, as in a call; what they answer is not known before it runs.
+        let hooks = self.lock().hooks.clone();
+        let mut layers: Vec<Explanation> = hooks
+            .explain(&call.name)
+            .into_iter()
+            .map(|reason| Explanation { layer: Layer::Hook, rule: None, list: None, reason })
+            .collect();
+        layers.push(decision.explanation);
         if let Some((refused, explanation)) =
             super::confinement::check(&call.name, &args, &self.env())
         {

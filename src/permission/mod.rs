@@ -218,7 +218,8 @@ pub enum Layer {
     /// An allow rule granted at run time for this session.
     SessionGrant,
     /// A PreToolUse hook answered. The engine never decides by this layer; the agent
-    /// layer uses it when a hook's answer settles the call.
+    /// layer uses it when a hook's answer settles the call, and `tools/explain` lists
+    /// every hook that would run for the call, whose answer only the call itself gets.
     Hook,
     /// Where the call's paths resolve: outside the session roots the tool refuses
     /// (`access_denied`). The engine never decides by this layer; `tools/explain`
