@@ -490,9 +490,17 @@ fn add_carved(
 }
 
 /// The sandbox of a supervised command: its Landlock `ruleset` (from
-/// [`build_ruleset`]) and the seccomp filter (its network part with `network_off`).
-pub fn entry(ruleset: Option<OwnedFd>, network_off: bool) -> Result<Entry, String> {
-    Ok(Entry { ruleset, seccomp: Some(filter(network_off)?) })
+/// [`build_ruleset`]) and, where it has anything to refuse, the seccomp filter: with
+/// `network_off`, for a command on a `terminal` of its own, and wherever Landlock is
+/// not in force. A command without a terminal under Landlock holds no terminal and can
+/// open none but a pseudo-terminal it makes itself (it starts a session of its own,
+/// `/dev/tty` leads nowhere and no `/dev/pts` entry is granted), so `TIOCSTI` has
+/// nothing there to reach; attaching a filter costs the kernel a compilation on every
+/// start, which such a command is spared.
+pub fn entry(ruleset: Option<OwnedFd>, network_off: bool, terminal: bool) -> Result<Entry, String> {
+    let needed = network_off || terminal || ruleset.is_none();
+    let seccomp = if needed { Some(filter(network_off)?) } else { None };
+    Ok(Entry { ruleset, seccomp })
 }
 
 /// Makes the calling process (all of it: it must be single-threaded) enter the

@@ -341,7 +341,8 @@ mod tests {
         // started ahead of its call does).
         for ahead in [false, true] {
             let ruleset = ruleset.try_clone().unwrap_or_else(|err| panic!("{err}"));
-            let entry = confine::entry(Some(ruleset), false).unwrap_or_else(|err| panic!("{err}"));
+            let entry =
+                confine::entry(Some(ruleset), false, false).unwrap_or_else(|err| panic!("{err}"));
             let launcher = ahead.then(|| Launcher::start().unwrap_or_else(|err| panic!("{err:?}")));
             let (output, status) =
                 run_from(&["/bin/sh", "-c", &script], None, Some(entry), launcher)

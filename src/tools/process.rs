@@ -2223,7 +2223,7 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
     // The sandbox in force goes out with the spawn's own report: one write, one
     // wake-up of the daemon.
     let (described, sandbox) = match args.sandbox {
-        Some(described) => match confine::entry(ruleset, args.sandbox_no_network) {
+        Some(described) => match confine::entry(ruleset, args.sandbox_no_network, args.tty) {
             Ok(entry) => (Some(Report::Sandbox(described)), Some(entry)),
             Err(message) => {
                 send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
