@@ -612,7 +612,7 @@ fn existing(protected: &[PathBuf]) -> Vec<PathBuf> {
     let mut kept = FOUND.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(found) = kept.as_ref()
         && found.protected == protected
-        && found.dirs.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
+        && found.still_holds()
     {
         return found.found.clone();
     }
@@ -639,12 +639,65 @@ fn existing(protected: &[PathBuf]) -> Vec<PathBuf> {
     let settled = stamps
         .iter()
         .all(|(_, stamp)| stamp.is_none_or(|stamp| stamp.changed() + SETTLE < started));
-    *kept = settled.then(|| Found {
-        protected: protected.to_vec(),
-        dirs: stamps,
-        found: found.clone(),
+    *kept = settled.then(|| {
+        let watch = Watch::on(stamps.iter().map(|(dir, _)| dir.as_path()));
+        Found { protected: protected.to_vec(), dirs: stamps, found: found.clone(), watch }
     });
+    // A change between the look and the watch is caught by the stamps, once.
+    if kept.as_ref().is_some_and(|found| !found.stamps_hold()) {
+        *kept = None;
+    }
     found
+}
+
+impl Found {
+    /// Whether the answer still holds: no directory holding a protected path changed.
+    /// Where the directories are watched, that is one read of the watch (no event);
+    /// elsewhere, each directory's stamp.
+    fn still_holds(&self) -> bool {
+        match &self.watch {
+            Some(watch) => watch.quiet(),
+            None => self.stamps_hold(),
+        }
+    }
+
+    fn stamps_hold(&self) -> bool {
+        self.dirs.iter().all(|(dir, stamp)| DirStamp::of(dir) == *stamp)
+    }
+}
+
+/// An inotify watch on directories: any entry created, removed or moved in one of
+/// them, or the directory itself removed or moved, is an event. A directory that does
+/// not exist is watched through its nearest existing ancestor, where its creation
+/// shows.
+struct Watch {
+    fd: OwnedFd,
+}
+
+impl Watch {
+    fn on<'a>(dirs: impl Iterator<Item = &'a Path>) -> Option<Watch> {
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let flags = WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::MOVED_FROM
+            | WatchFlags::MOVED_TO
+            | WatchFlags::DELETE_SELF
+            | WatchFlags::MOVE_SELF
+            | WatchFlags::ONLYDIR;
+        for dir in dirs {
+            let watched = dir.ancestors().find(|candidate| candidate.is_dir())?;
+            inotify::add_watch(&fd, watched, flags).ok()?;
+        }
+        Some(Watch { fd })
+    }
+
+    /// Whether nothing happened since the watch began (or since the last event was
+    /// read: once an event came, the caller drops the watch).
+    fn quiet(&self) -> bool {
+        let mut buffer = [0u8; 256];
+        matches!(rustix::io::read(&self.fd, &mut buffer), Err(rustix::io::Errno::AGAIN))
+    }
 }
 
 /// The last answer of [`existing`] and what it was made from.
@@ -654,6 +707,8 @@ struct Found {
     /// were before the look.
     dirs: Vec<(PathBuf, Option<DirStamp>)>,
     found: Vec<PathBuf>,
+    /// Those directories watched, where the kernel lets them be.
+    watch: Option<Watch>,
 }
 
 static FOUND: Mutex<Option<Found>> = Mutex::new(None);
@@ -892,6 +947,24 @@ mod tests {
         assert_eq!(can(carved, &[], std::slice::from_ref(&secret)).1, [false]);
         // Carved from a directory that just changed: used, but not kept.
         assert!(!kept.has(&profile));
+    }
+
+    #[test]
+    fn a_protected_path_that_appears_in_a_settled_directory_is_seen_at_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".config")).unwrap_or_else(|err| panic!("{err}"));
+        let protected = vec![home.join(".aws"), home.join(".config/gh"), home.join(".netrc")];
+        // Older than the settling time: the answer is kept, watched.
+        std::thread::sleep(SETTLE + Duration::from_millis(100));
+        assert!(existing(&protected).is_empty());
+        assert!(existing(&protected).is_empty());
+        std::fs::write(home.join(".netrc"), "machine x").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(existing(&protected), vec![home.join(".netrc")]);
+        std::fs::create_dir(home.join(".config/gh")).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(existing(&protected), vec![home.join(".config/gh"), home.join(".netrc")]);
+        std::fs::remove_file(home.join(".netrc")).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(existing(&protected), vec![home.join(".config/gh")]);
     }
 
     #[test]
