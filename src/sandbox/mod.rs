@@ -255,10 +255,10 @@ impl Grant {
         let mut read: Vec<PathBuf> =
             SYSTEM_READABLE.iter().chain(DEVICE_READABLE).map(PathBuf::from).collect();
         // Never `/` as a whole: a home of `/` (some service users) reads nothing more.
-        let home = home
+        let read_home = home
             .filter(|home| config.read_home && home.is_absolute() && *home != Path::new("/"))
             .map(|home| std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned()));
-        read.extend(home.clone());
+        read.extend(read_home.clone());
         let caches: Vec<PathBuf> = config.caches.iter().filter_map(|raw| expand(raw)).collect();
         let mut write: Vec<PathBuf> = DEVICE_WRITABLE.iter().map(PathBuf::from).collect();
         write.extend(caches.iter().cloned());
@@ -267,9 +267,9 @@ impl Grant {
             write,
             readable: config.readable.iter().filter_map(|raw| expand(raw)).collect(),
             writable: config.writable.iter().filter_map(|raw| expand(raw)).collect(),
-            home,
+            home: read_home,
             caches,
-            secrets: secrets(config, root),
+            secrets: secrets(config, home, root),
         }
     }
 
@@ -288,8 +288,8 @@ impl Grant {
 /// Every secret location: [`HOME_SECRETS`] beneath the home directory (as named and as
 /// the home resolves), [`SYSTEM_SECRETS`], for a root daemon [`ROOT_SECRETS`] and the
 /// SSH host keys, and `[sandbox] deny_read`.
-fn secrets(config: &SandboxConfig, root: bool) -> Vec<PathBuf> {
-    let mut homes: Vec<PathBuf> = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
+fn secrets(config: &SandboxConfig, home: Option<&Path>, root: bool) -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = home.map(Path::to_path_buf).into_iter().collect();
     if let Some(resolved) = homes.first().and_then(|home| std::fs::canonicalize(home).ok())
         && !homes.contains(&resolved)
     {
