@@ -19,7 +19,7 @@ use toolgate::auth::TokenSet;
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::protocol::*;
 use toolgate::rpc::api::{self, NativeApiClient, NoParams};
-use toolgate::rpc::tcp::{self, Framing, TcpOptions};
+use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
 
 /// A safety net only: every wait ends on an answer, never on time.
@@ -115,9 +115,6 @@ impl Tool for Hold {
     }
 }
 
-/// Both framings of the TCP transport serve the same API.
-const FRAMINGS: [Framing; 2] = [Framing::Native, Framing::Jsonrpsee];
-
 /// A library daemon over a temporary root with the TCP transport; shut down on drop.
 struct Tcp {
     _dir: tempfile::TempDir,
@@ -128,15 +125,14 @@ struct Tcp {
 }
 
 impl Tcp {
-    async fn start(framing: Framing) -> Tcp {
+    async fn start() -> Tcp {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::write(root.join("notes.txt"), "first line\nsecond line\n").unwrap();
         let registry = Registry::with_builtins();
         registry.register(Some(Arc::new(Hold::new()))).unwrap();
         let daemon = Daemon::new(Arc::new(registry), Settings::for_roots(vec![root.clone()]), None);
-        let mut options = TcpOptions::new(TokenSet::from_pairs([("agent", TOKEN)]).unwrap());
-        options.framing = framing;
+        let options = TcpOptions::new(TokenSet::from_pairs([("agent", TOKEN)]).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let serving = tokio::spawn({
@@ -309,13 +305,7 @@ async fn the_typed_client_calls_subscribes_and_answers_on_the_unix_socket() {
 
 #[tokio::test]
 async fn the_typed_client_calls_subscribes_and_answers_over_tcp_websocket() {
-    for framing in FRAMINGS {
-        websocket_session(framing).await;
-    }
-}
-
-async fn websocket_session(framing: Framing) {
-    let server = Tcp::start(framing).await;
+    let server = Tcp::start().await;
     let client = within(api::connect_ws(&server.ws_url(), TOKEN)).await.unwrap();
 
     let read = call("read_file", json!({"path": "notes.txt"}), "read-1");
@@ -371,13 +361,7 @@ async fn websocket_session(framing: Framing) {
 
 #[tokio::test]
 async fn the_typed_client_calls_over_tcp_http_and_needs_the_token() {
-    for framing in FRAMINGS {
-        http_requests(framing).await;
-    }
-}
-
-async fn http_requests(framing: Framing) {
-    let server = Tcp::start(framing).await;
+    let server = Tcp::start().await;
     let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
     let listed = within(client.tools_list(ToolsListParams::default())).await.unwrap();
     assert!(listed.tools.iter().any(|tool| tool.name == "read_file"), "{listed:?}");
@@ -444,54 +428,48 @@ async fn next(socket: &mut WsStream) -> serde_json::Value {
     }
 }
 
-/// `$/cancelRequest` names a request by its JSON-RPC id, on either framing: the call it
+/// `$/cancelRequest` names a request by its JSON-RPC id, over WebSocket: the call it
 /// started ends canceled, and its answer still comes.
 #[tokio::test]
-async fn a_request_is_canceled_by_its_id_on_either_framing() {
+async fn a_request_is_canceled_by_its_id() {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-    for framing in FRAMINGS {
-        let server = Tcp::start(framing).await;
-        let mut request = server.ws_url().into_client_request().unwrap();
-        let bearer = format!("Bearer {TOKEN}").parse().unwrap();
-        request.headers_mut().insert("authorization", bearer);
-        let (mut socket, _) = within(tokio_tungstenite::connect_async(request)).await.unwrap();
-        let send = |value: serde_json::Value| Message::text(value.to_string());
-        socket
-            .send(send(json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe"})))
-            .await
-            .unwrap();
-        let subscribed = next(&mut socket).await;
-        assert!(
-            subscribed["result"].as_str().unwrap().starts_with("sub-"),
-            "{framing:?}: {subscribed}"
-        );
-        let call = json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+    let server = Tcp::start().await;
+    let mut request = server.ws_url().into_client_request().unwrap();
+    let bearer = format!("Bearer {TOKEN}").parse().unwrap();
+    request.headers_mut().insert("authorization", bearer);
+    let (mut socket, _) = within(tokio_tungstenite::connect_async(request)).await.unwrap();
+    let send = |value: serde_json::Value| Message::text(value.to_string());
+    socket
+        .send(send(json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe"})))
+        .await
+        .unwrap();
+    let subscribed = next(&mut socket).await;
+    assert!(subscribed["result"].as_str().unwrap().starts_with("sub-"), "{subscribed}");
+    let call = json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
                           "params": {"name": "hold", "arguments": {}}});
-        socket.send(send(call)).await.unwrap();
-        // The call has started (its first event names the request id as its call id)
-        // before it is canceled.
-        loop {
-            let message = next(&mut socket).await;
-            if message["params"]["result"]["type"] == "tool_call_start" {
-                assert_eq!(message["params"]["result"]["call_id"], "long", "{framing:?}");
-                break;
-            }
+    socket.send(send(call)).await.unwrap();
+    // The call has started (its first event names the request id as its call id)
+    // before it is canceled.
+    loop {
+        let message = next(&mut socket).await;
+        if message["params"]["result"]["type"] == "tool_call_start" {
+            assert_eq!(message["params"]["result"]["call_id"], "long");
+            break;
         }
-        let cancel =
-            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "long"}});
-        socket.send(send(cancel)).await.unwrap();
-        let answer = loop {
-            let message = next(&mut socket).await;
-            if message["id"] == "long" {
-                break message;
-            }
-        };
-        // Only its cancel token ends the hold.
-        assert_eq!(answer["result"]["content"], "released", "{framing:?}: {answer}");
     }
+    let cancel = json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "long"}});
+    socket.send(send(cancel)).await.unwrap();
+    let answer = loop {
+        let message = next(&mut socket).await;
+        if message["id"] == "long" {
+            break message;
+        }
+    };
+    // Only its cancel token ends the hold.
+    assert_eq!(answer["result"]["content"], "released", "{answer}");
 }
 
 /// The same typed client on any NDJSON stream: `toolgate serve --stdio`'s pipes.

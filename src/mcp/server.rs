@@ -14,13 +14,11 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use futures::FutureExt as _;
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
@@ -942,7 +940,7 @@ pub(crate) async fn caught<T, F>(work: F, id: &RequestId, what: &str) -> Result<
 where
     F: Future<Output = Result<T, McpError>>,
 {
-    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| panicked(id, what))
+    crate::rpc::requests::caught(work).await.unwrap_or_else(|_| panicked(id, what))
 }
 
 /// The error that answers a request whose handler panicked (a bug), logged.

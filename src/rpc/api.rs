@@ -1,15 +1,15 @@
 //! The native API, defined once: every method's name, params and result, from which
-//! come the typed client every Rust program uses ([`NativeApiClient`], over any
-//! jsonrpsee client: the Unix socket's NDJSON, WebSocket, HTTP) and the server side a
-//! jsonrpsee server implements ([`NativeApiServer`], registered by
-//! [`NativeApiServer::into_module`]).
+//! comes the typed client every Rust program uses ([`NativeApiClient`], over any
+//! jsonrpsee client: the Unix socket's NDJSON, WebSocket, HTTP). The daemon serves
+//! the same methods with its own dispatch core ([`super::Connection`]) on every
+//! transport; `tests/rpc_api.rs` holds the two to each other.
 //!
 //! The wire types are `crate::protocol`'s, unchanged: a method's params are one JSON
 //! object, the fields of its `*Params` type. jsonrpsee's `#[rpc]` macro would send a
 //! method's arguments as a positional array or as an object keyed by argument name,
 //! which is another protocol; so the definition is [`native_api!`] below, a table the
-//! client trait and the server trait are both generated from, with the params passed
-//! through as they are ([`AsParams`]).
+//! client trait is generated from, with the params passed through as they are
+//! ([`AsParams`]).
 //!
 //! Events are a jsonrpsee subscription: `events/subscribe` answers a subscription id
 //! and every event arrives as an `events` notification whose params are
@@ -25,7 +25,6 @@ use jsonrpsee::core::client::{
     TransportSenderT,
 };
 use jsonrpsee::core::traits::ToRpcParams;
-use jsonrpsee::types::ErrorObjectOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
@@ -55,27 +54,9 @@ impl<'de> Deserialize<'de> for NoParams {
     }
 }
 
-/// Parses a request's params as the method's params type (absent or `null` params
-/// count as `{}`), answering `invalid_params` as the hand-written face does.
-pub fn parse_params<T: serde::de::DeserializeOwned>(
-    params: &jsonrpsee::types::Params<'_>,
-) -> Result<T, ErrorObjectOwned> {
-    let text = match params.as_str() {
-        None | Some("null") => "{}",
-        Some(text) => text,
-    };
-    serde_json::from_str(text)
-        .map_err(|err| rpc_error(super::jsonrpc::INVALID_PARAMS, format!("invalid params: {err}")))
-}
-
-/// A JSON-RPC error object with one of the native protocol's codes.
-pub fn rpc_error(code: i64, message: impl Into<String>) -> ErrorObjectOwned {
-    ErrorObjectOwned::owned(i32::try_from(code).unwrap_or(i32::MIN), message, None::<()>)
-}
-
 /// The one definition of the native API. Each line: the Rust name, the method, the
-/// params type and the result type. Adding a method here gives it to the typed client
-/// and obliges every server of the trait to implement it.
+/// params type and the result type. Adding a method here gives it to the typed client;
+/// `tests/rpc_api.rs` fails until the daemon's dispatch core answers it.
 macro_rules! native_api {
     ($( $(#[$doc:meta])* $name:ident => $method:expr, $params:ty => $result:ty; )*) => {
         /// The native API's methods, by their wire name, in definition order.
@@ -109,66 +90,8 @@ macro_rules! native_api {
         }
 
         impl<C: SubscriptionClientT + Sync> NativeApiClient for C {}
-
-        /// The server side of the native API. Every method gets the request's
-        /// extensions (where the face puts the connection's [`crate::daemon::Client`]
-        /// and the request's cancel token).
-        #[async_trait::async_trait]
-        pub trait NativeApiServer: Send + Sync + Sized + 'static {
-            $(
-                $(#[$doc])*
-                async fn $name(
-                    &self,
-                    extensions: &jsonrpsee::Extensions,
-                    params: $params,
-                ) -> Result<$result, ErrorObjectOwned>;
-            )*
-
-            /// `events/subscribe`: accept `pending` (its response goes out first) and
-            /// then deliver the backlog and every later event through the sink, or
-            /// reject it.
-            async fn events_subscribe(
-                &self,
-                extensions: jsonrpsee::Extensions,
-                params: EventsSubscribeParams,
-                pending: jsonrpsee::PendingSubscriptionSink,
-            );
-
-            /// Every method of the definition, registered on a jsonrpsee module.
-            fn into_module(self) -> Result<jsonrpsee::RpcModule<Self>, jsonrpsee::core::RegisterMethodError> {
-                let mut module = jsonrpsee::RpcModule::new(self);
-                $(
-                    module.register_async_method($method, |params, server, extensions| async move {
-                        let params: $params = parse_params(&params)?;
-                        server.$name(&extensions, params).await
-                    })?;
-                )*
-                module.register_subscription_raw(
-                    method::EVENTS_SUBSCRIBE,
-                    method::EVENTS,
-                    // `events/unsubscribe` is a method of the definition (its params are
-                    // an object, which jsonrpsee's own unsubscribe does not read); this
-                    // name only satisfies the registration and is never called.
-                    UNUSED_UNSUBSCRIBE,
-                    |params, pending, server, extensions| {
-                        let parsed: Result<EventsSubscribeParams, _> = parse_params(&params);
-                        let extensions = extensions.clone();
-                        tokio::spawn(async move {
-                            match parsed {
-                                Ok(params) => server.events_subscribe(extensions, params, pending).await,
-                                Err(error) => pending.reject(error).await,
-                            }
-                        });
-                    },
-                )?;
-                Ok(module)
-            }
-        }
     };
 }
-
-/// Registered for jsonrpsee's subscription bookkeeping; see [`NativeApiServer::into_module`].
-const UNUSED_UNSUBSCRIBE: &str = "events/unsubscribe#jsonrpsee";
 
 native_api! {
     /// `session/open`: a new session on this connection, narrowed from the configuration.

@@ -5,12 +5,8 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker};
 
-use dashmap::DashMap;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -18,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::jsonrpc::{self, Incoming, Params, RpcError};
+use super::requests::{self, Panicked, Running, Started};
 use crate::agent::{ApprovalAnswer, Event};
 use crate::daemon::events::Subscriber;
 use crate::daemon::{Client, Daemon, SessionError};
@@ -46,10 +43,8 @@ pub struct Connection {
     daemon: Arc<Daemon>,
     client: Client,
     outbound: Outbound,
-    /// Running requests by JSON-RPC id, for `$/cancelRequest`; the number tells a
-    /// request from a later one that reused its id.
-    requests: DashMap<Arc<str>, (u64, CancellationToken)>,
-    next_request: AtomicU64,
+    /// Running requests by JSON-RPC id, for `$/cancelRequest`.
+    requests: Running<Arc<str>>,
     limiter: Arc<Semaphore>,
     /// Canceled when the connection goes away: every request of it stops.
     closed: CancellationToken,
@@ -75,10 +70,9 @@ impl Connection {
             daemon: daemon.clone(),
             client,
             outbound: outbound.into(),
-            requests: DashMap::new(),
+            requests: Running::default(),
             limiter: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
             closed: daemon.shutdown_token().child_token(),
-            next_request: AtomicU64::new(0),
             first_polls: TaskTracker::new(),
         }))
     }
@@ -175,7 +169,8 @@ impl Connection {
                     let mut first_poll = Some(self.first_polls.token());
                     let this = self.clone();
                     self.daemon.tasks().spawn(async move {
-                        let mut request = std::pin::pin!(this.run_caught(&id, &method, params));
+                        let request = requests::caught(this.run_request(&id, &method, params));
+                        let mut request = std::pin::pin!(request);
                         let answer = std::future::poll_fn(|context| {
                             let polled = request.as_mut().poll(context);
                             first_poll.take();
@@ -183,28 +178,28 @@ impl Connection {
                         })
                         .await;
                         drop(permit);
-                        if let Some(answer) = answer {
+                        if let Some(answer) = answered(answer, &id, &method) {
                             this.send(answer).await;
                         }
                     });
                     return None;
                 }
+                // Kept for the answer to a request that panics (its own copy goes
+                // with its future); for the usual numeric id, a copy of a number.
+                let answer_to = (id.clone(), method.clone());
                 let this = self.clone();
-                let mut request = Box::pin(async move {
-                    let answer = this.run_caught(&id, &method, params).await;
+                let request = Box::pin(async move {
+                    let answer = this.run_request(&id, &method, params).await;
                     drop(permit);
                     answer
                 });
-                // The first poll needs no waker of its own: a request that is not done
-                // is handed to a task, whose first poll registers that task's waker
-                // with whatever the request waits on.
-                let mut context = Context::from_waker(Waker::noop());
-                match request.as_mut().poll(&mut context) {
-                    Poll::Ready(answer) => answer,
-                    Poll::Pending => {
+                match requests::start(request) {
+                    Started::Done(answer) => answered(answer, &answer_to.0, &answer_to.1),
+                    Started::Waiting(rest) => {
                         let this = self.clone();
                         self.daemon.tasks().spawn(async move {
-                            if let Some(answer) = request.await {
+                            let (id, method) = answer_to;
+                            if let Some(answer) = answered(rest.await, &id, &method) {
                                 this.send(answer).await;
                             }
                         });
@@ -215,19 +210,11 @@ impl Connection {
         }
     }
 
-    /// [`Connection::run_request`], where a panic (a bug: a tool's own panic is already
-    /// its result) costs the request, not the connection: it is answered as an internal
-    /// error, on the first poll as in a task of its own, and the connection reads on.
-    async fn run_caught(&self, id: &Value, method: &str, params: Params) -> Option<String> {
-        caught(self.run_request(id, method, params), id, method).await
-    }
-
     /// Runs one request with its own cancel token (registered for `$/cancelRequest`)
     /// and renders its response line (`None` when the method answered by itself).
     async fn run_request(&self, id: &Value, method: &str, params: Params) -> Option<String> {
         let cancel = self.closed.child_token();
-        let registered =
-            Registered::new(&self.requests, jsonrpc::id_key(id), &self.next_request, &cancel);
+        let registered = self.requests.register(jsonrpc::id_key(id), &cancel);
         let reply = self.request(method, params, id, &cancel).await;
         drop(registered);
         match reply {
@@ -273,7 +260,8 @@ impl Connection {
                 None
             }
             Ok(Incoming::Request { id, method, params }) => {
-                self.run_caught(&id, &method, params).await
+                let answer = requests::caught(self.run_request(&id, &method, params)).await;
+                answered(answer, &id, &method)
             }
         }
     }
@@ -284,10 +272,8 @@ impl Connection {
                 let Ok(params) = params.parse::<CancelRequestParams>() else {
                     return;
                 };
-                if let Some(id) = params.id.or(params.request_id)
-                    && let Some(entry) = self.requests.get(&jsonrpc::id_key(&id))
-                {
-                    entry.1.cancel();
+                if let Some(id) = params.id.or(params.request_id) {
+                    self.requests.cancel(&jsonrpc::id_key(&id));
                 }
             }
             // Unknown notifications are ignored, as JSON-RPC requires.
@@ -664,43 +650,10 @@ fn id_text(id: &Value) -> Arc<str> {
     }
 }
 
-/// A running request's entry in [`Connection`]'s map for `$/cancelRequest`, taken out
-/// when the request ends however it ends (answered, dropped with its connection, or
-/// cut short by a panic), unless a later request has taken its id since.
-struct Registered<'a> {
-    requests: &'a DashMap<Arc<str>, (u64, CancellationToken)>,
-    key: Arc<str>,
-    number: u64,
-}
-
-impl<'a> Registered<'a> {
-    fn new(
-        requests: &'a DashMap<Arc<str>, (u64, CancellationToken)>,
-        key: Arc<str>,
-        next: &AtomicU64,
-        cancel: &CancellationToken,
-    ) -> Registered<'a> {
-        let number = next.fetch_add(1, Ordering::Relaxed);
-        requests.insert(key.clone(), (number, cancel.clone()));
-        Registered { requests, key, number }
-    }
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.requests.remove_if(&self.key, |_, (registered, _)| *registered == self.number);
-    }
-}
-
-/// Runs `work`, a request's handling; a panic in it becomes the request's internal
-/// error (see [`Connection::run_caught`]), logged.
-async fn caught<F>(work: F, id: &Value, method: &str) -> Option<String>
-where
-    F: Future<Output = Option<String>>,
-{
-    use futures::FutureExt as _;
-
-    AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|_| {
+/// A request's answer, where a panic in its handling (see [`requests`]) becomes its
+/// internal error, logged.
+fn answered(answer: Result<Option<String>, Panicked>, id: &Value, method: &str) -> Option<String> {
+    answer.unwrap_or_else(|Panicked| {
         tracing::error!(%id, method, "request panicked");
         let error = RpcError::new(jsonrpc::INTERNAL_ERROR, format!("{method} failed"));
         Some(jsonrpc::error_response(id, &error))
@@ -715,53 +668,29 @@ mod tests {
         panic!("a bug in a request's handling")
     }
 
-    #[test]
-    fn a_request_is_found_by_its_id_while_it_runs_and_gone_however_it_ends() {
-        let requests = DashMap::new();
-        let next = AtomicU64::new(0);
-        let token = CancellationToken::new();
-        let key: Arc<str> = Arc::from("7");
-        let first = Registered::new(&requests, key.clone(), &next, &token);
-        assert!(requests.contains_key(&key));
-        // Unwinding drops it too: the entry goes with a request that panicked.
-        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let _running = first;
-            panic!("a bug while the request runs");
-        }));
-        assert!(panicked.is_err());
-        assert!(!requests.contains_key(&key), "left behind by a panic");
-        // A later request with the same id keeps its entry when an earlier one ends.
-        let earlier = Registered::new(&requests, key.clone(), &next, &token);
-        let later = Registered::new(&requests, key.clone(), &next, &token);
-        drop(earlier);
-        assert_eq!(requests.get(&key).map(|entry| entry.0), Some(later.number));
-        drop(later);
-        assert!(requests.is_empty());
-    }
-
     #[tokio::test]
     async fn a_request_that_panics_is_answered_with_an_internal_error() {
         let id = Value::from(7);
         // On the first poll (the connection's own task) and after a wait (a task of its
         // own), alike.
-        let at_once = caught(async { bug() }, &id, method::TOOLS_CALL).await;
-        let later = caught(
-            async {
-                tokio::task::yield_now().await;
-                bug()
-            },
-            &id,
-            method::TOOLS_CALL,
-        )
+        let at_once = match requests::start(Box::pin(async { bug() })) {
+            Started::Done(answer) => answer,
+            Started::Waiting(_) => panic!("waited"),
+        };
+        let later = requests::caught(async {
+            tokio::task::yield_now().await;
+            bug()
+        })
         .await;
         for answer in [at_once, later] {
-            let answer: Value = serde_json::from_str(&answer.expect("answered")).unwrap();
+            let answer = answered(answer, &id, method::TOOLS_CALL).expect("answered");
+            let answer: Value = serde_json::from_str(&answer).unwrap();
             assert_eq!(answer["id"], 7);
             assert_eq!(answer["error"]["code"], jsonrpc::INTERNAL_ERROR);
             assert_eq!(answer["error"]["message"], "tools/call failed");
         }
         // A request that does not panic keeps its own answer.
-        let fine = caught(async { Some("answer".to_owned()) }, &id, method::TOOLS_CALL).await;
-        assert_eq!(fine.as_deref(), Some("answer"));
+        let fine = requests::caught(async { Some("answer".to_owned()) }).await;
+        assert_eq!(answered(fine, &id, method::TOOLS_CALL).as_deref(), Some("answer"));
     }
 }

@@ -5,10 +5,10 @@
 //! Invariant: transports only move frames; every method behaves the same on each.
 
 pub mod api;
-pub mod api_server;
 pub mod connection;
 pub mod jsonrpc;
 pub mod memory;
+pub mod requests;
 pub mod tcp;
 pub mod unix;
 pub mod ws;

@@ -47,8 +47,6 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use super::api::NativeApiServer;
-use super::api_server::{DaemonApi, RequestsLayer, Scope, SubscriptionIds};
 use super::ws::{self, WsIn, WsOut};
 use super::{Connection, connection};
 use crate::admission::{self, Admission, Limits};
@@ -69,19 +67,6 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// else on a connection's outbound queue is a response.
 const NOTIFICATION_PREFIX: &str = "{\"jsonrpc\":\"2.0\",\"method\":";
 
-/// Which JSON-RPC server frames the TCP transport's `/rpc` and `/ws`. Both serve the
-/// same methods over the same daemon client API, with the same authentication and
-/// limits in front.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Framing {
-    /// The dispatch core shared with the Unix socket ([`Connection`]).
-    #[default]
-    Native,
-    /// jsonrpsee's server, from the native API's definition ([`super::api`]), behind
-    /// the [`super::api_server::Requests`] layer.
-    Jsonrpsee,
-}
-
 /// How the TCP transport is limited and who may use it.
 #[derive(Clone, Debug)]
 pub struct TcpOptions {
@@ -94,8 +79,6 @@ pub struct TcpOptions {
     /// connections waiting to authenticate (past it the oldest is closed), with their
     /// deadlines.
     pub limits: Limits,
-    /// Which server frames the JSON-RPC messages.
-    pub framing: Framing,
 }
 
 impl TcpOptions {
@@ -105,7 +88,6 @@ impl TcpOptions {
             tokens,
             max_message_bytes: super::DEFAULT_MAX_MESSAGE_BYTES,
             limits: Limits::new(DEFAULT_MAX_CONNECTIONS),
-            framing: Framing::default(),
         }
     }
 }
@@ -140,9 +122,6 @@ struct Shared {
 /// The routes, with authentication and the body limit but without the connection cap
 /// (that belongs to [`serve`]'s accept loop).
 pub fn router(daemon: Arc<Daemon>, options: &TcpOptions) -> Router {
-    if options.framing == Framing::Jsonrpsee {
-        return jsonrpsee_router(daemon, options);
-    }
     let shared = Arc::new(Shared { daemon, max_message_bytes: options.max_message_bytes });
     let gate = Arc::new(Gate { tokens: options.tokens.clone(), hint: "" });
     let authenticated = Router::new()
@@ -281,175 +260,6 @@ async fn serve_websocket(daemon: &Arc<Daemon>, identity: String, socket: WebSock
             })
         });
     ws::serve_frames(daemon, identity, Box::pin(socket), max).await;
-}
-
-/// What the jsonrpsee routes need: the methods (built once from the definition), the
-/// per-connection service builder and the server's stop handle.
-struct Jsonrpsee {
-    daemon: Arc<Daemon>,
-    methods: jsonrpsee::Methods,
-    builder: JsonrpseeBuilder,
-    stop: jsonrpsee::server::StopHandle,
-    max_message_bytes: usize,
-}
-
-type JsonrpseeBuilder = jsonrpsee::server::TowerServiceBuilder<
-    tower::layer::util::Stack<
-        jsonrpsee::core::middleware::layer::RpcLoggerLayer,
-        tower::layer::util::Stack<RequestsLayer, tower::layer::util::Identity>,
-    >,
-    tower::layer::util::Identity,
->;
-
-/// The same routes served by jsonrpsee: `/rpc` and `/ws` behind the same bearer check
-/// and body limit, each HTTP request (or WebSocket) a connection with its own
-/// [`Scope`]; the JSON-RPC layers are [`RequestsLayer`] (cancellation, requests in
-/// flight) and jsonrpsee's logger (tracing).
-fn jsonrpsee_router(daemon: Arc<Daemon>, options: &TcpOptions) -> Router {
-    use jsonrpsee::server::{PingConfig, ServerConfig};
-
-    let max = u32::try_from(options.max_message_bytes).unwrap_or(u32::MAX);
-    let config = ServerConfig::builder()
-        .max_request_body_size(max)
-        // Answers are as large as the tools make them (bounded by the session's
-        // limits), as on every other face.
-        .max_response_body_size(u32::MAX)
-        .max_connections(u32::MAX)
-        .set_message_buffer_capacity(
-            u32::try_from(connection::OUTBOUND_CAPACITY).unwrap_or(u32::MAX),
-        )
-        .set_id_provider(SubscriptionIds::default())
-        .enable_ws_ping(PingConfig::new().ping_interval(ws::PING_INTERVAL).max_failures(2))
-        .build();
-    let builder = jsonrpsee::server::Server::builder()
-        .set_config(config)
-        .set_rpc_middleware(
-            jsonrpsee::core::middleware::RpcServiceBuilder::new()
-                .layer(RequestsLayer)
-                .rpc_logger(1024),
-        )
-        .to_service_builder();
-    let methods: jsonrpsee::Methods = match DaemonApi.into_module() {
-        Ok(module) => module.into(),
-        Err(err) => {
-            // Every name of the definition is registered once; this cannot happen.
-            tracing::error!(%err, "the native API definition registers a method twice");
-            jsonrpsee::Methods::new()
-        }
-    };
-    let (stop, handle) = jsonrpsee::server::stop_channel();
-    let shutdown = daemon.shutdown_token().clone();
-    daemon.tasks().spawn(async move {
-        shutdown.cancelled().await;
-        let _ = handle.stop();
-    });
-    let shared = Arc::new(Jsonrpsee {
-        daemon,
-        methods,
-        builder,
-        stop,
-        max_message_bytes: options.max_message_bytes,
-    });
-    let gate = Arc::new(Gate { tokens: options.tokens.clone(), hint: "" });
-    let authenticated = Router::new()
-        .route("/rpc", post(jsonrpsee_post))
-        .route("/ws", get(jsonrpsee_ws))
-        .route_layer(middleware::from_fn_with_state(gate, crate::auth::require_bearer))
-        .layer(DefaultBodyLimit::max(options.max_message_bytes));
-    Router::new().route("/healthz", get(healthz)).merge(authenticated).with_state(shared)
-}
-
-/// Opens the connection's [`Scope`] for the request's identity.
-fn open_scope(daemon: &Arc<Daemon>, request: &Request) -> Result<Arc<Scope>, Response> {
-    let Some(identity) = request.extensions().get::<Identity>().map(Identity::to_string) else {
-        return Err(StatusCode::UNAUTHORIZED.into_response());
-    };
-    Scope::open(daemon, identity).map(Arc::new).map_err(|err| {
-        tracing::debug!(%err, "connection refused");
-        (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response()
-    })
-}
-
-/// `POST /rpc` through jsonrpsee: the body read as the native path reads it (limit,
-/// deadline, any content type), then one connection for the request.
-async fn jsonrpsee_post(State(shared): State<Arc<Jsonrpsee>>, request: Request) -> Response {
-    if declared_length(request.headers()).is_some_and(|length| length > shared.max_message_bytes) {
-        return body_too_large(shared.max_message_bytes);
-    }
-    let scope = match open_scope(&shared.daemon, &request) {
-        Ok(scope) => scope,
-        Err(response) => return response,
-    };
-    let (mut parts, body) = request.into_parts();
-    let body = match tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        axum::body::to_bytes(body, shared.max_message_bytes),
-    )
-    .await
-    {
-        Err(_) => return (StatusCode::REQUEST_TIMEOUT, "the body took too long\n").into_response(),
-        Ok(Err(_)) => return body_too_large(shared.max_message_bytes),
-        Ok(Ok(body)) => body,
-    };
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return (StatusCode::BAD_REQUEST, "empty body\n").into_response();
-    }
-    // The native face reads any content type as JSON; so does this one.
-    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    parts.extensions.insert(scope);
-    let request = Request::from_parts(parts, axum::body::Body::from(body));
-    let mut service = shared.builder.clone().build(shared.methods.clone(), shared.stop.clone());
-    match tower::Service::call(&mut service, request).await {
-        Ok(response) => {
-            let (mut parts, body) = response.into_parts();
-            let Ok(body) = axum::body::to_bytes(axum::body::Body::new(body), usize::MAX).await
-            else {
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            };
-            // jsonrpsee answers a message of notifications only with `null`; the
-            // native face with no content.
-            if body.as_ref() == b"null" {
-                return StatusCode::NO_CONTENT.into_response();
-            }
-            parts
-                .headers
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            Response::from_parts(parts, axum::body::Body::from(body))
-        }
-        Err(err) => {
-            tracing::debug!(%err, "request failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
-}
-
-/// `GET /ws` through jsonrpsee: the connection's [`Scope`] lives as long as the
-/// WebSocket (and with it the authenticated slot); when jsonrpsee ends the session,
-/// its calls are canceled and its sessions closed.
-async fn jsonrpsee_ws(State(shared): State<Arc<Jsonrpsee>>, mut request: Request) -> Response {
-    let scope = match open_scope(&shared.daemon, &request) {
-        Ok(scope) => scope,
-        Err(response) => return response,
-    };
-    let slot = request.extensions().get::<Admission>().and_then(Admission::slot);
-    request.extensions_mut().insert(scope.clone());
-    let mut service = shared.builder.clone().build(shared.methods.clone(), shared.stop.clone());
-    let closed = service.on_session_closed();
-    let response = match tower::Service::call(&mut service, request).await {
-        Ok(response) => response.map(axum::body::Body::new),
-        Err(err) => {
-            tracing::debug!(%err, "websocket refused");
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        }
-    };
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        shared.daemon.tasks().spawn(async move {
-            closed.await;
-            scope.close();
-            drop(slot);
-        });
-    }
-    response
 }
 
 /// Serves the TCP transport on `listener` until the daemon shuts down, then waits for

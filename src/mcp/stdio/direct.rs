@@ -1,12 +1,9 @@
 //! `tools/call` requests answered from the stdio reader, not through rmcp's service
 //! loop (see [`Direct`]).
 
-use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -21,7 +18,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use super::{LineSender, Listing, encode_line, plain_answer_line};
-use crate::mcp::server::{Answer, McpHandler, caught, panicked};
+use crate::mcp::server::{Answer, McpHandler, panicked};
+use crate::rpc::requests::{self, Running, Started, Ticket};
 
 /// How long answers of calls still running at end of input (or at shutdown) are
 /// waited for before the calls are canceled: rmcp's own waits for the requests it
@@ -64,7 +62,7 @@ pub(super) struct Direct {
     /// goes to rmcp.
     peer: OnceLock<Peer<RoleServer>>,
     /// The request tokens of calls whose answer is still due, by request id.
-    due: Mutex<HashMap<RequestId, CancellationToken>>,
+    due: Running<RequestId>,
     tasks: TaskTracker,
     /// Where answers go; taken away when the conversation ends, so that a call that
     /// outlives it cannot keep stdout open.
@@ -79,9 +77,6 @@ pub(super) struct Direct {
     listing: Arc<Listing>,
 }
 
-/// How a request's result becomes its line (`None`: no answer is due).
-type AnswerWith<T> = fn(&Direct, RequestId, Result<T, McpError>) -> Option<Vec<u8>>;
-
 /// A request this path takes.
 enum Served {
     Call(CallToolRequest),
@@ -93,7 +88,7 @@ impl Direct {
         Direct {
             handler,
             peer: OnceLock::new(),
-            due: Mutex::new(HashMap::new()),
+            due: Running::default(),
             tasks: TaskTracker::new(),
             outbound: Mutex::new(Some(outbound)),
             ended: CancellationToken::new(),
@@ -138,10 +133,9 @@ impl Direct {
                 ..
             }) => {
                 if let Some(id) = &cancelled.params.request_id
-                    && let Some(token) = self.due().remove(id)
+                    && self.due.cancel(id)
                 {
                     tracing::debug!(%id, reason = ?cancelled.params.reason, "cancelled");
-                    token.cancel();
                 }
                 Taken::Engine(Box::new(ClientJsonRpcMessage::notification(
                     ClientNotification::CancelledNotification(cancelled),
@@ -185,7 +179,12 @@ impl Direct {
         let ctx = RequestContext::new(id.clone(), peer);
         let handler = self.handler.clone();
         let listing = Box::pin(async move { handler.list_tools(params, ctx).await });
-        self.run_here(id, listing, Direct::listing_line, "listing the tools")
+        self.run_here(
+            id,
+            listing,
+            |direct, id, listed| direct.listing_line(id, listed),
+            "listing the tools",
+        )
     }
 
     /// The line answering a `tools/list`, shaped for a peer before 2026-07-28 as rmcp
@@ -242,49 +241,47 @@ impl Direct {
         std::mem::swap(&mut ctx.extensions, &mut call.extensions);
         // Registered before the next line is read, so that a cancellation right
         // behind the call finds it.
-        self.due().insert(id.clone(), token);
+        let ticket = self.due.insert(id.clone(), token);
         // The handler's future can run any request and is large (~10 KB): it is
         // built in place on the heap, where it stays, rather than inside a task,
         // whose future tokio moves on spawn and writes over at each change of state.
         let handler = self.handler.clone();
         let call = Box::pin(async move { legacy_call(&handler, call.params, ctx).await });
-        self.run_here(id, call, Direct::answer, "the call")
+        let answer = move |direct: &Direct, id, result| direct.answer(id, ticket, result);
+        self.run_here(id, call, answer, "the call")
     }
 
     /// Runs a request's handler (`work`) up to its first wait, right here on the
-    /// reader's task, and returns the line `answer` makes of its result. The first
-    /// poll needs no waker of its own: work that is not done goes on in a task, whose
-    /// first poll registers that task's waker with what it waits on, and which queues
-    /// the answer. A panic (a bug: tools' own are results), on the first poll or in
-    /// the task, costs the request, not the conversation: it is answered as an
-    /// internal error.
-    fn run_here<T, F>(
+    /// reader's task ([`requests::start`]), and returns the line `answer` makes of its
+    /// result. Work that is not done goes on in a task of its own, which queues the
+    /// answer. A panic, on the first poll or in the task, costs the request, not the
+    /// conversation: it is answered as an internal error.
+    fn run_here<T, F, A>(
         self: &Arc<Self>,
         id: RequestId,
-        mut work: Pin<Box<F>>,
-        answer: AnswerWith<T>,
+        work: Pin<Box<F>>,
+        answer: A,
         what: &'static str,
     ) -> Option<Vec<u8>>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, McpError>> + Send + 'static,
+        A: FnOnce(&Direct, RequestId, Result<T, McpError>) -> Option<Vec<u8>> + Send + 'static,
     {
-        let mut context = Context::from_waker(Waker::noop());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(&mut context))) {
-            Ok(Poll::Ready(result)) => answer(self, id, result),
-            Ok(Poll::Pending) => {
+        match requests::start(work) {
+            Started::Done(result) => {
+                let result = result.unwrap_or_else(|_| panicked(&id, what));
+                answer(self, id, result)
+            }
+            Started::Waiting(rest) => {
                 let direct = self.clone();
                 self.tasks.spawn(async move {
-                    let result = caught(work, &id, what).await;
+                    let result = rest.await.unwrap_or_else(|_| panicked(&id, what));
                     if let Some(line) = answer(&direct, id, result) {
                         direct.send_later(line).await;
                     }
                 });
                 None
-            }
-            Err(_) => {
-                let failed = panicked(&id, what);
-                answer(self, id, failed)
             }
         }
     }
@@ -292,8 +289,13 @@ impl Direct {
     /// The line answering a finished call, `None` when the call was canceled (a
     /// canceled call is not answered) or its answer cannot be serialized. The call's
     /// token is canceled: its answer is out.
-    fn answer(&self, id: RequestId, result: Result<Answer, McpError>) -> Option<Vec<u8>> {
-        let Some(token) = self.due().remove(&id) else {
+    fn answer(
+        &self,
+        id: RequestId,
+        ticket: Ticket,
+        result: Result<Answer, McpError>,
+    ) -> Option<Vec<u8>> {
+        let Some(token) = self.due.finish(&id, ticket) else {
             tracing::debug!(%id, "dropping the answer of a canceled call");
             return None;
         };
@@ -308,10 +310,6 @@ impl Direct {
                 None
             }
         }
-    }
-
-    fn due(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-        self.due.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Once the input has ended (or the conversation is stopped, or rmcp's loop has
