@@ -393,6 +393,39 @@ async fn client_roots_narrow_the_session() {
     client.close().await;
 }
 
+/// The first call of a conversation asks the client for its roots while holding the
+/// session's opening; canceling that call lets the next one open the session at once
+/// instead of after the roots/list timeout (10 s).
+#[tokio::test]
+async fn a_canceled_first_call_does_not_hold_the_session_open_for_the_roots_timeout() {
+    let test = TestDaemon::new();
+    let mut client = StdioClient::start(&test.daemon, McpOptions::default());
+    client.initialize(LATEST_LEGACY, json!({"roots": {"listChanged": false}})).await;
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "read_file", "arguments": {"path": "README.md"}
+        }})
+    };
+    client.send(call(1)).await;
+    let first = client.until(|m| m["method"] == "roots/list").await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}))
+        .await;
+    client.send(call(2)).await;
+    // Well under the 10 s the first ask would otherwise hold the opening for.
+    let second = tokio::time::timeout(
+        std::time::Duration::from_secs(7),
+        client.until(|m| m["method"] == "roots/list"),
+    )
+    .await
+    .expect("the second call waited for the first one's roots/list to time out");
+    assert_ne!(first["id"], second["id"]);
+    client.send(json!({"jsonrpc": "2.0", "id": second["id"], "result": {"roots": []}})).await;
+    let answer = client.until(|m| m["id"] == 2).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    client.close().await;
+}
+
 #[tokio::test]
 async fn the_stateless_era_discovers_and_asks_with_input_required() {
     let test = TestDaemon::new();

@@ -58,6 +58,7 @@ use super::{Face, McpOptions};
 use crate::admission::Limits;
 use crate::auth::Gate;
 use crate::daemon::Daemon;
+use crate::rpc::jsonrpc::{INVALID_REQUEST, PARSE_ERROR};
 
 /// What MCP clients need to hear besides the common advice of a 401.
 const HINT: &str = "toolgate runs no OAuth authorization server: give the header to the MCP \
@@ -224,11 +225,6 @@ async fn not_served() -> Response {
     );
     (StatusCode::NOT_FOUND, body).into_response()
 }
-
-/// JSON-RPC 2.0: the body is not JSON.
-const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC 2.0: the JSON is not a valid request object.
-const INVALID_REQUEST: i64 = -32600;
 
 impl Guard {
     fn admit(&self, headers: &HeaderMap) -> Result<(), Response> {

@@ -62,7 +62,8 @@ struct HandlerState {
     /// The conversation as a client of the daemon; dropping it closes the agent
     /// session: calls canceled, processes killed.
     client: Client,
-    /// Held while the session is being opened (asking the client for its roots).
+    /// Held while the session is being opened (asking the client for its roots, until
+    /// it answers, the timeout, the request's cancellation or the conversation's end).
     opening: tokio::sync::Mutex<()>,
     events: Arc<McpEvents>,
     broker: Arc<McpBroker>,
@@ -287,7 +288,18 @@ impl LiveHandler {
             return Ok(entry.session.clone());
         }
         let roots = if !is_modern(ctx) && client_offers_roots(ctx) {
-            self.client_roots(&ctx.peer).await
+            // The lock is held while the client is asked, so that one session opens;
+            // the conversation's end and the request's cancellation cut the wait
+            // short, and neither a close nor the other requests wait out the timeout.
+            tokio::select! {
+                roots = self.client_roots(&ctx.peer) => roots,
+                () = self.state.closed.cancelled() => {
+                    return Err(McpError::internal_error("the conversation has ended", None));
+                }
+                () = ctx.ct.cancelled() => {
+                    return Err(McpError::internal_error("the request was canceled", None));
+                }
+            }
         } else {
             None
         };

@@ -37,7 +37,7 @@ use super::mapping;
 use super::server::McpHandler;
 use super::{Face, McpOptions, McpServeError};
 use crate::daemon::Daemon;
-use crate::rpc::{Line, LineReader};
+use crate::rpc::{Line, LineReader, jsonrpc};
 use crate::tools::{ToolResult, json_text, scratch};
 
 mod direct;
@@ -494,7 +494,7 @@ fn handle_line(
         Line::Text(_) | Line::TooLong => {
             return Err(error_line(
                 &Value::Null,
-                -32600,
+                jsonrpc::INVALID_REQUEST,
                 &format!("message larger than {max_message_bytes} bytes refused"),
             ));
         }
@@ -532,7 +532,11 @@ fn parse(line: &[u8]) -> Parsed {
         Ok(value) => value,
         Err(err) => {
             tracing::debug!(%err, "unparsable input");
-            return Parsed::Reply(Some(error_line(&Value::Null, -32700, "parse error")));
+            return Parsed::Reply(Some(error_line(
+                &Value::Null,
+                jsonrpc::PARSE_ERROR,
+                "parse error",
+            )));
         }
     };
     match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
@@ -551,7 +555,11 @@ fn parse(line: &[u8]) -> Parsed {
                 Some(id @ (Value::String(_) | Value::Number(_))) => id,
                 _ => Value::Null,
             };
-            Parsed::Reply(Some(error_line(&id, -32600, &format!("invalid request: {err}"))))
+            Parsed::Reply(Some(error_line(
+                &id,
+                jsonrpc::INVALID_REQUEST,
+                &format!("invalid request: {err}"),
+            )))
         }
     }
 }
