@@ -203,9 +203,7 @@ const BLOCKS: &[(&str, &str, How)] = &[
     (
         "text",
         "$ toolgate audit verify",
-        How::Exempt(
-            "a sample of output, not a command; tests/audit.rs checks what `audit verify` says",
-        ),
+        How::Checked("audit_verify_names_a_broken_record_as_the_sample_shows"),
     ),
 ];
 
@@ -256,6 +254,16 @@ fn every_block_is_checked_or_exempt() {
 
 /// A process started by a test: killed and reaped on drop, whatever the test's end.
 struct Running(Child);
+
+impl Running {
+    /// Stops it as systemd or a person would (SIGTERM) and waits for its end.
+    fn terminate(mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "it ended with {status} on SIGTERM");
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -476,6 +484,14 @@ fn the_commands_of_run_and_command_line() {
     assert_eq!(serve.text.trim(), "cargo run --release -- serve");
     let _daemon = machine.serve(serve.text.trim());
 
+    // "No configuration file is needed": the current directory is the only root, the
+    // mode is `default`.
+    let effective = machine.toolgate(&["check-config"]);
+    let effective: toml::Table = toml::from_str(&text(&effective.stdout)).unwrap();
+    let workspace = machine.workspace().to_str().unwrap().to_owned();
+    assert_eq!(effective["workspace"]["roots"], toml::Value::Array(vec![workspace.into()]));
+    assert_eq!(effective["permissions"]["mode"].as_str(), Some("default"));
+
     // The socket the README names, only for this uid.
     let socket = machine.socket();
     let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
@@ -693,6 +709,10 @@ fn the_hook_example_is_accepted_once_its_script_exists() {
         "{}",
         text(&refused.stdout)
     );
+    // Everything else goes through it: `git status`, allowed by the rules, runs.
+    let ran = machine.toolgate(&["call", "run_command", r#"{"command": "git status"}"#]);
+    let ran: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert!(ran["metadata"]["exit_code"].is_i64(), "git status did not run: {ran}");
 }
 
 #[test]
@@ -720,7 +740,48 @@ fn the_tcp_example_is_valid_with_the_token_file_it_makes() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let file = machine.config_dir().join("tokens");
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
-    check_config_clean(&machine, Some(&block("toml", "[server]").text));
+    let server = block("toml", "[server]").text;
+    check_config_clean(&machine, Some(&server));
+
+    // The daemon with it (on a free port): nothing without the token, everything with
+    // the secret that follows `ci:` in the file.
+    let port = free_port();
+    machine.write_user_config(&server.replace("127.0.0.1:7810", &format!("127.0.0.1:{port}")));
+    let _daemon = machine.serve("toolgate serve");
+    let list = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}"#;
+    let denied = http_post(port, "/rpc", list, None);
+    assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
+    assert!(denied.contains("Authorization: Bearer <token>"), "the 401 says how: {denied}");
+    let tokens = std::fs::read_to_string(&file).unwrap();
+    let secret = tokens.trim().strip_prefix("ci:").unwrap();
+    let accepted = http_post(port, "/rpc", list, Some(&format!("Bearer {secret}")));
+    assert!(
+        accepted.starts_with("HTTP/1.1 200") && accepted.contains("\"read_file\""),
+        "{accepted}"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One HTTP/1.1 POST of a JSON body to loopback; the whole response.
+fn http_post(port: u16, path: &str, body: &str, authorization: Option<&str>) -> String {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(authorization) = authorization {
+        request.push_str(&format!("Authorization: {authorization}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }
 
 // ---------------------------------------------------------------------------------------
@@ -852,7 +913,7 @@ fn the_lockdown_settings_are_what_doctor_prints_and_accepts() {
 #[test]
 fn mcp_over_http_takes_the_token_it_wrote() {
     let machine = Machine::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut command = machine.command("toolgate");
     command
         .args(["mcp", "--http", &format!("127.0.0.1:{port}")])
@@ -891,27 +952,51 @@ fn mcp_over_http_takes_the_token_it_wrote() {
     let header = entry["headers"]["Authorization"].as_str().unwrap().replace("<token>", &token);
     let path = url.strip_prefix(&format!("http://127.0.0.1:{port}")).unwrap();
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"readme","version":"0"}}}"#;
-    let post = |authorization: Option<&str>| -> String {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let mut request = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-            initialize.len()
-        );
-        if let Some(authorization) = authorization {
-            request.push_str(&format!("Authorization: {authorization}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(initialize);
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    };
-    let denied = post(None);
+    let denied = http_post(port, path, initialize, None);
     assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
-    let accepted = post(Some(&header));
+    let accepted = http_post(port, path, initialize, Some(&header));
     assert!(accepted.starts_with("HTTP/1.1 200"), "{accepted}");
     assert!(accepted.contains("\"serverInfo\""), "{accepted}");
     drop(server);
+}
+
+// ---------------------------------------------------------------------------------------
+// Audit log.
+
+#[test]
+fn audit_verify_names_a_broken_record_as_the_sample_shows() {
+    let machine = Machine::new();
+    let daemon = machine.serve("toolgate serve");
+    for limit in 1..=3 {
+        let args = format!(r#"{{"path": "README.md", "limit": {limit}}}"#);
+        assert!(machine.toolgate(&["call", "read_file", &args]).status.success());
+    }
+    // Records are written behind the calls; a daemon that stops writes what it holds.
+    daemon.terminate();
+    // The second record removed: the third no longer follows the one before it.
+    let log = machine.path("home/.local/state/toolgate/audit.jsonl");
+    let records = std::fs::read_to_string(&log).unwrap();
+    let records: Vec<&str> = records.lines().collect();
+    assert_eq!(records.len(), 3, "{records:?}");
+    std::fs::write(&log, format!("{}\n{}\n", records[0], records[2])).unwrap();
+    let named: Value = serde_json::from_str(records[2]).unwrap();
+
+    let sample = block("text", "$ toolgate audit verify");
+    let mut lines = sample.text.lines();
+    let command = lines.next().unwrap().strip_prefix("$ ").unwrap();
+    let shown = lines.next().unwrap();
+    let output = machine.bash(&format!("exec {command}"));
+    assert_eq!(output.status.code(), Some(1), "the README's exit status 1");
+    // The sample, with this machine's file, call and time, up to where it elides.
+    let expected = shown
+        .replace("/home/me/.local/state/toolgate/audit.jsonl", log.to_str().unwrap())
+        .replace("\"c3\"", &format!("\"{}\"", named["call_id"].as_str().unwrap()))
+        .replace("2026-12-01T15:02:11.250Z", named["ts"].as_str().unwrap());
+    let expected = expected.strip_suffix("…").unwrap();
+    let printed = text(&output.stdout);
+    assert!(
+        printed.starts_with(expected),
+        "README.md:{}: the sample reads\n{expected}\nbut audit verify printed\n{printed}",
+        sample.line
+    );
 }
