@@ -106,9 +106,7 @@ const BLOCKS: &[(&str, &str, How)] = &[
     (
         "sh",
         "cargo install --locked --path .",
-        How::Exempt(
-            "installs into ~/.cargo and, with sudo, /usr/local; completions and manual pages are tested in tests/cli.rs",
-        ),
+        How::Checked("the_install_commands_write_completions_and_manual_pages"),
     ),
     (
         "sh",
@@ -999,4 +997,69 @@ fn audit_verify_names_a_broken_record_as_the_sample_shows() {
         "README.md:{}: the sample reads\n{expected}\nbut audit verify printed\n{printed}",
         sample.line
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Installing.
+
+const INSTALL: &str = "cargo install --locked --path .";
+
+#[test]
+fn the_install_commands_write_completions_and_manual_pages() {
+    let machine = Machine::new();
+    let install = block("sh", INSTALL);
+    let mkdir =
+        "mkdir -p ~/.local/share/bash-completion/completions ~/.zfunc ~/.config/fish/completions";
+    let man_dir = "sudo mkdir -p /usr/local/share/man/man1";
+    let man = "sudo \"$(command -v toolgate)\" man --dir /usr/local/share/man/man1   # toolgate(1), toolgate-call(1), ...";
+    let sudo =
+        "with sudo it writes /usr/local; run below without sudo into a directory of the test";
+    run_lines(
+        &machine,
+        &install,
+        &[
+            (
+                INSTALL,
+                Line::Exempt(
+                    "a release build of minutes into ~/.cargo/bin; this build's toolgate is first on PATH",
+                ),
+            ),
+            (mkdir, Line::Prints(0, "")),
+            (
+                "toolgate completions bash > ~/.local/share/bash-completion/completions/toolgate",
+                Line::Prints(0, ""),
+            ),
+            (
+                "toolgate completions zsh > ~/.zfunc/_toolgate     # with fpath+=(~/.zfunc) before compinit in ~/.zshrc",
+                Line::Prints(0, ""),
+            ),
+            (
+                "toolgate completions fish > ~/.config/fish/completions/toolgate.fish   # also elvish, powershell",
+                Line::Prints(0, ""),
+            ),
+            (man_dir, Line::Exempt(sudo)),
+            (man, Line::Exempt(sudo)),
+        ],
+    );
+    for (file, mark) in [
+        (".local/share/bash-completion/completions/toolgate", "complete -F _toolgate"),
+        (".zfunc/_toolgate", "#compdef toolgate"),
+        (".config/fish/completions/toolgate.fish", "complete -c toolgate"),
+    ] {
+        let script = std::fs::read_to_string(machine.home().join(file)).unwrap();
+        assert!(script.contains(mark), "~/{file} is not toolgate's completion script");
+    }
+
+    // The manual pages, into a directory of the test instead of /usr/local.
+    let pages = machine.path("usr-local-share/man/man1");
+    let lines = [man_dir, man].map(|line| {
+        line.strip_prefix("sudo ")
+            .unwrap()
+            .replace("/usr/local/share/man/man1", pages.to_str().unwrap())
+    });
+    let output = machine.bash(&format!("set -e\n{}\n{}\n", lines[0], lines[1]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for page in ["toolgate.1", "toolgate-call.1"] {
+        assert!(pages.join(page).is_file(), "no {page} in {}", pages.display());
+    }
 }
