@@ -90,8 +90,6 @@ enum How {
 }
 
 const HOST_CLI: &str = "needs an MCP host's own CLI; tests/interop/run.sh runs it";
-const SYSTEM: &str = "installs into the system with sudo and systemd; the unit files are \
-                      checked by tests/systemd_units.rs";
 const CLIENT_API: &str = "checked by tests/rpc_api.rs";
 
 /// Every fenced block of README.md, by language and key ([`Block::key`]).
@@ -191,12 +189,12 @@ const BLOCKS: &[(&str, &str, How)] = &[
     (
         "sh",
         "sudo install -m 0755 target/release/toolgate /usr/local/bin/toolgate",
-        How::Exempt(SYSTEM),
+        How::Checked("the_service_blocks_install_what_the_repository_has"),
     ),
     (
         "sh",
         "# the token the agent will present, readable by the service user alone:",
-        How::Exempt(SYSTEM),
+        How::Checked("the_service_blocks_install_what_the_repository_has"),
     ),
     (
         "text",
@@ -346,7 +344,13 @@ impl Machine {
 
     /// A shell script run by bash in a session of its own (no terminal to ask on).
     fn bash(&self, script: &str) -> Output {
+        self.bash_in(&self.workspace(), script)
+    }
+
+    /// [`Machine::bash`] in the directory `cwd`.
+    fn bash_in(&self, cwd: &Path, script: &str) -> Output {
         let mut command = self.command("setsid");
+        command.current_dir(cwd);
         command.args(["--wait", "bash", "-c", script]);
         command.output().unwrap()
     }
@@ -402,6 +406,16 @@ const CLI_TESTS: &str = "what the command does there is tested in tests/cli.rs";
 /// checked against `expected`, keyed by the line as the README writes it. A line
 /// `expected` does not name fails the test.
 fn run_lines(machine: &Machine, block: &Block, expected: &[(&str, Line)]) -> Vec<Output> {
+    run_lines_in(machine, &machine.workspace(), block, expected)
+}
+
+/// [`run_lines`] in the directory `cwd`.
+fn run_lines_in(
+    machine: &Machine,
+    cwd: &Path,
+    block: &Block,
+    expected: &[(&str, Line)],
+) -> Vec<Output> {
     let out = tempfile::tempdir().unwrap();
     let mut script = String::from("set -u\n");
     let mut lines = Vec::new();
@@ -430,7 +444,7 @@ fn run_lines(machine: &Machine, block: &Block, expected: &[(&str, Line)]) -> Vec
             }
         }
     }
-    let output = machine.bash(&script);
+    let output = machine.bash_in(cwd, &script);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let mut outputs = Vec::new();
     for (n, (number, line, check)) in lines.into_iter().enumerate() {
@@ -750,6 +764,13 @@ fn the_tcp_example_is_valid_with_the_token_file_it_makes() {
     let denied = http_post(port, "/rpc", list, None);
     assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
     assert!(denied.contains("Authorization: Bearer <token>"), "the 401 says how: {denied}");
+    // The health check the service section curls answers `ok` without a token.
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut health = String::new();
+    stream.read_to_string(&mut health).unwrap();
+    assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("\r\n\r\nok\n"), "{health:?}");
     let tokens = std::fs::read_to_string(&file).unwrap();
     let secret = tokens.trim().strip_prefix("ci:").unwrap();
     let accepted = http_post(port, "/rpc", list, Some(&format!("Bearer {secret}")));
@@ -1062,4 +1083,87 @@ fn the_install_commands_write_completions_and_manual_pages() {
     for page in ["toolgate.1", "toolgate-call.1"] {
         assert!(pages.join(page).is_file(), "no {page} in {}", pages.display());
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running as a service: what needs sudo and systemd is not run; what the blocks name
+// and write is checked.
+
+#[test]
+fn the_service_blocks_install_what_the_repository_has() {
+    let machine = Machine::new();
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let install =
+        block("sh", "sudo install -m 0755 target/release/toolgate /usr/local/bin/toolgate");
+    let tcp =
+        block("sh", "# the token the agent will present, readable by the service user alone:");
+    // Every unit and configuration file the blocks copy is in the repository.
+    for block in [&install, &tcp] {
+        for word in block.text.split_whitespace().filter(|word| word.starts_with("systemd/")) {
+            assert!(repository.join(word).is_file(), "README.md:{}: no file {word}", block.line);
+        }
+    }
+
+    // The user's units go where systemd looks for them, in a fresh home.
+    let system = "installs into the system with sudo and systemd; tests/systemd_units.rs \
+                  checks the units";
+    run_lines_in(
+        &machine,
+        repository,
+        &install,
+        &[
+            (
+                "sudo install -m 0755 target/release/toolgate /usr/local/bin/toolgate",
+                Line::Exempt(system),
+            ),
+            (
+                "sudo cp systemd/toolgate.service systemd/toolgate.socket /etc/systemd/system/",
+                Line::Exempt(system),
+            ),
+            (
+                "sudo cp systemd/sysusers.d/toolgate.conf /etc/sysusers.d/ && sudo systemd-sysusers",
+                Line::Exempt(system),
+            ),
+            (
+                "sudo cp systemd/tmpfiles.d/toolgate.conf /etc/tmpfiles.d/ && sudo systemd-tmpfiles --create",
+                Line::Exempt(system),
+            ),
+            (
+                "sudo systemctl daemon-reload && sudo systemctl enable --now toolgate.socket",
+                Line::Exempt(system),
+            ),
+            ("mkdir -p ~/.config/systemd/user", Line::Prints(0, "")),
+            (
+                "cp systemd/user/toolgate.service systemd/user/toolgate.socket ~/.config/systemd/user/",
+                Line::Prints(0, ""),
+            ),
+            (
+                "systemctl --user daemon-reload && systemctl --user enable --now toolgate.socket",
+                Line::Exempt("needs a user's systemd; tests/systemd_units.rs checks the units"),
+            ),
+        ],
+    );
+    for unit in ["toolgate.service", "toolgate.socket"] {
+        let copied = machine.home().join(".config/systemd/user").join(unit);
+        assert!(copied.is_file(), "{} was not copied", copied.display());
+    }
+
+    // The token line's secret, in a file of the test: a token check-config accepts.
+    let token_line = tcp.text.lines().find(|line| line.starts_with("echo \"agent:")).unwrap();
+    let (echo, _) = token_line.split_once(" | sudo tee ").unwrap();
+    let tokens = machine.path("tokens");
+    let output = machine.bash(&format!("umask 077\n{echo} > {}", tokens.display()));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // The configuration the heredoc appends, with that file for /etc/toolgate/tokens.
+    let heredoc: String = tcp
+        .text
+        .lines()
+        .skip_while(|line| !line.ends_with("<<'EOF'"))
+        .skip(1)
+        .take_while(|line| *line != "EOF")
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert!(heredoc.contains("token_file = \"/etc/toolgate/tokens\""), "{heredoc}");
+    let config = heredoc.replace("/etc/toolgate/tokens", tokens.to_str().unwrap());
+    check_config_clean(&machine, Some(&config));
 }
