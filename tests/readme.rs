@@ -242,6 +242,20 @@ fn every_block_is_checked_or_exempt() {
             problems.push(format!("BLOCKS names the test {test}, which this file does not have"));
         }
     }
+    // Whatever is done with them, JSON and TOML blocks parse.
+    for block in &blocks {
+        let error = match block.lang.as_str() {
+            "json" => serde_json::from_str::<Value>(&block.text).err().map(|err| err.to_string()),
+            "toml" => toml::from_str::<toml::Table>(&block.text).err().map(|err| err.to_string()),
+            _ => None,
+        };
+        if let Some(error) = error {
+            problems.push(format!(
+                "README.md:{}: the `{}` block does not parse: {error}",
+                block.line, block.lang
+            ));
+        }
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -910,6 +924,9 @@ fn the_lockdown_settings_are_what_doctor_prints_and_accepts() {
     let printed: toml::Table =
         toml::from_str(&printed["~/.codex/config.toml (or $CODEX_HOME/config.toml)"]).unwrap();
     assert_eq!(codex, printed);
+    // Codex's MCP entry alone, earlier in the README, is the same entry.
+    let entry: toml::Table = toml::from_str(&block("toml", "[mcp_servers.toolgate]").text).unwrap();
+    assert_eq!(entry["mcp_servers"], printed["mcp_servers"]);
 
     // Written where the README says, doctor finds both hosts locked down.
     let workspace = machine.workspace();
@@ -961,6 +978,8 @@ fn mcp_over_http_takes_the_token_it_wrote() {
     let output = machine.bash(&format!("{first}\nprintf %s \"$TOKEN\""));
     let token = text(&output.stdout);
     assert!(token.len() >= 16, "TOKEN={token:?}: {}", text(&output.stderr));
+    let file = machine.path("run/toolgate").join(&tokens);
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
 
     let host = json_block(
         "{\"mcpServers\": {\"toolgate\": {\"type\": \"http\", \"url\": \"http://127.0.0.1:7811/mcp\",",
