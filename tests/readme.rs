@@ -1186,3 +1186,52 @@ fn the_service_blocks_install_what_the_repository_has() {
     let config = heredoc.replace("/etc/toolgate/tokens", tokens.to_str().unwrap());
     check_config_clean(&machine, Some(&config));
 }
+
+// ---------------------------------------------------------------------------------------
+// Links.
+
+/// GitHub's anchor of a heading: lower case, punctuation other than `-` and `_` dropped,
+/// spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_link_of_the_readme_leads_somewhere() {
+    let text = readme();
+    let mut anchors = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            anchors.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    let mut links = 0;
+    for (index, line) in text.lines().enumerate() {
+        for (at, _) in line.match_indices("](") {
+            let target = &line[at + 2..];
+            let target = &target[..target.find(')').unwrap_or(target.len())];
+            links += 1;
+            let found = match target.strip_prefix('#') {
+                Some(name) => anchors.iter().any(|anchor| anchor == name),
+                None if target.contains("://") => true,
+                None => repository.join(target).exists(),
+            };
+            if !found {
+                broken.push(format!("README.md:{}: {target}", index + 1));
+            }
+        }
+    }
+    assert!(links > 10, "only {links} links found");
+    assert!(broken.is_empty(), "links that lead nowhere:\n{}", broken.join("\n"));
+}
