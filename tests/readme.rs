@@ -1032,6 +1032,10 @@ fn audit_verify_names_a_broken_record_as_the_sample_shows() {
         .replace("2026-12-01T15:02:11.250Z", named["ts"].as_str().unwrap());
     let expected = expected.strip_suffix("…").unwrap();
     let printed = text(&output.stdout);
+    // And how far the chain held, counted in words that agree with the number.
+    assert!(printed.ends_with("\n1 record before it links up (1 file)\n"), "{printed}");
+    // And how far the chain held, counted in words that agree with the number.
+    assert!(printed.ends_with("\n1 record before it links up (1 file)\n"), "{printed}");
     assert!(
         printed.starts_with(expected),
         "README.md:{}: the sample reads\n{expected}\nbut audit verify printed\n{printed}",
