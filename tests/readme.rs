@@ -430,6 +430,13 @@ fn run_lines_in(
     block: &Block,
     expected: &[(&str, Line)],
 ) -> Vec<Output> {
+    for (line, _) in expected {
+        assert!(
+            block.text.lines().any(|written| written == *line),
+            "README.md:{}: the block no longer has the line `{line}`",
+            block.line
+        );
+    }
     let out = tempfile::tempdir().unwrap();
     let mut script = String::from("set -u\n");
     let mut lines = Vec::new();
