@@ -415,6 +415,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `1 file`, `2 files`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
@@ -434,17 +439,15 @@ fn audit_verify(file: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Resul
     let report = toolgate::audit::verify(&path)
         .map_err(|err| anyhow::anyhow!("cannot verify {}: {err}", path.display()))?;
     let mut out = std::io::stdout().lock();
-    let files = report.files.len();
+    let files = count(report.files.len(), "file", "files");
+    let records = count(report.records, "record", "records");
     if let Some(broken) = &report.broken {
         writeln!(out, "broken: {broken}")?;
-        writeln!(out, "{} records before it link up ({files} files)", report.records)?;
+        let link = if report.records == 1 { "links" } else { "link" };
+        writeln!(out, "{records} before it {link} up ({files})")?;
         return Ok(ExitCode::FAILURE);
     }
-    writeln!(
-        out,
-        "ok: {} records in {files} files, every record links to the one before",
-        report.records
-    )?;
+    writeln!(out, "ok: {records} in {files}, every record links to the one before")?;
     if let Some(prev) = &report.starts_after {
         writeln!(
             out,

@@ -209,7 +209,7 @@ fn secrets_and_contents_stay_out_of_the_audit_log() {
         "{stdout}{}",
         String::from_utf8_lossy(&verified.stderr)
     );
-    assert!(stdout.contains("ok: 6 records in 1 files"), "{stdout}");
+    assert!(stdout.contains("ok: 6 records in 1 file,"), "{stdout}");
 }
 
 /// What `run_command "sed -i '/marker/d' audit.jsonl"` did: erase its own record.
