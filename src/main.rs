@@ -94,7 +94,8 @@ enum Command {
         /// plan | bypass | dont_ask).
         #[arg(long)]
         mode: Option<String>,
-        /// Register the fixture tools of the MCP conformance suite.
+        /// Register the fixture tools of the MCP conformance suite (in a build with the
+        /// `conformance` feature only).
         #[arg(long, hide = true)]
         conformance_fixtures: bool,
         /// Serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio.
@@ -324,6 +325,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
+            if conformance_fixtures && !cfg!(feature = "conformance") {
+                anyhow::bail!(
+                    "this toolgate was built without the MCP conformance fixtures (they are \
+                     for the interoperability tests: build with `--features conformance`)"
+                );
+            }
             harden_daemon();
             toolgate::admission::raise_descriptor_limit();
             // A server on its host's pipes: its threads do not take the processor from

@@ -21,6 +21,7 @@
 //! resource links) and `roots`.
 
 pub mod approval;
+#[cfg(feature = "conformance")]
 pub mod fixtures;
 mod http;
 pub mod mapping;
@@ -150,6 +151,7 @@ pub(crate) struct PendingInput {
 
 impl Face {
     pub(crate) fn new(daemon: Arc<Daemon>, options: McpOptions) -> Arc<Face> {
+        #[cfg(feature = "conformance")]
         if options.conformance_fixtures {
             fixtures::register(daemon.registry());
         }

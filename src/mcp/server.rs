@@ -36,7 +36,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{APPROVAL_INPUT_KEY, Asker, McpBroker, answer_from_json, elicitation_json};
-use super::{Face, fixtures, mapping};
+#[cfg(feature = "conformance")]
+use super::fixtures;
+use super::{Face, mapping};
 use crate::agent::{Event, EventSink, Session};
 use crate::agent::{Preflight, Question};
 use crate::daemon::{Client, SessionSpec};
@@ -351,6 +353,7 @@ impl LiveHandler {
         Some(narrowed.iter().map(|path| path.display().to_string()).collect())
     }
 
+    #[cfg(feature = "conformance")]
     pub(crate) fn log_level(&self) -> Option<LoggingLevel> {
         *self.state.log_level.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -894,29 +897,31 @@ pub(crate) fn call_id_text(ctx: &RequestContext<RoleServer>) -> Arc<str> {
     }
 }
 
-/// The handler of one MCP conversation: the live handler, or, only when the face
-/// serves the conformance suite's fixtures (`--conformance-fixtures`), the same
-/// handler wrapped by [`fixtures::Conformance`]. The live handler knows nothing of
-/// the fixtures.
+/// The handler of one MCP conversation: the live handler, or, only in a build with
+/// the `conformance` feature whose face serves the conformance suite's fixtures
+/// (`--conformance-fixtures`), the same handler wrapped by `fixtures::Conformance`.
+/// The live handler knows nothing of the fixtures; the shipped build has none.
 #[derive(Clone)]
 pub enum McpHandler {
     Live(LiveHandler),
+    #[cfg(feature = "conformance")]
     Conformance(fixtures::Conformance),
 }
 
 impl McpHandler {
     pub(crate) fn new(face: Arc<Face>) -> McpHandler {
         let live = LiveHandler::new(face.clone());
+        #[cfg(feature = "conformance")]
         if face.options.conformance_fixtures {
-            McpHandler::Conformance(fixtures::Conformance::new(live))
-        } else {
-            McpHandler::Live(live)
+            return McpHandler::Conformance(fixtures::Conformance::new(live));
         }
+        McpHandler::Live(live)
     }
 
     fn live(&self) -> &LiveHandler {
         match self {
             McpHandler::Live(live) => live,
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.live(),
         }
     }
@@ -939,6 +944,7 @@ impl McpHandler {
     ) -> Result<Answer, McpError> {
         match self {
             McpHandler::Live(live) => live.call_tool_after(params, ctx, None).await,
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.call_tool(params, ctx).await,
         }
     }
@@ -961,10 +967,17 @@ pub(crate) fn panicked<T>(id: &RequestId, what: &str) -> Result<T, McpError> {
     Err(McpError::internal_error(format!("{what} failed"), None))
 }
 
+// The resource, prompt and completion requests are read by the conformance fixtures
+// alone; the shipped build answers them without looking.
+#[cfg_attr(
+    not(feature = "conformance"),
+    allow(unused_variables, reason = "only the conformance fixtures read these requests")
+)]
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
         match self {
             McpHandler::Live(live) => live.get_info(),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.get_info(),
         }
     }
@@ -1028,6 +1041,7 @@ impl ServerHandler for McpHandler {
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
         match self {
             McpHandler::Live(live) => live.listen(subscription).await,
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.listen(subscription).await,
         }
     }
@@ -1059,6 +1073,7 @@ impl ServerHandler for McpHandler {
                 serde_json::from_value(json!({"resultType": "complete", "resources": []}))
                     .map_err(internal)
             }
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.list_resources(request, ctx),
         }
     }
@@ -1073,6 +1088,7 @@ impl ServerHandler for McpHandler {
                 serde_json::from_value(json!({"resultType": "complete", "resourceTemplates": []}))
                     .map_err(internal)
             }
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => {
                 conformance.list_resource_templates(request, ctx)
             }
@@ -1094,6 +1110,7 @@ impl ServerHandler for McpHandler {
                 format!("resource not found: {}", request.uri),
                 Some(json!({"uri": request.uri})),
             )),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.read_resource(request, ctx),
         }
     }
@@ -1105,6 +1122,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<(), McpError> {
         match self {
             McpHandler::Live(_) => not_served("resources/subscribe"),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
         }
     }
@@ -1116,6 +1134,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<(), McpError> {
         match self {
             McpHandler::Live(_) => not_served("resources/unsubscribe"),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.subscribe(&request.uri, ctx),
         }
     }
@@ -1127,6 +1146,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
         match self {
             McpHandler::Live(_) => not_served("prompts/list"),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.list_prompts(request, ctx),
         }
     }
@@ -1138,6 +1158,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
         match self {
             McpHandler::Live(_) => not_served("prompts/get"),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.get_prompt(request, ctx),
         }
     }
@@ -1149,6 +1170,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         match self {
             McpHandler::Live(_) => not_served("completion/complete"),
+            #[cfg(feature = "conformance")]
             McpHandler::Conformance(conformance) => conformance.complete(request, ctx),
         }
     }

@@ -53,8 +53,9 @@ pub enum ToolSource {
     Mcp(String),
     /// Declared by the skill file (or `SKILL.md` folder) at that path.
     Skill(PathBuf),
-    /// The MCP conformance suite's fixtures (`toolgate mcp --conformance-fixtures`);
-    /// never registered otherwise.
+    /// The MCP conformance suite's fixtures (`toolgate mcp --conformance-fixtures`, in
+    /// a build with the `conformance` feature); never registered otherwise.
+    #[cfg(feature = "conformance")]
     Conformance,
 }
 
@@ -67,6 +68,7 @@ impl ToolSource {
             (ToolSource::Builtin, ToolSource::Builtin) => true,
             (ToolSource::Mcp(a), ToolSource::Mcp(b)) => a == b,
             (ToolSource::Skill(_), ToolSource::Skill(_)) => true,
+            #[cfg(feature = "conformance")]
             (ToolSource::Conformance, ToolSource::Conformance) => true,
             _ => false,
         }
@@ -79,6 +81,7 @@ impl std::fmt::Display for ToolSource {
             ToolSource::Builtin => f.write_str("builtin"),
             ToolSource::Mcp(server) => write!(f, "mcp:{server}"),
             ToolSource::Skill(path) => write!(f, "skill:{}", path.display()),
+            #[cfg(feature = "conformance")]
             ToolSource::Conformance => f.write_str("conformance"),
         }
     }
