@@ -155,7 +155,11 @@ pub struct ToolsListResult {
 }
 
 /// `tools/call`: one call, like MCP's. The result is the tool Result itself.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+///
+/// `ToolsCallParams::new("read_file", json!({"path": "README.md"}))` is a call on the
+/// connection's default session; [`ToolsCallParams::session`] and
+/// [`ToolsCallParams::call_id`] set the rest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsCallParams {
     pub name: String,
@@ -167,6 +171,27 @@ pub struct ToolsCallParams {
     /// The call id used in events and for `tools/cancel`; default: the request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+}
+
+impl ToolsCallParams {
+    /// A call of `name` with `arguments` (a JSON object, or a string holding the
+    /// model's raw argument text) on the connection's default session.
+    pub fn new(name: impl Into<String>, arguments: impl Into<Value>) -> ToolsCallParams {
+        ToolsCallParams { name: name.into(), arguments: arguments.into(), ..Default::default() }
+    }
+
+    /// The call runs in this session (one `session/open` answered) instead of the
+    /// connection's default one.
+    pub fn session(mut self, session_id: impl Into<String>) -> ToolsCallParams {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// The call's id in events and for `tools/cancel` (default: the request id).
+    pub fn call_id(mut self, call_id: impl Into<String>) -> ToolsCallParams {
+        self.call_id = Some(call_id.into());
+        self
+    }
 }
 
 pub type ToolsCallResult = ToolResult;

@@ -165,12 +165,7 @@ impl Drop for Tcp {
 }
 
 fn call(name: &str, arguments: serde_json::Value, call_id: &str) -> ToolsCallParams {
-    ToolsCallParams {
-        name: name.to_owned(),
-        arguments,
-        session_id: None,
-        call_id: Some(call_id.to_owned()),
-    }
+    ToolsCallParams::new(name, arguments).call_id(call_id)
 }
 
 /// Runs `params` while answering its permission request from `events` with `answer`;
@@ -396,6 +391,53 @@ async fn http_requests(framing: Framing) {
     assert!(matches!(refused, Err(Error::Transport(_))), "{refused:?}");
     let refused = within(api::connect_ws(&server.ws_url(), "wrong-secret-0123456789abcdef")).await;
     assert!(refused.is_err(), "a WebSocket with a wrong token was accepted");
+}
+
+/// The README's Rust example (section "Talking to the daemon"), compiled as it is
+/// written there: [`the_readme_rust_example_is_the_one_compiled_here`] compares the text.
+async fn readme_rust_example() -> Result<(), Box<dyn std::error::Error>> {
+    // README example begins.
+    use serde_json::json;
+    use toolgate::protocol::{SessionOpenParams, ToolsCallParams};
+    use toolgate::rpc::api::{self, NativeApiClient};
+
+    let client = api::connect_ws("ws://127.0.0.1:7810/ws", "SECRET").await?;
+    let session = client.session_open(SessionOpenParams::default()).await?;
+    let call = ToolsCallParams::new("read_file", json!({"path": "README.md"}));
+    let result = client.tools_call(call.session(&session.session_id)).await?;
+    println!("{}", result.content);
+    // README example ends.
+    Ok(())
+}
+
+/// The text of the first fenced block of `language` after `heading` in `markdown`.
+fn fenced_block(markdown: &str, heading: &str, language: &str) -> String {
+    let section = &markdown[markdown.find(heading).expect("the heading is there")..];
+    let fence = format!("```{language}\n");
+    let start = section.find(&fence).expect("the section has such a block") + fence.len();
+    let end = start + section[start..].find("```").expect("the block is closed");
+    section[start..end].to_owned()
+}
+
+#[test]
+fn the_readme_rust_example_is_the_one_compiled_here() {
+    // Referenced, so that it is compiled (and type-checked) with this file.
+    let _compiled = readme_rust_example;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = fenced_block(&readme, "## Talking to the daemon", "rust");
+    let source = std::fs::read_to_string(root.join("tests").join("rpc_api.rs")).unwrap();
+    let begin = source.find("// README example begins.\n").unwrap();
+    let begin = begin + source[begin..].find('\n').unwrap() + 1;
+    let end = begin + source[begin..].find("    // README example ends.").unwrap();
+    let compiled: String = source[begin..end]
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
+        .collect();
+    assert_eq!(
+        block, compiled,
+        "README.md's Rust example differs from the one compiled in tests/rpc_api.rs"
+    );
 }
 
 #[test]
