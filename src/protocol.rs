@@ -10,11 +10,19 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::{ApprovalDecision, ApprovalScope, Event};
+#[cfg(feature = "daemon")]
 use crate::daemon::{SessionSpec, SessionState, Status};
-use crate::permission::{Explanation, Mode};
-use crate::tools::{Definition, Todo, ToolResult};
-use crate::upstream::UpstreamStatus;
+// The wire types the methods' params and results are made of, for clients to name.
+pub use crate::wire::{
+    ApprovalDecision, ApprovalScope, Attachment, CallDecision, DecidedBy, Definition, ErrorType,
+    Event, Explanation, Layer, Metadata, Mode, Outcome, OutputStream, RuleList, Safety, Todo,
+    TodoStatus, ToolResult, UpstreamState, UpstreamStatus,
+};
+
+/// The largest message a peer accepts by default (a longer line is refused with an
+/// error and skipped; the connection stays usable). Tool arguments are small; file
+/// contents written by write_file are the largest legitimate payloads.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Method names, in one place.
 pub mod method {
@@ -155,10 +163,6 @@ pub struct ToolsListResult {
 }
 
 /// `tools/call`: one call, like MCP's. The result is the tool Result itself.
-///
-/// `ToolsCallParams::new("read_file", json!({"path": "README.md"}))` is a call on the
-/// connection's default session; [`ToolsCallParams::session`] and
-/// [`ToolsCallParams::call_id`] set the rest.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsCallParams {
@@ -173,6 +177,9 @@ pub struct ToolsCallParams {
     pub call_id: Option<String>,
 }
 
+/// `ToolsCallParams::new("read_file", json!({"path": "README.md"}))` is a call on the
+/// connection's default session; [`ToolsCallParams::session`] and
+/// [`ToolsCallParams::call_id`] set the rest.
 impl ToolsCallParams {
     /// A call of `name` with `arguments` (a JSON object, or a string holding the
     /// model's raw argument text) on the connection's default session.
@@ -343,6 +350,7 @@ pub struct CancelRequestParams {
 
 // Conversions between the wire types and the daemon's own.
 
+#[cfg(feature = "daemon")]
 impl SessionOpenParams {
     pub fn spec(&self) -> SessionSpec {
         SessionSpec {
@@ -359,6 +367,7 @@ impl SessionOpenParams {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl SessionUpdateParams {
     pub fn spec(&self) -> SessionSpec {
         SessionSpec {
@@ -375,6 +384,7 @@ impl SessionUpdateParams {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl From<SessionState> for SessionInfo {
     fn from(state: SessionState) -> SessionInfo {
         SessionInfo {
@@ -392,6 +402,7 @@ impl From<SessionState> for SessionInfo {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl From<Status> for DaemonStatusResult {
     fn from(status: Status) -> DaemonStatusResult {
         DaemonStatusResult {

@@ -440,6 +440,81 @@ fn the_readme_rust_example_is_the_one_compiled_here() {
     );
 }
 
+/// `cargo tree` of this package (offline, on the committed lock) with `features`: each
+/// package of the normal dependencies once, by name, with its enabled features.
+fn dependency_tree(features: &[&str]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--locked", "-e", "normal", "--prefix", "none"])
+        .args(["--format", "{p} {f}"])
+        .args(features)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mut packages = std::collections::BTreeMap::new();
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        // "hyper v1.12.0 client,http1" or "serde_derive v1.0.229 (proc-macro) " ...
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap().to_owned();
+        let _version = words.next();
+        let features: Vec<String> = words
+            .filter(|word| !word.starts_with('('))
+            .flat_map(|word| word.split(','))
+            .map(str::to_owned)
+            .collect();
+        packages.entry(name).or_insert(features);
+    }
+    packages.remove("toolgate");
+    packages
+}
+
+#[test]
+fn the_client_feature_builds_the_typed_client_without_the_daemon() {
+    // Crates only the daemon needs; the default build must have each (which also checks
+    // that they are spelled as cargo names them).
+    let daemon_only = [
+        "rmcp",
+        "landlock",
+        "seccompiler",
+        "axum",
+        "tower-http",
+        "dashmap",
+        "jsonschema",
+        "jsonrpsee-server",
+        "tokio-tungstenite",
+        "clap",
+        "notify",
+        "nix",
+        "io-uring",
+        "ignore",
+        "brush-parser",
+        "tracing-subscriber",
+        "reqwest",
+    ];
+    let full = dependency_tree(&[]);
+    for name in daemon_only {
+        assert!(full.contains_key(name), "the default build has no {name}");
+    }
+    assert!(full["hyper"].iter().any(|feature| feature == "server"), "{:?}", full["hyper"]);
+
+    let client = dependency_tree(&["--no-default-features", "--features", "client"]);
+    for name in daemon_only {
+        assert!(!client.contains_key(name), "the client-only build pulls in {name}");
+    }
+    for name in ["jsonrpsee-core", "jsonrpsee-http-client", "serde_json", "tokio"] {
+        assert!(client.contains_key(name), "the client-only build has no {name}");
+    }
+    // HTTP without its server half, tokio without the process and signal machinery.
+    assert!(!client["hyper"].iter().any(|feature| feature == "server"), "{:?}", client["hyper"]);
+    for feature in ["process", "signal", "fs"] {
+        assert!(!client["tokio"].iter().any(|f| f == feature), "tokio/{feature} is enabled");
+    }
+    // 115 crates when this was written, against 296 for the default build.
+    assert!(client.len() <= 130, "{} crates: {:?}", client.len(), client.keys());
+    assert!(client.len() * 2 < full.len(), "{} of {} crates", client.len(), full.len());
+}
+
 #[test]
 fn the_cli_speaks_through_the_typed_client() {
     // `toolgate call` on the Unix socket: the CLI's own path, end to end.

@@ -25,12 +25,12 @@ use jsonrpsee::core::client::{
     TransportSenderT,
 };
 use jsonrpsee::core::traits::ToRpcParams;
+#[cfg(feature = "daemon")]
 use jsonrpsee::types::ErrorObjectOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
-use crate::agent::Event;
 use crate::protocol::*;
 
 /// A method's params sent as the JSON-RPC `params` object itself (the native
@@ -57,6 +57,7 @@ impl<'de> Deserialize<'de> for NoParams {
 
 /// Parses a request's params as the method's params type (absent or `null` params
 /// count as `{}`), answering `invalid_params` as the hand-written face does.
+#[cfg(feature = "daemon")]
 pub fn parse_params<T: serde::de::DeserializeOwned>(
     params: &jsonrpsee::types::Params<'_>,
 ) -> Result<T, ErrorObjectOwned> {
@@ -69,6 +70,7 @@ pub fn parse_params<T: serde::de::DeserializeOwned>(
 }
 
 /// A JSON-RPC error object with one of the native protocol's codes.
+#[cfg(feature = "daemon")]
 pub fn rpc_error(code: i64, message: impl Into<String>) -> ErrorObjectOwned {
     ErrorObjectOwned::owned(i32::try_from(code).unwrap_or(i32::MIN), message, None::<()>)
 }
@@ -113,6 +115,7 @@ macro_rules! native_api {
         /// The server side of the native API. Every method gets the request's
         /// extensions (where the face puts the connection's [`crate::daemon::Client`]
         /// and the request's cancel token).
+        #[cfg(feature = "daemon")]
         #[async_trait::async_trait]
         pub trait NativeApiServer: Send + Sync + Sized + 'static {
             $(
@@ -168,6 +171,7 @@ macro_rules! native_api {
 }
 
 /// Registered for jsonrpsee's subscription bookkeeping; see [`NativeApiServer::into_module`].
+#[cfg(feature = "daemon")]
 const UNUSED_UNSUBSCRIBE: &str = "events/unsubscribe#jsonrpsee";
 
 native_api! {
@@ -205,7 +209,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub const SUBSCRIPTION_BUFFER: usize = 4096;
 
 /// The largest message the typed client reads.
-pub const MAX_MESSAGE_BYTES: usize = 4 * super::DEFAULT_MAX_MESSAGE_BYTES;
+pub const MAX_MESSAGE_BYTES: usize = 4 * DEFAULT_MAX_MESSAGE_BYTES;
 
 /// The typed client on a stream that speaks the native NDJSON framing (one message per
 /// line), e.g. a Unix socket or a `toolgate serve --stdio` child's pipes.
