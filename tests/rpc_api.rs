@@ -15,7 +15,7 @@ use jsonrpsee::core::client::{Error, Subscription};
 use serde_json::json;
 use tokio::net::TcpListener;
 use toolgate::agent::{ApprovalDecision, ApprovalScope, Event};
-use toolgate::auth::TokenSet;
+use toolgate::auth::{HOW_TO_AUTHENTICATE, TokenSet};
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::protocol::*;
 use toolgate::rpc::api::{self, NativeApiClient, NoParams};
@@ -513,6 +513,35 @@ fn the_client_feature_builds_the_typed_client_without_the_daemon() {
     // 115 crates when this was written, against 296 for the default build.
     assert!(client.len() <= 130, "{} crates: {:?}", client.len(), client.keys());
     assert!(client.len() * 2 < full.len(), "{} of {} crates", client.len(), full.len());
+}
+
+#[tokio::test]
+async fn a_refused_token_brings_the_daemons_advice_into_the_clients_error() {
+    let server = Tcp::start(Framing::Native).await;
+    for (token, reason) in [
+        ("wrong-secret-0123456789abcdef", "The bearer token is not valid."),
+        ("", "This endpoint needs a bearer token."),
+    ] {
+        // The daemon's 401 body: the reason, then how to pass the token.
+        let refused = within(api::connect_ws(&server.ws_url(), token)).await.unwrap_err();
+        let text = refused.to_string();
+        assert!(matches!(refused, Error::Transport(_)), "{refused:?}");
+        assert!(text.contains("401"), "{text}");
+        assert!(text.contains(reason), "{text}");
+        assert!(text.contains(HOW_TO_AUTHENTICATE), "{text}");
+
+        let client = api::connect_http(&server.http_url(), token).unwrap();
+        let refused = within(client.tools_list(ToolsListParams::default())).await.unwrap_err();
+        let text = refused.to_string();
+        assert!(matches!(refused, Error::Transport(_)), "{refused:?}");
+        assert!(text.contains("401"), "{text}");
+        assert!(text.contains(reason), "{text}");
+        assert!(text.contains(HOW_TO_AUTHENTICATE), "{text}");
+    }
+    // With the right token, the same clients go through.
+    let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
+    assert!(within(client.tools_list(ToolsListParams::default())).await.is_ok());
+    assert!(within(api::connect_ws(&server.ws_url(), TOKEN)).await.is_ok());
 }
 
 #[test]
