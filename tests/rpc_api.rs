@@ -39,13 +39,23 @@ struct Binary {
 
 impl Binary {
     async fn start() -> Binary {
-        let dir = tempfile::tempdir().unwrap();
+        Binary::start_with(tempfile::tempdir().unwrap(), "", |_| {}).await
+    }
+
+    /// The binary in `dir` (its workspace, home and runtime directories go there) with
+    /// `config`; `adjust` may add to its command (its environment).
+    async fn start_with(
+        dir: tempfile::TempDir,
+        config: &str,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Binary {
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
-        std::fs::write(dir.path().join("config.toml"), "").unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let socket = dir.path().join("run").join("toolgate.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
             .args(["serve", "--socket"])
             .arg(&socket)
             .arg("--config")
@@ -61,9 +71,9 @@ impl Binary {
             .env_remove("LISTEN_FDS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        adjust(&mut command);
+        let child = command.spawn().unwrap();
         let binary = Binary { child, dir, socket };
         // Listening is seen by connecting, never by waiting a while.
         within(async {
@@ -542,6 +552,134 @@ async fn a_refused_token_brings_the_daemons_advice_into_the_clients_error() {
     let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
     assert!(within(client.tools_list(ToolsListParams::default())).await.is_ok());
     assert!(within(api::connect_ws(&server.ws_url(), TOKEN)).await.is_ok());
+}
+
+/// A Python with the `websockets` package: a virtual environment under `target/`,
+/// made (and the package installed from the package index) on first use. `Err` says
+/// why there is none.
+fn python_with_websockets() -> Result<PathBuf, String> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("python-websockets");
+    let python = venv.join("bin").join("python");
+    let has_websockets = || {
+        Command::new(&python)
+            .args(["-c", "import websockets.sync.client"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if has_websockets() {
+        return Ok(python);
+    }
+    let run = |command: &mut Command| -> Result<(), String> {
+        let output = command.stdin(Stdio::null()).output().map_err(|err| format!("{err}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{:?}: {}", command, String::from_utf8_lossy(&output.stderr).trim()))
+        }
+    };
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin").join("pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "websockets",
+    ]))?;
+    if has_websockets() { Ok(python) } else { Err("websockets does not import".to_owned()) }
+}
+
+/// The README's Python block for remote agents (the one on `websockets`).
+fn readme_websocket_example() -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("## Talking to the daemon").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |end| end + 3)];
+    section
+        .split("```python\n")
+        .skip(1)
+        .map(|block| &block[..block.find("```").unwrap()])
+        .find(|block| block.contains("websockets.sync.client"))
+        .expect("the section has a Python WebSocket example")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_readme_websocket_agent_answers_the_approval_and_stops_at_its_result() {
+    let python = match python_with_websockets() {
+        Ok(python) => python,
+        Err(why) => {
+            eprintln!("SKIPPED: no Python with the websockets package: {why}");
+            println!("SKIPPED: no Python with the websockets package: {why}");
+            return;
+        }
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("ci:{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // `cargo test` in the example runs this stand-in, found first in the daemon's PATH.
+    let bin = dir.path().join("workspace").join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("cargo"), "#!/bin/sh\necho \"stand-in cargo: $*\"\n").unwrap();
+    std::fs::set_permissions(
+        bin.join("cargo"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let config =
+        format!("[server]\ntcp = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n", tokens.display());
+    let binary = Binary::start_with(dir, &config, |command| {
+        command.env("PATH", &path);
+    })
+    .await;
+    within(async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    let example = readme_websocket_example();
+    for placeholder in ["ws://127.0.0.1:7810/ws", "Bearer SECRET"] {
+        assert!(example.contains(placeholder), "no {placeholder} in the example:\n{example}");
+    }
+    let script = example
+        .replace("ws://127.0.0.1:7810/ws", &format!("ws://127.0.0.1:{port}/ws"))
+        .replace("Bearer SECRET", &format!("Bearer {TOKEN}"));
+    let mut agent = Command::new(python)
+        .arg("-c")
+        .arg(&script)
+        .current_dir(binary.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The person's answer to the approval the example asks for.
+    std::io::Write::write_all(&mut agent.stdin.take().unwrap(), b"y\n").unwrap();
+    let pid = agent.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(agent.wait_with_output()));
+    let output = match finished.recv_timeout(PATIENCE) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            panic!("the example did not end on its call's result");
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
+    // It showed the request to the person, the live output, and the result (whose
+    // content holds the output again).
+    assert!(stdout.contains("run_command"), "{stdout}");
+    assert!(stdout.contains("cargo test"), "{stdout}");
+    assert!(stdout.matches("stand-in cargo: test").count() >= 2, "{stdout}");
+    drop(binary);
 }
 
 #[test]
