@@ -11,6 +11,10 @@
 //! client trait and the server trait are both generated from, with the params passed
 //! through as they are ([`AsParams`]).
 //!
+//! A program that only talks to a daemon builds this module alone, with `protocol` and
+//! `wire`: `toolgate = { version = "0.1", default-features = false, features = ["client"] }`
+//! (the server side below is compiled with the feature `daemon` only).
+//!
 //! Events are a jsonrpsee subscription: `events/subscribe` answers a subscription id
 //! and every event arrives as an `events` notification whose params are
 //! `{"subscription", "result"}`, which is the native protocol's notification as it
