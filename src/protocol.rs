@@ -10,11 +10,19 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::{ApprovalDecision, ApprovalScope, Event};
+#[cfg(feature = "daemon")]
 use crate::daemon::{SessionSpec, SessionState, Status};
-use crate::permission::{Explanation, Mode};
-use crate::tools::{Definition, Todo, ToolResult};
-use crate::upstream::UpstreamStatus;
+// The wire types the methods' params and results are made of, for clients to name.
+pub use crate::wire::{
+    ApprovalDecision, ApprovalScope, Attachment, CallDecision, DecidedBy, Definition, ErrorType,
+    Event, Explanation, Layer, Metadata, Mode, Outcome, OutputStream, RuleList, Safety, Todo,
+    TodoStatus, ToolResult, UpstreamState, UpstreamStatus,
+};
+
+/// The largest message a peer accepts by default (a longer line is refused with an
+/// error and skipped; the connection stays usable). Tool arguments are small; file
+/// contents written by write_file are the largest legitimate payloads.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Method names, in one place.
 pub mod method {
@@ -155,7 +163,7 @@ pub struct ToolsListResult {
 }
 
 /// `tools/call`: one call, like MCP's. The result is the tool Result itself.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsCallParams {
     pub name: String,
@@ -167,6 +175,30 @@ pub struct ToolsCallParams {
     /// The call id used in events and for `tools/cancel`; default: the request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+}
+
+/// `ToolsCallParams::new("read_file", json!({"path": "README.md"}))` is a call on the
+/// connection's default session; [`ToolsCallParams::session`] and
+/// [`ToolsCallParams::call_id`] set the rest.
+impl ToolsCallParams {
+    /// A call of `name` with `arguments` (a JSON object, or a string holding the
+    /// model's raw argument text) on the connection's default session.
+    pub fn new(name: impl Into<String>, arguments: impl Into<Value>) -> ToolsCallParams {
+        ToolsCallParams { name: name.into(), arguments: arguments.into(), ..Default::default() }
+    }
+
+    /// The call runs in this session (one `session/open` answered) instead of the
+    /// connection's default one.
+    pub fn session(mut self, session_id: impl Into<String>) -> ToolsCallParams {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// The call's id in events and for `tools/cancel` (default: the request id).
+    pub fn call_id(mut self, call_id: impl Into<String>) -> ToolsCallParams {
+        self.call_id = Some(call_id.into());
+        self
+    }
 }
 
 pub type ToolsCallResult = ToolResult;
@@ -318,6 +350,7 @@ pub struct CancelRequestParams {
 
 // Conversions between the wire types and the daemon's own.
 
+#[cfg(feature = "daemon")]
 impl SessionOpenParams {
     pub fn spec(&self) -> SessionSpec {
         SessionSpec {
@@ -334,6 +367,7 @@ impl SessionOpenParams {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl SessionUpdateParams {
     pub fn spec(&self) -> SessionSpec {
         SessionSpec {
@@ -350,6 +384,7 @@ impl SessionUpdateParams {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl From<SessionState> for SessionInfo {
     fn from(state: SessionState) -> SessionInfo {
         SessionInfo {
@@ -367,6 +402,7 @@ impl From<SessionState> for SessionInfo {
     }
 }
 
+#[cfg(feature = "daemon")]
 impl From<Status> for DaemonStatusResult {
     fn from(status: Status) -> DaemonStatusResult {
         DaemonStatusResult {

@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, usize)] = &[
     // The crate's only `unsafe` code, reaching nothing else.
     ("sys", 0),
+    // The wire types every layer shares, reaching nothing else: the client-only build
+    // compiles them with `protocol` and the typed client.
+    ("wire", 0),
     // Containment and the kernel sandbox around every process a tool starts, and the
     // daemon's own hardening: below the tools that start processes.
     ("sandbox", 1),

@@ -15,7 +15,7 @@ use jsonrpsee::core::client::{Error, Subscription};
 use serde_json::json;
 use tokio::net::TcpListener;
 use toolgate::agent::{ApprovalDecision, ApprovalScope, Event};
-use toolgate::auth::TokenSet;
+use toolgate::auth::{HOW_TO_AUTHENTICATE, TokenSet};
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::protocol::*;
 use toolgate::rpc::api::{self, NativeApiClient, NoParams};
@@ -39,13 +39,23 @@ struct Binary {
 
 impl Binary {
     async fn start() -> Binary {
-        let dir = tempfile::tempdir().unwrap();
+        Binary::start_with(tempfile::tempdir().unwrap(), "", |_| {}).await
+    }
+
+    /// The binary in `dir` (its workspace, home and runtime directories go there) with
+    /// `config`; `adjust` may add to its command (its environment).
+    async fn start_with(
+        dir: tempfile::TempDir,
+        config: &str,
+        adjust: impl FnOnce(&mut Command),
+    ) -> Binary {
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
-        std::fs::write(dir.path().join("config.toml"), "").unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let socket = dir.path().join("run").join("toolgate.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
             .args(["serve", "--socket"])
             .arg(&socket)
             .arg("--config")
@@ -61,9 +71,9 @@ impl Binary {
             .env_remove("LISTEN_FDS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        adjust(&mut command);
+        let child = command.spawn().unwrap();
         let binary = Binary { child, dir, socket };
         // Listening is seen by connecting, never by waiting a while.
         within(async {
@@ -161,12 +171,7 @@ impl Drop for Tcp {
 }
 
 fn call(name: &str, arguments: serde_json::Value, call_id: &str) -> ToolsCallParams {
-    ToolsCallParams {
-        name: name.to_owned(),
-        arguments,
-        session_id: None,
-        call_id: Some(call_id.to_owned()),
-    }
+    ToolsCallParams::new(name, arguments).call_id(call_id)
 }
 
 /// Runs `params` while answering its permission request from `events` with `answer`;
@@ -380,6 +385,284 @@ async fn the_typed_client_calls_over_tcp_http_and_needs_the_token() {
     assert!(matches!(refused, Err(Error::Transport(_))), "{refused:?}");
     let refused = within(api::connect_ws(&server.ws_url(), "wrong-secret-0123456789abcdef")).await;
     assert!(refused.is_err(), "a WebSocket with a wrong token was accepted");
+}
+
+/// The README's Rust example (section "Talking to the daemon"), compiled as it is
+/// written there: [`the_readme_rust_example_is_the_one_compiled_here`] compares the text.
+async fn readme_rust_example() -> Result<(), Box<dyn std::error::Error>> {
+    // README example begins.
+    use serde_json::json;
+    use toolgate::protocol::{SessionOpenParams, ToolsCallParams};
+    use toolgate::rpc::api::{self, NativeApiClient};
+
+    let client = api::connect_ws("ws://127.0.0.1:7810/ws", "SECRET").await?;
+    let session = client.session_open(SessionOpenParams::default()).await?;
+    let call = ToolsCallParams::new("read_file", json!({"path": "README.md"}));
+    let result = client.tools_call(call.session(&session.session_id)).await?;
+    println!("{}", result.content);
+    // README example ends.
+    Ok(())
+}
+
+/// The text of the first fenced block of `language` after `heading` in `markdown`.
+fn fenced_block(markdown: &str, heading: &str, language: &str) -> String {
+    let section = &markdown[markdown.find(heading).expect("the heading is there")..];
+    let fence = format!("```{language}\n");
+    let start = section.find(&fence).expect("the section has such a block") + fence.len();
+    let end = start + section[start..].find("```").expect("the block is closed");
+    section[start..end].to_owned()
+}
+
+#[test]
+fn the_readme_rust_example_is_the_one_compiled_here() {
+    // Referenced, so that it is compiled (and type-checked) with this file.
+    let _compiled = readme_rust_example;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = fenced_block(&readme, "## Talking to the daemon", "rust");
+    let source = std::fs::read_to_string(root.join("tests").join("rpc_api.rs")).unwrap();
+    let begin = source.find("// README example begins.\n").unwrap();
+    let begin = begin + source[begin..].find('\n').unwrap() + 1;
+    let end = begin + source[begin..].find("    // README example ends.").unwrap();
+    let compiled: String = source[begin..end]
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
+        .collect();
+    assert_eq!(
+        block, compiled,
+        "README.md's Rust example differs from the one compiled in tests/rpc_api.rs"
+    );
+}
+
+/// `cargo tree` of this package (offline, on the committed lock) with `features`: each
+/// package of the normal dependencies once, by name, with its enabled features.
+fn dependency_tree(features: &[&str]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--locked", "-e", "normal", "--prefix", "none"])
+        .args(["--format", "{p} {f}"])
+        .args(features)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mut packages = std::collections::BTreeMap::new();
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        // "hyper v1.12.0 client,http1" or "serde_derive v1.0.229 (proc-macro) " ...
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap().to_owned();
+        let _version = words.next();
+        let features: Vec<String> = words
+            .filter(|word| !word.starts_with('('))
+            .flat_map(|word| word.split(','))
+            .map(str::to_owned)
+            .collect();
+        packages.entry(name).or_insert(features);
+    }
+    packages.remove("toolgate");
+    packages
+}
+
+#[test]
+fn the_client_feature_builds_the_typed_client_without_the_daemon() {
+    // Crates only the daemon needs; the default build must have each (which also checks
+    // that they are spelled as cargo names them).
+    let daemon_only = [
+        "rmcp",
+        "landlock",
+        "seccompiler",
+        "axum",
+        "tower-http",
+        "dashmap",
+        "jsonschema",
+        "tokio-tungstenite",
+        "clap",
+        "notify",
+        "nix",
+        "io-uring",
+        "ignore",
+        "brush-parser",
+        "tracing-subscriber",
+        "reqwest",
+    ];
+    let full = dependency_tree(&[]);
+    for name in daemon_only {
+        assert!(full.contains_key(name), "the default build has no {name}");
+    }
+    assert!(full["hyper"].iter().any(|feature| feature == "server"), "{:?}", full["hyper"]);
+
+    let client = dependency_tree(&["--no-default-features", "--features", "client"]);
+    for name in daemon_only {
+        assert!(!client.contains_key(name), "the client-only build pulls in {name}");
+    }
+    for name in ["jsonrpsee-core", "jsonrpsee-http-client", "serde_json", "tokio"] {
+        assert!(client.contains_key(name), "the client-only build has no {name}");
+    }
+    // HTTP without its server half, tokio without the process and signal machinery.
+    assert!(!client["hyper"].iter().any(|feature| feature == "server"), "{:?}", client["hyper"]);
+    for feature in ["process", "signal", "fs"] {
+        assert!(!client["tokio"].iter().any(|f| f == feature), "tokio/{feature} is enabled");
+    }
+    // 114 crates when this was written, against 276 for the default build.
+    assert!(client.len() <= 130, "{} crates: {:?}", client.len(), client.keys());
+    assert!(client.len() * 2 < full.len(), "{} of {} crates", client.len(), full.len());
+}
+
+#[tokio::test]
+async fn a_refused_token_brings_the_daemons_advice_into_the_clients_error() {
+    let server = Tcp::start().await;
+    for (token, reason) in [
+        ("wrong-secret-0123456789abcdef", "The bearer token is not valid."),
+        ("", "This endpoint needs a bearer token."),
+    ] {
+        // The daemon's 401 body: the reason, then how to pass the token.
+        let refused = within(api::connect_ws(&server.ws_url(), token)).await.unwrap_err();
+        let text = refused.to_string();
+        assert!(matches!(refused, Error::Transport(_)), "{refused:?}");
+        assert!(text.contains("401"), "{text}");
+        assert!(text.contains(reason), "{text}");
+        assert!(text.contains(HOW_TO_AUTHENTICATE), "{text}");
+
+        let client = api::connect_http(&server.http_url(), token).unwrap();
+        let refused = within(client.tools_list(ToolsListParams::default())).await.unwrap_err();
+        let text = refused.to_string();
+        assert!(matches!(refused, Error::Transport(_)), "{refused:?}");
+        assert!(text.contains("401"), "{text}");
+        assert!(text.contains(reason), "{text}");
+        assert!(text.contains(HOW_TO_AUTHENTICATE), "{text}");
+    }
+    // With the right token, the same clients go through.
+    let client = api::connect_http(&server.http_url(), TOKEN).unwrap();
+    assert!(within(client.tools_list(ToolsListParams::default())).await.is_ok());
+    assert!(within(api::connect_ws(&server.ws_url(), TOKEN)).await.is_ok());
+}
+
+/// A Python with the `websockets` package: a virtual environment under `target/`,
+/// made (and the package installed from the package index) on first use. `Err` says
+/// why there is none.
+fn python_with_websockets() -> Result<PathBuf, String> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join("python-websockets");
+    let python = venv.join("bin").join("python");
+    let has_websockets = || {
+        Command::new(&python)
+            .args(["-c", "import websockets.sync.client"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if has_websockets() {
+        return Ok(python);
+    }
+    let run = |command: &mut Command| -> Result<(), String> {
+        let output = command.stdin(Stdio::null()).output().map_err(|err| format!("{err}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{:?}: {}", command, String::from_utf8_lossy(&output.stderr).trim()))
+        }
+    };
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin").join("pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "websockets",
+    ]))?;
+    if has_websockets() { Ok(python) } else { Err("websockets does not import".to_owned()) }
+}
+
+/// The README's Python block for remote agents (the one on `websockets`).
+fn readme_websocket_example() -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("## Talking to the daemon").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |end| end + 3)];
+    section
+        .split("```python\n")
+        .skip(1)
+        .map(|block| &block[..block.find("```").unwrap()])
+        .find(|block| block.contains("websockets.sync.client"))
+        .expect("the section has a Python WebSocket example")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_readme_websocket_agent_answers_the_approval_and_stops_at_its_result() {
+    let python = match python_with_websockets() {
+        Ok(python) => python,
+        Err(why) => {
+            eprintln!("SKIPPED: no Python with the websockets package: {why}");
+            println!("SKIPPED: no Python with the websockets package: {why}");
+            return;
+        }
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("ci:{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // `cargo test` in the example runs this stand-in, found first in the daemon's PATH.
+    let bin = dir.path().join("workspace").join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("cargo"), "#!/bin/sh\necho \"stand-in cargo: $*\"\n").unwrap();
+    std::fs::set_permissions(
+        bin.join("cargo"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let config =
+        format!("[server]\ntcp = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n", tokens.display());
+    let binary = Binary::start_with(dir, &config, |command| {
+        command.env("PATH", &path);
+    })
+    .await;
+    within(async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    let example = readme_websocket_example();
+    for placeholder in ["ws://127.0.0.1:7810/ws", "Bearer SECRET"] {
+        assert!(example.contains(placeholder), "no {placeholder} in the example:\n{example}");
+    }
+    let script = example
+        .replace("ws://127.0.0.1:7810/ws", &format!("ws://127.0.0.1:{port}/ws"))
+        .replace("Bearer SECRET", &format!("Bearer {TOKEN}"));
+    let mut agent = Command::new(python)
+        .arg("-c")
+        .arg(&script)
+        .current_dir(binary.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The person's answer to the approval the example asks for.
+    std::io::Write::write_all(&mut agent.stdin.take().unwrap(), b"y\n").unwrap();
+    let pid = agent.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(agent.wait_with_output()));
+    let output = match finished.recv_timeout(PATIENCE) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            panic!("the example did not end on its call's result");
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
+    // It showed the request to the person, the live output, and the result (whose
+    // content holds the output again).
+    assert!(stdout.contains("run_command"), "{stdout}");
+    assert!(stdout.contains("cargo test"), "{stdout}");
+    assert!(stdout.matches("stand-in cargo: test").count() >= 2, "{stdout}");
+    drop(binary);
 }
 
 #[test]

@@ -3,67 +3,7 @@
 
 use std::borrow::Cow;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
-use super::{Explanation, Layer, RuleList};
-
-/// Whether the call went on to its tool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The call reached the registry (which may still refuse its arguments).
-    Allow,
-    /// The call was refused before its tool ran.
-    Deny,
-}
-
-/// Who or what settled the call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DecidedBy {
-    /// A configured allow, ask or deny rule (named by `rule`).
-    Rule,
-    /// The session's mode: no rule matched, plan mode, or `dont_ask`.
-    Mode,
-    /// An "allow for this session" answer given earlier.
-    SessionGrant,
-    /// A system tool: rules and modes do not apply.
-    System,
-    /// The session's tool allowlist.
-    Allowlist,
-    /// A PreToolUse hook: its allow, deny or block, or an updated input that is invalid.
-    Hook,
-    /// A person answered the question.
-    Person,
-    /// Nobody answered within the approval timeout.
-    Timeout,
-    /// The call was canceled while it waited for an answer.
-    Canceled,
-    /// Nobody could be asked: no approver connected, or a client that cannot answer.
-    Unavailable,
-    /// No policy applies: the tool is unknown, and the registry says so.
-    Registry,
-}
-
-/// The decision about one call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct CallDecision {
-    pub outcome: Outcome,
-    pub decided_by: DecidedBy,
-    /// Whether the call needed a person's answer (asked, or tried to ask).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub asked: bool,
-    /// The layer of the permission engine whose verdict applied, when one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layer: Option<Layer>,
-    /// The rule as written in the configuration (or granted in the session).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
-    /// The list that rule belongs to (`allow` for session grants).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub list: Option<RuleList>,
-}
+use super::{CallDecision, DecidedBy, Explanation, Layer, Outcome};
 
 impl CallDecision {
     /// A decision without an engine verdict behind it.
@@ -130,6 +70,7 @@ fn layer_name(layer: Layer) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use super::super::RuleList;
     use super::*;
 
     fn explanation(layer: Layer, rule: Option<&str>, list: Option<RuleList>) -> Explanation {

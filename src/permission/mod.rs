@@ -54,7 +54,9 @@ use serde_json::Value;
 
 use crate::tools::{Definition, Env, ErrorType, Safety};
 
-pub use decided::{CallDecision, DecidedBy, Outcome};
+// The policy's wire types (a session's mode, why and how a call was decided) are
+// defined in the bottom layer, which the client-only build compiles too.
+pub use crate::wire::{CallDecision, DecidedBy, Explanation, Layer, Mode, Outcome, RuleList};
 pub use resolve::{Entry, Lexical, Resolver, SystemResolver, follow};
 pub use rule::{
     RuleError, RuleProblem, check_rule, claude_code_aliases, covered_by, rule_warnings,
@@ -68,33 +70,6 @@ const EDIT_TOOLS: &[&str] = &["write_file", "edit_file", "apply_patch", "noteboo
 
 /// Tools whose `path` names a directory to search, defaulting to the working directory.
 const SEARCH_TOOLS: &[&str] = &["find_files", "search_code"];
-
-/// How much a session may do without asking.
-///
-/// Permissiveness is a partial order: `plan` ≤ `default` ≤ `accept_edits` ≤ `bypass`,
-/// and `dont_ask` ≤ `default`. `plan` and `dont_ask` are incomparable (plan may ask
-/// about read-only calls, which dont_ask never does; dont_ask may run side effects that
-/// rules allow, which plan never does). See [`Mode::restrict`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Read-only tools run; side-effecting tools ask.
-    #[default]
-    Default,
-    /// Like `default`, but file edits (`write_file`, `edit_file`, `apply_patch`,
-    /// `notebook_edit`) inside the roots run without asking. Commands still ask.
-    #[serde(alias = "acceptEdits")]
-    AcceptEdits,
-    /// Only read-only tools run; side-effecting calls are refused.
-    Plan,
-    /// Everything no rule denies or asks about runs.
-    #[serde(alias = "bypassPermissions")]
-    Bypass,
-    /// Like `default`, but whatever would ask is denied: for headless agents with
-    /// nobody to approve.
-    #[serde(alias = "dontAsk")]
-    DontAsk,
-}
 
 impl Mode {
     pub const ALL: [Mode; 5] =
@@ -205,41 +180,6 @@ impl Verdict {
     }
 }
 
-/// Which layer of the engine decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Layer {
-    /// A system tool: rules and modes do not apply.
-    System,
-    /// A configured allow, ask or deny rule.
-    Rule,
-    /// The session's mode (no rule matched, plan mode refused, or dont_ask converted).
-    Mode,
-    /// An allow rule granted at run time for this session.
-    SessionGrant,
-    /// A PreToolUse hook answered. The engine never decides by this layer; the agent
-    /// layer uses it when a hook's answer settles the call, and `tools/explain` lists
-    /// every hook that would run for the call, whose answer only the call itself gets.
-    Hook,
-    /// Where the call's paths resolve: outside the session roots the tool refuses
-    /// (`access_denied`). The engine never decides by this layer; `tools/explain`
-    /// reports it.
-    Confinement,
-    /// The kernel sandbox a command runs in: what it may read and write, and what
-    /// never. The engine never decides by this layer; `tools/explain` reports it for
-    /// the tools that run commands.
-    Sandbox,
-}
-
-/// The three configured rule lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleList {
-    Allow,
-    Ask,
-    Deny,
-}
-
 impl RuleList {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -254,21 +194,6 @@ impl fmt::Display for RuleList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Why a decision came out as it did: for users, events and the audit log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Explanation {
-    pub layer: Layer,
-    /// The deciding rule as configured (for a compound command allowed by several
-    /// rules, the first; the reason names them all).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
-    /// The list the deciding rule belongs to (`allow` for session grants).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub list: Option<RuleList>,
-    /// One human sentence.
-    pub reason: String,
 }
 
 /// The answer for one call.

@@ -11,6 +11,10 @@
 //! client trait is generated from, with the params passed through as they are
 //! ([`AsParams`]).
 //!
+//! A program that only talks to a daemon builds this module alone, with `protocol` and
+//! `wire`: `toolgate = { version = "0.1", default-features = false, features = ["client"] }`
+//! (the server side below is compiled with the feature `daemon` only).
+//!
 //! Events are a jsonrpsee subscription: `events/subscribe` answers a subscription id
 //! and every event arrives as an `events` notification whose params are
 //! `{"subscription", "result"}`, which is the native protocol's notification as it
@@ -20,16 +24,20 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use std::pin::Pin;
+
+use jsonrpsee::client_transport::ws::{Url, WsHandshakeError};
 use jsonrpsee::core::client::{
-    ClientBuilder, Error, ReceivedMessage, Subscription, SubscriptionClientT, TransportReceiverT,
-    TransportSenderT,
+    BatchResponse, ClientBuilder, ClientT, Error, ReceivedMessage, Subscription,
+    SubscriptionClientT, TransportReceiverT, TransportSenderT,
 };
+use jsonrpsee::core::params::BatchRequestBuilder;
 use jsonrpsee::core::traits::ToRpcParams;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
-use crate::agent::Event;
 use crate::protocol::*;
 
 /// A method's params sent as the JSON-RPC `params` object itself (the native
@@ -128,7 +136,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub const SUBSCRIPTION_BUFFER: usize = 4096;
 
 /// The largest message the typed client reads.
-pub const MAX_MESSAGE_BYTES: usize = 4 * super::DEFAULT_MAX_MESSAGE_BYTES;
+pub const MAX_MESSAGE_BYTES: usize = 4 * DEFAULT_MAX_MESSAGE_BYTES;
 
 /// The typed client on a stream that speaks the native NDJSON framing (one message per
 /// line), e.g. a Unix socket or a `toolgate serve --stdio` child's pipes.
@@ -169,11 +177,14 @@ fn bearer(token: &str) -> Result<jsonrpsee::client_transport::ws::HeaderMap, Err
 
 /// The typed client over the TCP face's WebSocket (`ws://host:port/ws`) with a bearer
 /// token: the streaming path (events, approvals, long sessions).
+///
+/// A refused token fails with the daemon's answer: its status and the body that says
+/// how to pass the token.
 pub async fn connect_ws(url: &str, token: &str) -> Result<jsonrpsee::core::client::Client, Error> {
-    let url: jsonrpsee::client_transport::ws::Url =
-        url.parse().map_err(|err| Error::Transport(format!("{url}: {err}").into()))?;
+    let address = url;
+    let url: Url = url.parse().map_err(|err| Error::Transport(format!("{url}: {err}").into()))?;
     let limit = u32::try_from(MAX_MESSAGE_BYTES).unwrap_or(u32::MAX);
-    let (sender, receiver) = jsonrpsee::client_transport::ws::WsTransportClientBuilder {
+    let connected = jsonrpsee::client_transport::ws::WsTransportClientBuilder {
         headers: bearer(token)?,
         max_request_size: limit,
         max_response_size: limit,
@@ -181,7 +192,15 @@ pub async fn connect_ws(url: &str, token: &str) -> Result<jsonrpsee::core::clien
     }
     .build(url)
     .await
-    .map_err(|err| Error::Transport(err.into()))?;
+    .map_err(|err| match err {
+        WsHandshakeError::Rejected { status_code } => Refused::Status(status_code),
+        other => Refused::Other(Error::Transport(other.into())),
+    });
+    let (sender, receiver) = match connected {
+        Ok(transport) => transport,
+        Err(Refused::Status(status)) => return Err(refused(address, token, status).await),
+        Err(Refused::Other(error)) => return Err(error),
+    };
     Ok(ClientBuilder::default()
         .request_timeout(REQUEST_TIMEOUT)
         .max_buffer_capacity_per_subscription(SUBSCRIPTION_BUFFER)
@@ -191,14 +210,178 @@ pub async fn connect_ws(url: &str, token: &str) -> Result<jsonrpsee::core::clien
 /// The typed client over the TCP face's plain HTTP (`http://host:port/rpc`) with a
 /// bearer token. Each request is a connection of its own with a fresh default session:
 /// no events (subscribing fails), nothing carried from one request to the next.
-pub fn connect_http(url: &str, token: &str) -> Result<jsonrpsee_http_client::HttpClient, Error> {
+///
+/// A request refused for its token fails with the daemon's answer: its status and the
+/// body that says how to pass the token.
+pub fn connect_http(url: &str, token: &str) -> Result<HttpClient, Error> {
     let limit = u32::try_from(MAX_MESSAGE_BYTES).unwrap_or(u32::MAX);
-    jsonrpsee_http_client::HttpClientBuilder::default()
+    let inner = jsonrpsee_http_client::HttpClientBuilder::default()
         .set_headers(bearer(token)?)
         .request_timeout(REQUEST_TIMEOUT)
         .max_request_size(limit)
         .max_response_size(limit)
-        .build(url)
+        .build(url)?;
+    Ok(HttpClient { inner, url: url.to_owned(), token: token.to_owned() })
+}
+
+/// The typed client over HTTP ([`connect_http`]): jsonrpsee's HTTP client, whose
+/// refusals carry what the daemon said (jsonrpsee's own keep only the status).
+#[derive(Clone, Debug)]
+pub struct HttpClient {
+    inner: jsonrpsee_http_client::HttpClient,
+    url: String,
+    token: String,
+}
+
+impl HttpClient {
+    /// `error` with the daemon's answer when the daemon refused the request.
+    async fn explained(&self, error: Error) -> Error {
+        let status = match &error {
+            Error::Transport(source) => match source.downcast_ref() {
+                Some(jsonrpsee_http_client::transport::Error::Rejected { status_code }) => {
+                    *status_code
+                }
+                _ => return error,
+            },
+            _ => return error,
+        };
+        refused(&self.url, &self.token, status).await
+    }
+}
+
+impl ClientT for HttpClient {
+    async fn notification<Params>(&self, method: &str, params: Params) -> Result<(), Error>
+    where
+        Params: ToRpcParams + Send,
+    {
+        let error = match self.inner.notification(method, params).await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        Err(self.explained(error).await)
+    }
+
+    async fn request<R, Params>(&self, method: &str, params: Params) -> Result<R, Error>
+    where
+        R: DeserializeOwned,
+        Params: ToRpcParams + Send,
+    {
+        let error = match self.inner.request(method, params).await {
+            Ok(answer) => return Ok(answer),
+            Err(error) => error,
+        };
+        Err(self.explained(error).await)
+    }
+
+    async fn batch_request<'a, R>(
+        &self,
+        batch: BatchRequestBuilder<'a>,
+    ) -> Result<BatchResponse<'a, R>, Error>
+    where
+        R: DeserializeOwned + std::fmt::Debug + 'a,
+    {
+        let error = match self.inner.batch_request(batch).await {
+            Ok(answers) => return Ok(answers),
+            Err(error) => error,
+        };
+        Err(self.explained(error).await)
+    }
+}
+
+impl SubscriptionClientT for HttpClient {
+    /// Fails: HTTP carries no events.
+    fn subscribe<'a, Notif, Params>(
+        &self,
+        subscribe_method: &'a str,
+        params: Params,
+        unsubscribe_method: &'a str,
+    ) -> impl Future<Output = Result<Subscription<Notif>, Error>> + Send
+    where
+        Params: ToRpcParams + Send,
+        Notif: DeserializeOwned,
+    {
+        self.inner.subscribe(subscribe_method, params, unsubscribe_method)
+    }
+
+    /// Fails: HTTP carries no events.
+    fn subscribe_to_method<Notif>(
+        &self,
+        method: &str,
+    ) -> impl Future<Output = Result<Subscription<Notif>, Error>> + Send
+    where
+        Notif: DeserializeOwned,
+    {
+        self.inner.subscribe_to_method(method)
+    }
+}
+
+/// How a WebSocket handshake failed: refused with a status, or otherwise.
+enum Refused {
+    Status(u16),
+    Other(Error),
+}
+
+/// The most of a refusal's body read.
+const REFUSAL_MAX_BYTES: usize = 16 * 1024;
+
+/// How long reading a refusal's body may take.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The error for a request the daemon answered with `status`: for a 401, what the
+/// daemon says to it (the reason and how to pass the token) read by asking `url` once
+/// more, with the same token, since jsonrpsee's transports keep only the status.
+async fn refused(url: &str, token: &str, status: u16) -> Error {
+    let said = match status {
+        401 => tokio::time::timeout(REFUSAL_TIMEOUT, refusal_body(url, token))
+            .await
+            .ok()
+            .flatten()
+            .filter(|body| !body.is_empty()),
+        _ => None,
+    };
+    let message = match said {
+        Some(body) => format!("{url}: the daemon refused the request (HTTP {status}): {body}"),
+        None => format!("{url}: the daemon refused the request (HTTP {status})"),
+    };
+    Error::Transport(message.into())
+}
+
+/// The body of the answer to `GET url` with the bearer `token` when it is a 401 (the
+/// daemon's authentication layer answers every route before the route itself).
+async fn refusal_body(url: &str, token: &str) -> Option<String> {
+    use hyper::body::Body as _;
+
+    let url: Url = url.parse().ok()?;
+    let host = url.host_str()?;
+    let port = url.port_or_known_default()?;
+    let stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.ok()?;
+    let connection = tokio::spawn(connection);
+    let authority = match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let request = hyper::Request::get(url.path())
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(String::new())
+        .ok()?;
+    let response = sender.send_request(request).await.ok();
+    let mut body = Vec::new();
+    if let Some(response) = response.filter(|response| response.status() == 401) {
+        let mut incoming = response.into_body();
+        while body.len() < REFUSAL_MAX_BYTES {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_frame(cx)).await;
+            let Some(Ok(frame)) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                body.extend_from_slice(data);
+            }
+        }
+    }
+    connection.abort();
+    let text = String::from_utf8_lossy(&body[..body.len().min(REFUSAL_MAX_BYTES)]);
+    Some(text.trim().to_owned())
 }
 
 /// Writes one message per line.

@@ -22,10 +22,7 @@ pub use connection::Connection;
 use crate::daemon::Daemon;
 use crate::tools::scratch;
 
-/// The largest message accepted by default (a longer line is refused with an error and
-/// skipped; the connection stays usable). Tool arguments are small; file contents
-/// written by write_file are the largest legitimate payloads.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub use crate::protocol::DEFAULT_MAX_MESSAGE_BYTES;
 
 /// Serves one NDJSON connection until the peer closes it or the daemon shuts down.
 ///

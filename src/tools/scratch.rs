@@ -4,59 +4,11 @@
 //! freeing a large block every call. Answer lines, written out by another task than
 //! the one that made them, come back through [`LINES`] instead.
 
-use std::cell::RefCell;
 use std::sync::Mutex;
-use std::thread::LocalKey;
 use std::time::Duration;
 
-/// A buffer [`with`] can empty and measure.
-pub(crate) trait Buffer: Default {
-    fn clear(&mut self);
-    fn capacity(&self) -> usize;
-}
-
-impl Buffer for Vec<u8> {
-    fn clear(&mut self) {
-        Vec::clear(self);
-    }
-
-    fn capacity(&self) -> usize {
-        Vec::capacity(self)
-    }
-}
-
-impl Buffer for String {
-    fn clear(&mut self) {
-        String::clear(self);
-    }
-
-    fn capacity(&self) -> usize {
-        String::capacity(self)
-    }
-}
-
-/// Runs `work` with the thread's buffer in `cell`, empty. Afterwards the buffer is
-/// emptied again, and freed when it grew past `keep` bytes, so a thread holds at most
-/// that much between calls. Should `work` reach the same buffer again, it gets a
-/// fresh one instead.
-pub(crate) fn with<B: Buffer, R>(
-    cell: &'static LocalKey<RefCell<B>>,
-    keep: usize,
-    work: impl FnOnce(&mut B) -> R,
-) -> R {
-    cell.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buffer) => {
-            buffer.clear();
-            let out = work(&mut buffer);
-            buffer.clear();
-            if buffer.capacity() > keep {
-                *buffer = B::default();
-            }
-            out
-        }
-        Err(_) => work(&mut B::default()),
-    })
-}
+// The per-thread buffer itself is the bottom layer's (JSON text escapes into one).
+pub(crate) use crate::wire::scratch::with;
 
 /// Buffers of answer lines, handed back by the writers that sent them and filled by
 /// the next answers: a line is made on the core that ran its call and written out
@@ -198,6 +150,8 @@ impl Lingering {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
 
     thread_local! {
