@@ -721,3 +721,195 @@ fn a_reload_with_a_hook_that_cannot_run_keeps_the_running_configuration() {
     let layers = explained["layers"].as_array().unwrap();
     assert!(layers.iter().all(|layer| layer["layer"] != "hook"), "{explained}");
 }
+
+/// A pseudo-terminal for a person at the keyboard: its master (what the person sees
+/// and types) and the path of its device.
+fn pseudo_terminal() -> (std::os::fd::OwnedFd, PathBuf) {
+    use rustix::pty::OpenptFlags;
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    rustix::pty::grantpt(&master).unwrap();
+    rustix::pty::unlockpt(&master).unwrap();
+    let name = rustix::pty::ptsname(&master, Vec::new()).unwrap();
+    (master, PathBuf::from(name.to_string_lossy().into_owned()))
+}
+
+/// A `toolgate` command run in a session of its own whose controlling terminal is a
+/// pseudo-terminal (`setsid --ctty`: its stdin and stderr are that terminal, unless
+/// `script` pipes something else into stdin); stdout is captured.
+struct AtTerminal {
+    child: Option<Child>,
+    master: std::os::fd::OwnedFd,
+    seen: Vec<u8>,
+}
+
+impl AtTerminal {
+    /// Runs `sh -c script` at a terminal; `$TOOLGATE` is the binary, `$SOCKET` the
+    /// daemon's socket.
+    fn start(daemon: &TestDaemon, script: &str, env: &[(&str, &str)]) -> AtTerminal {
+        let (master, device) = pseudo_terminal();
+        let terminal = std::fs::File::options().read(true).write(true).open(&device).unwrap();
+        let mut command = isolated(Command::new("setsid"), daemon.dir.path());
+        command
+            .args(["--ctty", "--wait", "sh", "-c", script])
+            .env("TOOLGATE", env!("CARGO_BIN_EXE_toolgate"))
+            .env("SOCKET", &daemon.socket)
+            .current_dir(daemon.workspace())
+            .stderr(terminal.try_clone().unwrap())
+            .stdin(terminal)
+            .stdout(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        AtTerminal { child: Some(command.spawn().unwrap()), master, seen: Vec::new() }
+    }
+
+    /// Reads what the terminal shows until `text` appears; all of it shown so far.
+    fn wait_for(&mut self, text: &str) -> String {
+        use std::os::fd::AsFd;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let shown = String::from_utf8_lossy(&self.seen).into_owned();
+            if shown.contains(text) {
+                return shown;
+            }
+            assert!(Instant::now() < deadline, "the terminal never showed {text:?}: {shown}");
+            let mut fds =
+                [nix::poll::PollFd::new(self.master.as_fd(), nix::poll::PollFlags::POLLIN)];
+            if matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)), Ok(n) if n > 0)
+            {
+                let mut buffer = [0u8; 4096];
+                match rustix::io::read(&self.master, &mut buffer) {
+                    Ok(n) if n > 0 => self.seen.extend_from_slice(&buffer[..n]),
+                    _ => panic!("the terminal closed before showing {text:?}: {shown}"),
+                }
+            }
+        }
+    }
+
+    /// Types a line.
+    fn type_line(&self, line: &str) {
+        rustix::io::write(&self.master, format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    fn finish(mut self) -> Output {
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for AtTerminal {
+    /// A test that failed leaves no command waiting for an answer.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `toolgate ARGS --socket S` with `stdin` piped in, in a session of its own
+/// without a controlling terminal: nobody at all can be asked.
+fn run_without_terminal(daemon: &TestDaemon, args: &[&str], stdin: &str) -> Output {
+    let mut child = isolated(Command::new("setsid"), daemon.dir.path())
+        .arg("--wait")
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .current_dir(daemon.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Arguments on stdin leave the terminal free for the question: it is asked on the
+/// controlling terminal, and the answer typed there is the one that counts. Without
+/// any terminal the call is denied, saying why and what would allow it.
+#[test]
+fn arguments_from_stdin_are_approved_on_the_controlling_terminal() {
+    let daemon = TestDaemon::start("");
+    let mut person = AtTerminal::start(
+        &daemon,
+        r#"printf '%s' "$ARGS" | exec "$TOOLGATE" call run_command - --socket "$SOCKET""#,
+        &[("ARGS", r#"{"command": "touch made-at-the-terminal"}"#)],
+    );
+    let shown = person.wait_for("Allow?");
+    assert!(shown.contains("touch made-at-the-terminal"), "{shown}");
+    person.type_line("y");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(json_of(&output)["ok"], true);
+    assert!(daemon.workspace().join("made-at-the-terminal").exists());
+
+    let output = run_without_terminal(
+        &daemon,
+        &["call", "run_command", "-"],
+        r#"{"command": "touch made-without-a-terminal"}"#,
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let result = json_of(&output);
+    assert_eq!(result["error_type"], "permission_denied", "{result}");
+    let error = result["error"].as_str().unwrap();
+    for part in
+        ["no terminal to ask on", "[permissions] allow", "run_command(touch", "[permissions] mode"]
+    {
+        assert!(error.contains(part), "{part:?} not in {error}");
+    }
+    assert!(!daemon.workspace().join("made-without-a-terminal").exists());
+}
+
+/// "Always this session" is offered only where the session outlives the command: a
+/// named one.
+#[test]
+fn always_this_session_is_offered_only_for_a_named_session() {
+    let daemon = TestDaemon::start("");
+    let script =
+        r#"exec "$TOOLGATE" call run_command '{"command": "touch once"}' --socket "$SOCKET""#;
+    let mut person = AtTerminal::start(&daemon, script, &[]);
+    let shown = person.wait_for("Allow?");
+    let prompt = shown.lines().last().unwrap().to_owned();
+    assert!(!prompt.contains("always"), "{prompt}");
+    assert!(shown.contains("--session NAME"), "{shown}");
+    person.type_line("a");
+    let output = person.finish();
+    // "a" is no answer here: the call is denied.
+    assert_eq!(json_of(&output)["error_type"], "permission_denied", "{output:?}");
+    assert!(!daemon.workspace().join("once").exists());
+
+    let mut person = AtTerminal::start(&daemon, script, &[("TOOLGATE_SESSION", "kept")]);
+    let shown = person.wait_for("Allow?");
+    assert!(shown.lines().last().unwrap().contains("[a]lways this session"), "{shown}");
+    person.type_line("a");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    assert!(daemon.workspace().join("once").exists());
+}
+
+/// `process kill` of a process the session started does not ask again (its start was
+/// approved); one that names no process of the session fails as not found, asking
+/// nobody, whatever the terminal.
+#[test]
+fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
+    let daemon = TestDaemon::start("[permissions]\nallow = [\"run_command(sleep:*)\"]\n");
+    let start = r#"{"command": "sleep 1000", "background": true}"#;
+    let output =
+        run_without_terminal(&daemon, &["call", "--session", "work", "run_command", start], "");
+    assert!(output.status.success(), "{output:?}");
+    let id = json_of(&output)["metadata"]["process_id"].as_str().unwrap().to_owned();
+
+    let output =
+        run_without_terminal(&daemon, &["process", "kill", "p99", "--session", "work"], "");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(json_of(&output)["error_type"], "not_found", "{output:?}");
+    let explained =
+        json_of(&daemon.run(&["explain", "process_kill", r#"{"id": "p99"}"#, "--session", "work"]));
+    assert_eq!(explained["decision"], "allow", "{explained}");
+
+    let output = run_without_terminal(&daemon, &["process", "kill", &id, "--session", "work"], "");
+    assert!(output.status.success(), "{output:?}");
+    let result = json_of(&output);
+    assert_eq!(result["metadata"]["running"], false, "{result}");
+}

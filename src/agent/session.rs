@@ -911,7 +911,17 @@ impl Session {
                 }
             };
         }
+        if definition.name == crate::tools::builtin::process_tools::KILL && !definition.system {
+            let started_here = self.names_own_process(args);
+            return engine.decide_process_kill(&facts, args, &ctx, started_here);
+        }
         engine.decide(&facts, args, &ctx)
+    }
+
+    /// Whether a call's `id` names one of this session's background processes.
+    fn names_own_process(&self, args: &Value) -> bool {
+        let id = args.get("id").and_then(Value::as_str);
+        id.is_some_and(|id| self.processes().is_some_and(|processes| processes.get(id).is_some()))
     }
 
     /// The text a `process_write` call would have its process read, if it names one
