@@ -174,10 +174,22 @@ pub async fn list(socket: Option<PathBuf>, output: Output) -> anyhow::Result<Exi
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
-            print_text(&render::list(&visible(&result), render::Style { color }))?
+            let width = terminal_width();
+            print_text(&render::list(&visible(&result), width, render::Style { color }))?
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The width to fit text for a person into: the terminal's, else `COLUMNS`, else 80.
+fn terminal_width() -> usize {
+    let terminal = rustix::termios::tcgetwinsize(std::io::stdout())
+        .ok()
+        .map(|size| usize::from(size.ws_col))
+        .filter(|&columns| columns > 0);
+    terminal
+        .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok().filter(|&n: &usize| n > 0))
+        .unwrap_or(80)
 }
 
 pub async fn status(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
@@ -206,13 +218,15 @@ pub async fn explain(
     let params = ToolsExplainParams { name: name.to_owned(), arguments, session_id };
     let result = client.api().tools_explain(params).await.map_err(ClientError::from)?;
     let result = json_of(&result)?;
+    // What a call of it would get: an unknown tool's call fails (exit status 1).
+    let known = result["decision"] != "unknown_tool";
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
             print_text(&render::explain(name, &visible(&result), render::Style { color }))?
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if known { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Calls one tool. It subscribes to the session's events, shows live output when a

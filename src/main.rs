@@ -17,8 +17,9 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TOOL
 const EXIT_STATUS: &str = "\
 Exit status:
   0    success
-  1    the tool call failed (`call`: the result is not ok), the audit log's chain
-       is broken (`audit verify`), or the MCP host is not locked down (`doctor`)
+  1    the tool call failed (`call`: the result is not ok; `explain`: the tool is
+       unknown), the audit log's chain is broken (`audit verify`), or the MCP host
+       is not locked down (`doctor`)
   2    a local error: invalid arguments or configuration, no daemon to talk to, the
        daemon refused the request
   141  standard output was closed early (`toolgate list | head -1`); nothing is

@@ -913,3 +913,92 @@ fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
     let result = json_of(&output);
     assert_eq!(result["metadata"]["running"], false, "{result}");
 }
+
+/// A relative path that is not there: the error names the absolute path looked for.
+#[test]
+fn a_missing_relative_path_names_where_it_was_looked_for() {
+    let daemon = TestDaemon::start("");
+    let workspace = std::fs::canonicalize(daemon.workspace()).unwrap();
+    for (tool, arguments) in [
+        ("read_file", r#"{"path": "no-such-dir/notes.txt"}"#),
+        ("find_files", r#"{"pattern": "*", "path": "no-such-dir"}"#),
+    ] {
+        let result = json_of(&daemon.run(&["call", tool, arguments]));
+        assert_eq!(result["error_type"], "not_found", "{result}");
+        let error = result["error"].as_str().unwrap();
+        let looked = workspace.join("no-such-dir").display().to_string();
+        assert!(error.contains(&looked), "{tool}: {looked} not in {error}");
+    }
+}
+
+/// An error's code and its message do not say the same thing twice, on the terminal
+/// or in the JSON; a misspelled tool or argument name gets the likely one meant.
+#[test]
+fn errors_say_things_once_and_suggest_what_was_meant() {
+    let daemon = TestDaemon::start("");
+    for (tool, arguments, code) in [
+        ("read_file", r#"{"path": "/etc/passwd"}"#, "access_denied"),
+        ("read_file", r#"{"path": "gone.txt"}"#, "not_found"),
+        ("read_file", r#"{"path": 5}"#, "invalid_arguments"),
+    ] {
+        let result = json_of(&daemon.run(&["call", tool, arguments]));
+        assert_eq!(result["error_type"], code, "{result}");
+        let error = result["error"].as_str().unwrap().to_lowercase();
+        let words = code.replace('_', " ");
+        assert!(!error.contains(&words), "{code}: {error}");
+    }
+
+    let result = json_of(&daemon.run(&["call", "raed_file", r#"{"path": "hello.txt"}"#]));
+    assert_eq!(result["error_type"], "unknown_tool", "{result}");
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains(r#"did you mean "read_file""#), "{error}");
+    assert!(!error.to_lowercase().contains("unknown tool"), "{error}");
+
+    let result = json_of(&daemon.run(&["call", "read_file", r#"{"pth": "hello.txt"}"#]));
+    assert_eq!(result["error_type"], "invalid_arguments", "{result}");
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains(r#"did you mean "path" for "pth""#), "{error}");
+
+    // Nothing near: no guess.
+    let result = json_of(&daemon.run(&["call", "zzzzzzzz", "{}"]));
+    assert!(!result["error"].as_str().unwrap().contains("did you mean"), "{result}");
+}
+
+/// `explain` of an unknown tool fails as a call of it does.
+#[test]
+fn explaining_an_unknown_tool_exits_as_calling_it_does() {
+    let daemon = TestDaemon::start("");
+    let call = daemon.run(&["call", "no_such_tool", "{}"]);
+    let explain = daemon.run(&["explain", "no_such_tool", "{}"]);
+    assert_eq!(json_of(&explain)["decision"], "unknown_tool");
+    assert_ne!(call.status.code(), Some(0), "{call:?}");
+    assert_eq!(explain.status.code(), call.status.code(), "{explain:?}");
+    assert!(daemon.run(&["explain", "read_file", r#"{"path": "hello.txt"}"#]).status.success());
+}
+
+/// `list` on a terminal fits the width it is given (`COLUMNS` on a terminal that does
+/// not say its own), and names the system tools as such.
+#[test]
+fn list_on_a_terminal_wraps_to_its_width() {
+    let daemon = TestDaemon::start("");
+    let script =
+        r#""$TOOLGATE" list --socket "$SOCKET" >/dev/tty; printf '\nEND-OF-LIST\n' >/dev/tty"#;
+    let mut person = AtTerminal::start(&daemon, script, &[("COLUMNS", "60"), ("NO_COLOR", "1")]);
+    let shown = person.wait_for("END-OF-LIST");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<&str> = shown.lines().map(|line| line.trim_end_matches('\r')).collect();
+    let listing: Vec<&str> = lines.iter().copied().take_while(|line| !line.is_empty()).collect();
+    assert!(listing.len() > 14, "{shown}");
+    for line in &listing {
+        assert!(line.chars().count() <= 60, "wider than 60: {line:?}");
+    }
+    // A long description goes on under itself.
+    assert!(listing.iter().any(|line| line.starts_with(&" ".repeat(30))), "{shown}");
+    for tool in ["exit_plan_mode", "todo_write"] {
+        let row = listing.iter().find(|line| line.starts_with(tool)).unwrap();
+        assert_eq!(row.split_whitespace().nth(1), Some("system"), "{row}");
+    }
+    let row = listing.iter().find(|line| line.starts_with("read_file ")).unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("read_only"), "{row}");
+}

@@ -247,21 +247,52 @@ pub(crate) fn explain(name: &str, answer: &Value, style: Style) -> String {
     out
 }
 
-/// `tools/list` as one line per tool.
-pub(crate) fn list(result: &Value, style: Style) -> String {
+/// `tools/list` as one row per tool: its name, its safety (`system` for a control-plane
+/// tool: rules and modes do not apply to it) and the first line of its description,
+/// wrapped to `width` columns under itself.
+pub(crate) fn list(result: &Value, width: usize, style: Style) -> String {
+    const NAME: usize = 16;
+    const SAFETY: usize = 12;
+    let indent = NAME + 1 + SAFETY + 1;
     let mut out = String::new();
     for tool in result["tools"].as_array().into_iter().flatten() {
         let name = tool["name"].as_str().unwrap_or("?");
-        let safety = tool["safety"].as_str().unwrap_or("?");
-        let system = if tool["system"].as_bool() == Some(true) { " system" } else { "" };
+        let safety = if tool["system"].as_bool() == Some(true) {
+            "system"
+        } else {
+            tool["safety"].as_str().unwrap_or("?")
+        };
         let description = tool["description"].as_str().unwrap_or("").lines().next().unwrap_or("");
-        let _ = writeln!(
-            out,
-            "{} {safety:<12}{system} {description}",
-            style.bold(&format!("{name:<16}"))
-        );
+        let lines = wrap(description, width.saturating_sub(indent).max(20));
+        let first = lines.first().map_or("", String::as_str);
+        let head = format!("{} {safety:<SAFETY$} {first}", style.bold(&format!("{name:<NAME$}")));
+        let _ = writeln!(out, "{}", head.trim_end());
+        for line in lines.iter().skip(1) {
+            let _ = writeln!(out, "{:indent$}{line}", "");
+        }
     }
     out
+}
+
+/// `text` in lines of at most `width` characters, broken between words (a word longer
+/// than that stands alone on its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let needed = line.chars().count() + usize::from(!line.is_empty()) + word.chars().count();
+        if !line.is_empty() && needed > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -448,15 +479,17 @@ mod tests {
     }
 
     #[test]
-    fn list_is_one_line_per_tool() {
+    fn list_wraps_descriptions_and_names_system_tools() {
         let result = json!({"tools": [
-            {"name": "read_file", "safety": "read_only", "description": "Reads a file.\nMore."},
+            {"name": "read_file", "safety": "read_only",
+             "description": "Reads a file, with numbered lines and honest truncation.\nMore."},
             {"name": "todo_write", "safety": "read_only", "system": true, "description": "Tasks."}
         ]});
         expect![[r#"
-            read_file        read_only    Reads a file.
-            todo_write       read_only    system Tasks.
+            read_file        read_only    Reads a file, with numbered
+                                          lines and honest truncation.
+            todo_write       system       Tasks.
         "#]]
-        .assert_eq(&list(&result, PLAIN));
+        .assert_eq(&list(&result, 60, PLAIN));
     }
 }
