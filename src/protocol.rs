@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::{ApprovalDecision, ApprovalScope, Event};
-use crate::daemon::{SessionSpec, SessionState, Status};
+use crate::daemon::{Listener, SessionSpec, SessionState, Status};
 use crate::permission::{Explanation, Mode};
 use crate::tools::{Definition, Todo, ToolResult};
 use crate::upstream::UpstreamStatus;
@@ -303,6 +303,16 @@ pub struct DaemonStatusResult {
     /// Calls never wait for the audit log; they are counted here instead (and logged).
     #[serde(default)]
     pub audit_records_dropped: u64,
+    /// The configured workspace roots: every session's, unless it narrowed them.
+    #[serde(default)]
+    pub roots: Vec<String>,
+    /// The configured permission mode: every session's default, and the most it may
+    /// ask for.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Where the daemon accepts connections.
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
 }
 
 /// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).
@@ -380,6 +390,9 @@ impl From<Status> for DaemonStatusResult {
             upstreams: status.upstreams,
             sandbox: status.sandbox,
             audit_records_dropped: status.audit_records_dropped,
+            roots: status.roots.iter().map(|root| root.display().to_string()).collect(),
+            mode: status.mode,
+            listeners: status.listeners,
         }
     }
 }

@@ -1002,3 +1002,139 @@ fn list_on_a_terminal_wraps_to_its_width() {
     let row = listing.iter().find(|line| line.starts_with("read_file ")).unwrap();
     assert_eq!(row.split_whitespace().nth(1), Some("read_only"), "{row}");
 }
+
+/// `status` on a terminal shows what the daemon listens on, the roots, the mode and
+/// whether the sandbox is enforced with what it grants; the JSON carries them too.
+#[test]
+fn status_on_a_terminal_shows_listeners_roots_mode_and_sandbox() {
+    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let workspace = std::fs::canonicalize(daemon.workspace()).unwrap().display().to_string();
+    let socket = daemon.socket.display().to_string();
+    let status = json_of(&daemon.run(&["status"]));
+    assert_eq!(status["mode"], "accept_edits", "{status}");
+    assert_eq!(status["roots"], serde_json::json!([workspace]), "{status}");
+    assert_eq!(status["listeners"], serde_json::json!([{"kind": "unix", "address": socket}]));
+
+    let script =
+        r#""$TOOLGATE" status --socket "$SOCKET" >/dev/tty; printf '\nEND-OF-STATUS\n' >/dev/tty"#;
+    let mut person = AtTerminal::start(&daemon, script, &[("NO_COLOR", "1")]);
+    let shown = person.wait_for("END-OF-STATUS");
+    assert!(person.finish().status.success());
+    let rows: Vec<&str> = shown.lines().map(|line| line.trim_end_matches('\r')).collect();
+    let row = |key: &str| {
+        rows.iter()
+            .find(|row| row.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} row: {shown}"))
+            .split_once(' ')
+            .unwrap()
+            .1
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(row("listening"), format!("unix {socket}"));
+    assert_eq!(row("roots"), workspace);
+    assert_eq!(row("mode"), "accept_edits");
+    let sandbox = row("sandbox");
+    assert!(
+        sandbox.starts_with("enforced: ") || sandbox.starts_with("not enforced: "),
+        "{sandbox}"
+    );
+    for key in ["reads", "writes", "never"] {
+        assert!(!row(key).is_empty(), "{shown}");
+    }
+}
+
+/// A value of the wrong type in the configuration is named in plain words, with the
+/// file and line, by `check-config` and by `serve`.
+#[test]
+fn configuration_type_errors_read_in_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgate.toml");
+    for (text, said) in [
+        (
+            "# limits\n[server]\nmax_connections = \"10\"\n",
+            r#"toolgate.toml:3:1: [server] max_connections must be a whole number, not the text "10""#,
+        ),
+        (
+            "[permissions]\nmode = 3\n",
+            "toolgate.toml:2:1: [permissions] mode must be text in quotes, not the number 3",
+        ),
+        (
+            "[limits]\ndefault_timeout_ms = true\n",
+            "toolgate.toml:2:1: [limits] default_timeout_ms must be a whole number, not true",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let config_arg = config.to_str().unwrap();
+        let socket = dir.path().join("run").join("toolgate.sock");
+        for args in [
+            &["check-config", "--config", config_arg][..],
+            &["serve", "--config", config_arg, "--socket", socket.to_str().unwrap()],
+        ] {
+            let output = run_to_end(dir.path(), args);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(said), "{args:?}: {said:?} not in {stderr}");
+            for rust in ["invalid type", "expected", "usize", "u64", "integer `"] {
+                assert!(!stderr.contains(rust), "{args:?}: {rust:?} in {stderr}");
+            }
+        }
+    }
+}
+
+/// The manual lists the exit codes in an EXIT STATUS section of their own.
+#[test]
+fn the_manual_has_an_exit_status_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate")).arg("man").output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let written = std::fs::read_to_string(dir.path().join("toolgate.1")).unwrap();
+    assert!(dir.path().join("toolgate-process-kill.1").is_file());
+    for page in [printed, written] {
+        assert!(!page.contains(".SH EXTRA"), "{page}");
+        let start = page.find(".SH \"EXIT STATUS\"\n").unwrap_or_else(|| panic!("{page}"));
+        let section = &page[start + 1..];
+        let section = &section[..section.find("\n.SH ").unwrap_or(section.len())];
+        for code in ["0", "1", "2", "141"] {
+            assert!(section.contains(&format!(".TP\n\\fB{code}\\fR\n")), "{code}: {section}");
+        }
+        assert!(section.contains("the tool call failed"), "{section}");
+    }
+}
+
+/// Shell completions offer the built-in tools' names after `call` and `explain`.
+#[test]
+fn completions_offer_tool_names() {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8(output.stdout).unwrap();
+    for command in ["call", "explain"] {
+        let label = format!("toolgate__subcmd__{command})");
+        let start = script.find(&label).unwrap_or_else(|| panic!("no {label}: {script}"));
+        let case = &script[start..];
+        let case = &case[..case.find(";;").unwrap()];
+        let opts = case.lines().find(|line| line.trim_start().starts_with("opts=")).unwrap();
+        for tool in ["read_file", "run_command", "process_kill", "todo_write"] {
+            assert!(
+                opts.split(['"', ' ']).any(|word| word == tool),
+                "{command}: {tool} not in {opts}"
+            );
+        }
+    }
+    // Any name still goes through: the daemon may offer tools of its upstream servers.
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["explain", "upstream__tool", "{}", "--socket", "/nonexistent/toolgate.sock"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no toolgate daemon is listening"), "{stderr}");
+}

@@ -142,6 +142,25 @@ pub(crate) fn status(status: &Value, style: Style) -> String {
             status["connections"], status["sessions"], status["calls_in_flight"]
         ),
     );
+    for listener in status["listeners"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "{} {}",
+            listener["kind"].as_str().unwrap_or("?"),
+            listener["address"].as_str().unwrap_or("?")
+        );
+        if listener["inherited"].as_bool() == Some(true) {
+            line.push_str(" (from the service manager)");
+        }
+        row(&mut out, "listening", line);
+    }
+    if let Some(roots) = status["roots"].as_array() {
+        let roots: Vec<&str> = roots.iter().filter_map(Value::as_str).collect();
+        let shown = if roots.is_empty() { "none".to_owned() } else { roots.join(", ") };
+        row(&mut out, "roots", shown);
+    }
+    if let Some(mode) = status["mode"].as_str() {
+        row(&mut out, "mode", mode.to_owned());
+    }
     row(&mut out, "tools", format!("{}", status["tools"]));
     if let Some(dropped) = status["audit_records_dropped"].as_u64().filter(|&n| n > 0) {
         row(&mut out, "audit", style.red(&format!("{dropped} records dropped")));
@@ -174,7 +193,11 @@ fn sandbox_rows(sandbox: &Value, style: Style, row: &mut dyn FnMut(&str, String)
     let Some(summary) = sandbox["summary"].as_str() else {
         return;
     };
-    row("sandbox", summary.to_owned());
+    let summary = summary.strip_prefix("sandbox: ").unwrap_or(summary);
+    let enforced = sandbox["enabled"].as_bool() == Some(true)
+        && sandbox["landlock_abi"].as_u64().is_some_and(|abi| abi > 0);
+    let state = if enforced { style.green("enforced") } else { style.red("not enforced") };
+    row("sandbox", format!("{state}: {summary}"));
     let paths = |parts: &Value| -> String {
         let listed: Vec<&str> = parts
             .as_array()
@@ -395,7 +418,13 @@ mod tests {
         let answer = json!({
             "version": "0.1.0", "pid": 4242, "uptime_ms": 3_723_000u64, "connections": 2,
             "sessions": 3, "calls_in_flight": 1, "tools": 8,
+            "roots": ["/home/u/project", "/srv/data"], "mode": "accept_edits",
+            "listeners": [
+                {"kind": "unix", "address": "/run/user/1000/toolgate/toolgate.sock"},
+                {"kind": "tcp", "address": "127.0.0.1:7777", "inherited": true}
+            ],
             "sandbox": {
+                "enabled": true, "landlock_abi": 7,
                 "summary": "sandbox: landlock v7; containment: supervisor (no delegation)",
                 "unenforced_limits": ["[sandbox] max_memory_mb = 100: no per-call cgroups"],
                 "grants": {
@@ -414,8 +443,12 @@ mod tests {
         expect![[r#"
             daemon     toolgate 0.1.0, pid 4242, up 1h 2m 3s
             clients    2 connections, 3 sessions, 1 calls in flight
+            listening  unix /run/user/1000/toolgate/toolgate.sock
+            listening  tcp 127.0.0.1:7777 (from the service manager)
+            roots      /home/u/project, /srv/data
+            mode       accept_edits
             tools      8
-            sandbox    sandbox: landlock v7; containment: supervisor (no delegation)
+            sandbox    enforced: landlock v7; containment: supervisor (no delegation)
               reads    /usr, /etc, /home/u
               writes   the session's roots, /home/u/.cache
               never    /home/u/.ssh, and toolgate's own files

@@ -81,6 +81,27 @@ pub struct Status {
     pub sandbox: serde_json::Value,
     /// Audit records lost since start (see [`CallObserver::records_dropped`]).
     pub audit_records_dropped: u64,
+    /// The configured workspace roots (every session's, unless it narrowed them).
+    pub roots: Vec<PathBuf>,
+    /// The configured permission mode (every session's default and ceiling).
+    pub mode: Mode,
+    /// Where the daemon accepts connections, as the serving code registered them.
+    pub listeners: Vec<Listener>,
+}
+
+/// One place the daemon accepts connections.
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct Listener {
+    /// `unix` (the native protocol on the socket), `tcp` (the native protocol over
+    /// HTTP and WebSocket) or `mcp_http` (MCP Streamable HTTP at `/mcp`).
+    pub kind: String,
+    /// The socket's path, or the address and port.
+    pub address: String,
+    /// Passed by the service manager (socket activation) rather than opened here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherited: bool,
 }
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
@@ -201,6 +222,8 @@ pub struct Daemon {
     /// wait of an older one void).
     detached: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     next_detach: AtomicU64,
+    /// Where the daemon listens (for status), as the serving code opens it.
+    listeners: std::sync::Mutex<Vec<Listener>>,
 }
 
 /// The owner of a session no connection holds.
@@ -229,6 +252,7 @@ impl Daemon {
             resume_tokens: DashMap::new(),
             detached: std::sync::Mutex::default(),
             next_detach: AtomicU64::new(1),
+            listeners: std::sync::Mutex::default(),
         });
         daemon.watch_registry();
         daemon
@@ -801,8 +825,19 @@ impl Daemon {
         }
     }
 
+    /// Records a place the daemon accepts connections on, for status.
+    pub fn add_listener(&self, listener: Listener) {
+        self.listeners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(listener);
+    }
+
     pub fn status(&self) -> Status {
+        let settings = self.settings();
+        let listeners =
+            self.listeners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         Status {
+            roots: settings.roots.clone(),
+            mode: settings.mode,
+            listeners,
             version: env!("CARGO_PKG_VERSION"),
             pid: std::process::id(),
             uptime: self.uptime(),
