@@ -917,16 +917,19 @@ fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
 /// A relative path that is not there: the error names the absolute path looked for.
 #[test]
 fn a_missing_relative_path_names_where_it_was_looked_for() {
-    let daemon = TestDaemon::start("");
+    let daemon = TestDaemon::start(ACCEPT_EDITS);
     let workspace = std::fs::canonicalize(daemon.workspace()).unwrap();
     for (tool, arguments) in [
         ("read_file", r#"{"path": "no-such-dir/notes.txt"}"#),
         ("find_files", r#"{"pattern": "*", "path": "no-such-dir"}"#),
+        ("edit_file", r#"{"path": "no-such-dir", "old_string": "a", "new_string": "b"}"#),
+        ("notebook_edit", r#"{"path": "no-such-dir.ipynb", "index": 0, "source": "x"}"#),
     ] {
         let result = json_of(&daemon.run(&["call", tool, arguments]));
         assert_eq!(result["error_type"], "not_found", "{result}");
         let error = result["error"].as_str().unwrap();
-        let looked = workspace.join("no-such-dir").display().to_string();
+        let name = if tool == "notebook_edit" { "no-such-dir.ipynb" } else { "no-such-dir" };
+        let looked = workspace.join(name).display().to_string();
         assert!(error.contains(&looked), "{tool}: {looked} not in {error}");
     }
 }

@@ -824,6 +824,18 @@ fn open_root(root: &Path, shown: &str) -> Result<OwnedFd, FsError> {
     })
 }
 
+/// The error for a file that is not there: `shown` as the caller wrote it and, when
+/// that is relative, the absolute path it named.
+pub fn missing(shown: &str, absolute: &Path) -> FsError {
+    let message = format!("{} does not exist", shorten(shown));
+    if Path::new(shown).is_relative() {
+        let looked = shorten(&absolute.display().to_string());
+        FsError::NotFound(format!("{message} (looked for {looked})"))
+    } else {
+        FsError::NotFound(message)
+    }
+}
+
 /// A relative path that does not exist: the error says where it was looked for (the
 /// session's working directory it resolved against), which the caller may not know.
 fn where_looked(env: &Env, path: &Path, err: FsError) -> FsError {
