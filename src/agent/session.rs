@@ -708,7 +708,9 @@ impl Session {
             }
             match outcome.verdict {
                 HookVerdict::Block | HookVerdict::Deny => {
-                    let reason = outcome.reason.unwrap_or_else(|| "blocked by a hook".to_owned());
+                    let reason = outcome.reason.unwrap_or_else(|| {
+                        "a PreToolUse hook refused the call without saying why".to_owned()
+                    });
                     let result = ToolResult::failure(ErrorType::HookBlocked, reason);
                     let decision = CallDecision::new(Outcome::Deny, DecidedBy::Hook);
                     return Stage::Done(call, Finished { result, decision, arguments });

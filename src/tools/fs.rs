@@ -99,7 +99,7 @@ pub enum FsError {
     TooLarge(String),
     #[error("{0}")]
     InvalidPath(String),
-    #[error("i/o error on {path}: {source}")]
+    #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
 }
 
