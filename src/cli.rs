@@ -174,10 +174,22 @@ pub async fn list(socket: Option<PathBuf>, output: Output) -> anyhow::Result<Exi
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
-            print_text(&render::list(&visible(&result), render::Style { color }))?
+            let width = terminal_width();
+            print_text(&render::list(&visible(&result), width, render::Style { color }))?
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The width to fit text for a person into: the terminal's, else `COLUMNS`, else 80.
+fn terminal_width() -> usize {
+    let terminal = rustix::termios::tcgetwinsize(std::io::stdout())
+        .ok()
+        .map(|size| usize::from(size.ws_col))
+        .filter(|&columns| columns > 0);
+    terminal
+        .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok().filter(|&n: &usize| n > 0))
+        .unwrap_or(80)
 }
 
 pub async fn status(socket: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
@@ -206,19 +218,23 @@ pub async fn explain(
     let params = ToolsExplainParams { name: name.to_owned(), arguments, session_id };
     let result = client.api().tools_explain(params).await.map_err(ClientError::from)?;
     let result = json_of(&result)?;
+    // What a call of it would get: an unknown tool's call fails (exit status 1).
+    let known = result["decision"] != "unknown_tool";
     match output {
         Output::Json => print_json(&result)?,
         Output::Human { color } => {
             print_text(&render::explain(name, &visible(&result), render::Style { color }))?
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if known { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Calls one tool. On a terminal it subscribes to the session's events, shows live
-/// output (on stdout and stderr as the command wrote it for a person, all on stderr
-/// when stdout carries JSON) and answers permission requests by asking the person;
-/// elsewhere nobody can approve and calls that need approval are denied.
+/// Calls one tool. It subscribes to the session's events, shows live output when a
+/// person reads it (on stdout and stderr as the command wrote it, all on stderr when
+/// stdout carries JSON) and answers permission requests by asking the person: on
+/// stdin when it is a terminal, else on the controlling terminal (`/dev/tty`, when the
+/// arguments come on stdin). Without any terminal nobody can approve: a call that
+/// needs approval is denied, saying why and what would allow it.
 pub async fn call(
     socket: Option<PathBuf>,
     session: Option<&str>,
@@ -230,13 +246,11 @@ pub async fn call(
     let client = Client::connect(socket).await?;
     let api = client.api();
     let session_id = client.session(session).await?;
-    let interactive = std::io::stdin().is_terminal();
-    let mut events = if interactive {
-        let params = EventsSubscribeParams { session_id: session_id.clone() };
-        Some(api.subscribe_events(params).await.map_err(ClientError::from)?)
-    } else {
-        None
-    };
+    // A session outlives this command only when it is named.
+    let lasting = session_id.is_some();
+    let mut terminal = Terminal::find();
+    let params = EventsSubscribeParams { session_id: session_id.clone() };
+    let mut events = Some(api.subscribe_events(params).await.map_err(ClientError::from)?);
     // A call id of its own, so that events of other calls in a shared session are
     // told apart.
     let call_id = format!("cli-{}", std::process::id());
@@ -263,7 +277,7 @@ pub async fn call(
             continue;
         }
         match event {
-            Event::ToolOutput { stream, text, .. } => {
+            Event::ToolOutput { stream, text, .. } if terminal.is_some() => {
                 // A command's output must not be able to redraw the terminal (and so
                 // fake the next question).
                 let text = display::visible_lines(&text);
@@ -288,12 +302,21 @@ pub async fn call(
                     arguments,
                     reason: &explanation.reason,
                     suggestions,
-                    session_grant: session_grant.as_deref(),
+                    // "Always this session" only where the session outlives the command.
+                    session_grant: session_grant.as_deref().filter(|_| lasting),
                 };
-                let (decision, scope) = ask_on_terminal(&question)?;
+                let (decision, scope, reason) = match terminal.as_mut() {
+                    Some(terminal) => {
+                        let (decision, scope) = terminal.ask(&question, lasting)?;
+                        (decision, scope, None)
+                    }
+                    None => {
+                        (ApprovalDecision::Deny, ApprovalScope::Once, Some(no_terminal(&question)))
+                    }
+                };
                 // The call's answer and its events keep arriving meanwhile; the
                 // subscription holds them until they are read.
-                let params = PermissionRespondParams { request_id, decision, scope, reason: None };
+                let params = PermissionRespondParams { request_id, decision, scope, reason };
                 api.permission_respond(params).await.map_err(ClientError::from)?;
             }
             _ => {}
@@ -311,6 +334,84 @@ pub async fn call(
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Why a call that needs approval is denied when no terminal is there to ask on, and
+/// what would let it run.
+fn no_terminal(question: &display::Question<'_>) -> String {
+    let rule = match question.suggestions.first() {
+        Some(rule) => format!("an allow rule such as {}", display::inline(rule)),
+        None => format!("an allow rule for {}", display::inline(question.tool)),
+    };
+    format!(
+        "{} requires approval ({}), and there is no terminal to ask on: stdin is not a \
+         terminal and the command has no controlling terminal; to allow it without \
+         asking, add {rule} to [permissions] allow, or run the daemon in a permission \
+         mode that allows it ([permissions] mode)",
+        display::inline(question.tool),
+        display::inline(question.reason),
+    )
+}
+
+/// Where a person answers approval questions: stdin when it is a terminal, else the
+/// controlling terminal.
+enum Terminal {
+    Stdin,
+    Controlling(std::io::BufReader<std::fs::File>),
+}
+
+impl Terminal {
+    fn find() -> Option<Terminal> {
+        if std::io::stdin().is_terminal() {
+            return Some(Terminal::Stdin);
+        }
+        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").ok()?;
+        Some(Terminal::Controlling(std::io::BufReader::new(tty)))
+    }
+
+    /// Shows a permission request (rendered as every face renders it: the whole
+    /// command, folded, every hidden character visible) and reads the person's answer.
+    /// `lasting`: the session outlives this command, so "always this session" may be
+    /// offered.
+    fn ask(
+        &mut self,
+        question: &display::Question<'_>,
+        lasting: bool,
+    ) -> Result<(ApprovalDecision, ApprovalScope), ClientError> {
+        let mut text = format!("\n{}\n", display::question(question));
+        if !lasting {
+            text.push_str(
+                "(this command's session ends with it; --session NAME keeps one, and its \
+                 grants, between commands)\n",
+            );
+        }
+        let session = question.session_grant.is_some();
+        if session {
+            text.push_str("Allow? [y]es once / [a]lways this session / [N]o: ");
+        } else {
+            text.push_str("Allow? [y]es once / [N]o: ");
+        }
+        let mut answer = String::new();
+        match self {
+            Terminal::Stdin => {
+                let mut stderr = std::io::stderr();
+                stderr.write_all(text.as_bytes())?;
+                stderr.flush()?;
+                std::io::stdin().lock().read_line(&mut answer)?;
+            }
+            Terminal::Controlling(tty) => {
+                let file = tty.get_mut();
+                file.write_all(text.as_bytes())?;
+                file.flush()?;
+                tty.read_line(&mut answer)?;
+            }
+        }
+        Ok(match answer.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => (ApprovalDecision::Allow, ApprovalScope::Once),
+            "a" | "always" if session => (ApprovalDecision::Allow, ApprovalScope::Session),
+            _ => (ApprovalDecision::Deny, ApprovalScope::Once),
+        })
+    }
 }
 
 /// The next event of a subscription, skipping events this client cannot read (a newer
@@ -394,31 +495,6 @@ pub async fn follow(
             });
         }
     }
-}
-
-/// Shows a permission request (rendered as every face renders it: the whole command,
-/// folded, every hidden character visible) and reads the person's answer.
-fn ask_on_terminal(
-    question: &display::Question<'_>,
-) -> Result<(ApprovalDecision, ApprovalScope), ClientError> {
-    let text = display::question(question);
-    let mut stderr = std::io::stderr();
-    writeln!(stderr, "\n{text}")?;
-    if question.session_grant.is_some() {
-        write!(stderr, "Allow? [y]es once / [a]lways this session / [N]o: ")?;
-    } else {
-        write!(stderr, "Allow? [y]es once / [N]o: ")?;
-    }
-    stderr.flush()?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    Ok(match answer.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => (ApprovalDecision::Allow, ApprovalScope::Once),
-        "a" | "always" if question.session_grant.is_some() => {
-            (ApprovalDecision::Allow, ApprovalScope::Session)
-        }
-        _ => (ApprovalDecision::Deny, ApprovalScope::Once),
-    })
 }
 
 /// Loads every configuration layer, makes every check `serve` makes before it starts

@@ -122,6 +122,74 @@ fn render_invalid(
     out
 }
 
+/// A deserializer's complaint about a value in plain terms: `invalid type: string "10",
+/// expected u64` becomes `must be a whole number, not the text "10"`. Anything it does
+/// not recognise is kept as it is.
+fn plain_message(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("unknown variant ")
+        && let Some((got, wanted)) = rest.split_once(", expected ")
+    {
+        let wanted = wanted.replace('`', "\"");
+        return format!("must be {wanted}, not {}", got.replace('`', "\""));
+    }
+    let (value, rest) = if let Some(rest) = message.strip_prefix("invalid type: ") {
+        (false, rest)
+    } else if let Some(rest) = message.strip_prefix("invalid value: ") {
+        (true, rest)
+    } else {
+        return message.to_owned();
+    };
+    let Some((got, wanted)) = rest.rsplit_once(", expected ") else {
+        return message.to_owned();
+    };
+    format!("must be {}, not {}", plain_expected(wanted, value), plain_got(got))
+}
+
+/// What a deserializer expected, in plain terms. `value`: the type was right but the
+/// value out of range.
+fn plain_expected(wanted: &str, value: bool) -> String {
+    let range = |max: &str| {
+        if value { format!("a whole number from 0 to {max}") } else { "a whole number".to_owned() }
+    };
+    match wanted {
+        "u8" => range("255"),
+        "u16" => range("65535"),
+        "u32" => range("4294967295"),
+        "u64" | "usize" | "u128" if value => "a whole number, 0 or more".to_owned(),
+        "u64" | "usize" | "u128" | "i8" | "i16" | "i32" | "i64" | "isize" | "i128" => {
+            "a whole number".to_owned()
+        }
+        "f32" | "f64" => "a number".to_owned(),
+        "a string" => "text in quotes".to_owned(),
+        "a boolean" => "true or false".to_owned(),
+        "a sequence" => "a list ([...])".to_owned(),
+        "a map" => "a table".to_owned(),
+        "a character" => "a single character".to_owned(),
+        other if other.starts_with("struct ") => "a table".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// What was found instead, in plain terms.
+fn plain_got(got: &str) -> String {
+    let quoted =
+        |prefix: &str| got.strip_prefix(prefix).map(|rest| rest.trim_matches('`').to_owned());
+    if let Some(text) = got.strip_prefix("string ") {
+        return format!("the text {text}");
+    }
+    if let Some(number) = quoted("integer ").or_else(|| quoted("floating point ")) {
+        return format!("the number {number}");
+    }
+    if let Some(flag) = quoted("boolean ") {
+        return flag;
+    }
+    match got {
+        "sequence" => "a list".to_owned(),
+        "map" => "a table".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
 /// A setting that loads but cannot do what it looks like it does (a rule that never
 /// applies, or one another rule always decides before). Shown by `check-config` and
 /// logged by `serve` at start; it stops nothing.
@@ -727,7 +795,19 @@ impl Layers {
                     }
                     _ => KeyPath::new(),
                 };
-                Err(self.invalid(&path, err.message().trim()))
+                let said = err.message().trim();
+                let plain = plain_message(said);
+                let translated = plain != said;
+                let mut error = self.invalid(&path, plain);
+                // In plain words the key begins the sentence: "[server] max_connections
+                // must be a whole number, not the text "10"".
+                if translated
+                    && let ConfigError::Invalid { key, message, .. } = &mut error
+                    && !key.is_empty()
+                {
+                    *message = format!("{} {message}", std::mem::take(key));
+                }
+                Err(error)
             }
         }
     }

@@ -257,13 +257,13 @@ fn a_bad_value_names_file_line_and_key() {
     check_user_error(
         "# my settings\n[limits]\n\ndefault_timeout_ms = \"x\"\n",
         expect![[
-            r#"$T/home/.config/toolgate/config.toml:4:1: [limits] default_timeout_ms: invalid type: string "x", expected u64"#
+            r#"$T/home/.config/toolgate/config.toml:4:1: [limits] default_timeout_ms must be a whole number, not the text "x""#
         ]],
     );
     check_user_error(
         "[server]\nmax_connections = -3\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:2:1: [server] max_connections: invalid value: integer `-3`, expected usize"
+            "$T/home/.config/toolgate/config.toml:2:1: [server] max_connections must be a whole number, 0 or more, not the number -3"
         ],
     );
     check_user_error(
@@ -275,13 +275,13 @@ fn a_bad_value_names_file_line_and_key() {
     check_user_error(
         "[workspace]\nroots = [\n  \".\",\n  42,\n]\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:4:3: [workspace] roots #2: invalid type: integer `42`, expected a string"
+            "$T/home/.config/toolgate/config.toml:4:3: [workspace] roots #2 must be text in quotes, not the number 42"
         ],
     );
     check_user_error(
         "[server]\naudit_log = 3\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:2:1: [server] audit_log: invalid type: integer `3`, expected true, false or a path"
+            "$T/home/.config/toolgate/config.toml:2:1: [server] audit_log must be true, false or a path, not the number 3"
         ],
     );
 }
@@ -291,7 +291,7 @@ fn a_bad_value_is_blamed_on_the_layer_that_set_it() {
     let fixture = Fixture::new();
     fixture.system_file("[limits]\nmax_read_bytes = 1\n\ndefault_timeout_ms = true\n");
     fixture.user_file("[limits]\nmax_read_bytes = 2\n");
-    expect!["$T/etc/toolgate/config.toml:4:1: [limits] default_timeout_ms: invalid type: boolean `true`, expected u64"]
+    expect!["$T/etc/toolgate/config.toml:4:1: [limits] default_timeout_ms must be a whole number, not true"]
         .assert_eq(&fixture.error(&fixture.options()));
 
     // Overridden by a later layer, the bad value no longer matters.
@@ -373,7 +373,7 @@ fn hooks_are_validated() {
     check_user_error(
         "[[hooks.post_tool_use]]\ncommand = \"x\"\non_error = \"maybe\"\n",
         expect![
-            "$T/home/.config/toolgate/config.toml:3:1: [[hooks.post_tool_use]] #1 on_error: unknown variant `maybe`, expected `allow` or `deny`"
+            r#"$T/home/.config/toolgate/config.toml:3:1: [[hooks.post_tool_use]] #1 on_error must be "allow" or "deny", not "maybe""#
         ],
     );
 

@@ -13,25 +13,71 @@ use toolgate::cli::Output;
 /// The version and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TOOLGATE_COMMIT"), ")");
 
-/// What the exit status means, for `--help`; the README says the same.
-const EXIT_STATUS: &str = "\
-Exit status:
-  0    success
-  1    the tool call failed (`call`: the result is not ok), the audit log's chain
-       is broken (`audit verify`), or the MCP host is not locked down (`doctor`)
-  2    a local error: invalid arguments or configuration, no daemon to talk to, the
-       daemon refused the request
-  141  standard output was closed early (`toolgate list | head -1`); nothing is
-       printed about it
+/// What each exit status means, for `--help` and the manual's EXIT STATUS section; the
+/// README says the same.
+const EXIT_CODES: &[(&str, &str)] = &[
+    ("0", "success"),
+    (
+        "1",
+        "the tool call failed (`call`: the result is not ok; `explain`: the tool is \
+         unknown), the audit log's chain is broken (`audit verify`), or the MCP host is \
+         not locked down (`doctor`)",
+    ),
+    (
+        "2",
+        "a local error: invalid arguments or configuration, no daemon to talk to, the \
+         daemon refused the request",
+    ),
+    (
+        "141",
+        "standard output was closed early (`toolgate list | head -1`); nothing is \
+         printed about it",
+    ),
+];
 
-Logging (serve, mcp): TOOLGATE_LOG, else RUST_LOG, is a filter such as `debug` or
-`warn,toolgate=debug`; without either, toolgate logs at info (at warn for `mcp` over
-stdio, whose host records stderr) and its dependencies at warn, and -v / -q move that
-up or down.
+/// Logging and output, for `--help` and the manual's NOTES section.
+const NOTES: &[&str] = &[
+    "Logging (serve, mcp): TOOLGATE_LOG, else RUST_LOG, is a filter such as `debug` or \
+     `warn,toolgate=debug`; without either, toolgate logs at info (at warn for `mcp` over \
+     stdio, whose host records stderr) and its dependencies at warn, and -v / -q move \
+     that up or down.",
+    "Output: `list`, `call`, `status` and `explain` print text for a person when stdout \
+     is a terminal, and the daemon's JSON when it is not (a pipe, a file) or with \
+     --json. Colour only on a terminal, and never when NO_COLOR is set.",
+];
 
-Output: `list`, `call`, `status` and `explain` print text for a person when stdout is
-a terminal, and the daemon's JSON when it is not (a pipe, a file) or with --json.
-Colour only on a terminal, and never when NO_COLOR is set.";
+/// The text `--help` ends with: the exit codes, then the notes.
+fn after_help() -> String {
+    let mut text = String::from("Exit status:\n");
+    for (code, meaning) in EXIT_CODES {
+        let lines = wrap(meaning, 74);
+        for (index, line) in lines.iter().enumerate() {
+            let first = if index == 0 { code } else { "" };
+            text.push_str(&format!("  {first:<5}{line}\n"));
+        }
+    }
+    for note in NOTES {
+        text.push('\n');
+        text.push_str(&wrap(note, 84).join("\n"));
+        text.push('\n');
+    }
+    text.trim_end().to_owned()
+}
+
+/// `text` in lines of at most `width` characters, broken between words.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(line) if line.len() + 1 + word.len() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_owned()),
+        }
+    }
+    lines
+}
 
 /// Exit status when stdout was closed under us: what a shell reports for a process
 /// ended by SIGPIPE (128 + 13), as for any Unix tool in `... | head -1`.
@@ -42,7 +88,7 @@ const BROKEN_PIPE_EXIT: u8 = 141;
     name = "toolgate",
     version = VERSION,
     about = "Hosts a coding agent's tools and runs model-produced tool calls behind guards",
-    after_help = EXIT_STATUS
+    after_help = after_help()
 )]
 struct Cli {
     /// Log more: -v adds toolgate's debug messages, -vv its trace and the
@@ -112,6 +158,8 @@ enum Command {
     },
     /// Call one tool and print its result (asks for approval on the terminal).
     Call {
+        /// The tool (`toolgate list` names them).
+        #[arg(value_parser = ToolName, hide_possible_values = true)]
         name: String,
         /// The arguments as JSON text, or `-` to read them from stdin.
         #[arg(default_value = "{}")]
@@ -156,6 +204,8 @@ enum Command {
     },
     /// Say which layer and rule would decide a call, without running it.
     Explain {
+        /// The tool (`toolgate list` names them).
+        #[arg(value_parser = ToolName, hide_possible_values = true)]
         name: String,
         /// The arguments as JSON text, or `-` to read them from stdin.
         #[arg(default_value = "{}")]
@@ -196,6 +246,39 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+}
+
+/// A tool's name: any text (the daemon may offer tools of upstream servers), with the
+/// built-in tools' names as the values shell completions offer.
+#[derive(Clone, Debug)]
+struct ToolName;
+
+impl clap::builder::TypedValueParser for ToolName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let tools =
+            toolgate::tools::builtin::all().into_iter().chain(toolgate::agent::system_tools::all());
+        let mut names: Vec<String> = tools.map(|tool| tool.definition().name.clone()).collect();
+        names.sort();
+        // Asked for only to write completions or a manual, once per process.
+        Some(Box::new(
+            names
+                .into_iter()
+                .map(|name| clap::builder::PossibleValue::new(&*Box::leak(name.into_boxed_str()))),
+        ))
+    }
 }
 
 /// The MCP hosts `doctor` reads.
@@ -412,11 +495,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir: None } => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            let mut out = std::io::stdout().lock();
+            render_manual(&clap_mangen::Man::new(manual_command()), &mut out)?;
+            std::io::Write::flush(&mut out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir: Some(dir) } => {
-            clap_mangen::generate_to(Cli::command(), dir)?;
+            let command = manual_command();
+            // One page per command, as clap_mangen writes them; toolgate.1 as below.
+            for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+                clap_mangen::generate_to(sub.clone(), &dir)?;
+            }
+            let man = clap_mangen::Man::new(command);
+            let mut file = std::fs::File::create(dir.join(man.get_filename()))?;
+            render_manual(&man, &mut file)?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -425,6 +517,41 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `1 file`, `2 files`.
 fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The command as the manual describes it: the exit codes and notes of `--help` get
+/// sections of their own instead of clap_mangen's EXTRA.
+fn manual_command() -> clap::Command {
+    let mut command = Cli::command().after_help(None::<&str>).disable_help_subcommand(true);
+    command.build();
+    command
+}
+
+/// The manual page: clap_mangen's sections, then EXIT STATUS (each code and what it
+/// means) and NOTES, then the version.
+fn render_manual(man: &clap_mangen::Man, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    writeln!(out, ".SH \"EXIT STATUS\"")?;
+    for (code, meaning) in EXIT_CODES {
+        writeln!(out, ".TP\n\\fB{code}\\fR\n{}", roff_text(meaning))?;
+    }
+    writeln!(out, ".SH NOTES")?;
+    for note in NOTES {
+        writeln!(out, ".PP\n{}", roff_text(note))?;
+    }
+    man.render_version_section(out)
+}
+
+/// Text as a roff text line: backslashes and hyphens escaped, and a leading `.` or `'`
+/// not taken for a request.
+fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) { format!("\\&{escaped}") } else { escaped }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

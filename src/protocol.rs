@@ -15,8 +15,8 @@ use crate::daemon::{SessionSpec, SessionState, Status};
 // The wire types the methods' params and results are made of, for clients to name.
 pub use crate::wire::{
     ApprovalDecision, ApprovalScope, Attachment, CallDecision, DecidedBy, Definition, ErrorType,
-    Event, Explanation, Layer, Metadata, Mode, Outcome, OutputStream, RuleList, Safety, Todo,
-    TodoStatus, ToolResult, UpstreamState, UpstreamStatus,
+    Event, Explanation, Layer, Listener, Metadata, Mode, Outcome, OutputStream, RuleList, Safety,
+    Todo, TodoStatus, ToolResult, UpstreamState, UpstreamStatus,
 };
 
 /// The largest message a peer accepts by default (a longer line is refused with an
@@ -335,6 +335,16 @@ pub struct DaemonStatusResult {
     /// Calls never wait for the audit log; they are counted here instead (and logged).
     #[serde(default)]
     pub audit_records_dropped: u64,
+    /// The configured workspace roots: every session's, unless it narrowed them.
+    #[serde(default)]
+    pub roots: Vec<String>,
+    /// The configured permission mode: every session's default, and the most it may
+    /// ask for.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Where the daemon accepts connections.
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
 }
 
 /// `$/cancelRequest` and `notifications/cancelled` params (either key is accepted).
@@ -416,6 +426,9 @@ impl From<Status> for DaemonStatusResult {
             upstreams: status.upstreams,
             sandbox: status.sandbox,
             audit_records_dropped: status.audit_records_dropped,
+            roots: status.roots.iter().map(|root| root.display().to_string()).collect(),
+            mode: status.mode,
+            listeners: status.listeners,
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{CallObserver, CallRecord};
 use crate::audit::{AuditLog, AuditRecord};
 use crate::config::{Config, ConfigError, LoadOptions};
-use crate::daemon::{Daemon, Settings};
+use crate::daemon::{Daemon, Listener, Settings};
 use crate::hooks::{HookError, Hooks};
 use crate::permission::{Mode, Policy, RuleConfig, RuleError};
 use crate::rpc;
@@ -396,6 +396,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         match inherited {
             Inherited::Unix { name, listener } => {
                 tracing::info!(%name, "using a unix socket passed by the service manager");
+                let address = listener
+                    .local_addr()
+                    .ok()
+                    .and_then(|addr| addr.as_pathname().map(|path| path.display().to_string()))
+                    .unwrap_or_else(|| name.clone());
+                daemon.add_listener(Listener { kind: "unix".to_owned(), address, inherited: true });
                 listener
                     .set_nonblocking(true)
                     .map_err(|source| ServeError::Listen { addr: name.clone(), source })?;
@@ -430,6 +436,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         // The socket file is removed however this function returns from here on,
         // a failed start included.
         let (listener, file) = rpc::unix::bind_file(&path)?;
+        let address = path.display().to_string();
+        daemon.add_listener(Listener { kind: "unix".to_owned(), address, inherited: false });
         unix_listener = Some(listener);
         bound_socket = Some(file);
     }
@@ -464,6 +472,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         if !tcp_inherited {
             warn_if_unreachable(&format!("[server] tcp = {addr}"), addr);
         }
+        let address = addr.to_string();
+        daemon.add_listener(Listener { kind: "tcp".to_owned(), address, inherited: tcp_inherited });
         let mut tcp_options = rpc::tcp::TcpOptions::new(tokens);
         tcp_options.max_message_bytes = max_message;
         tcp_options.limits = crate::admission::Limits::new(config.server.max_connections);
@@ -499,6 +509,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         if !mcp_http_inherited {
             warn_if_unreachable(&format!("[server] mcp_http = {addr}"), addr);
         }
+        daemon.add_listener(Listener {
+            kind: "mcp_http".to_owned(),
+            address: format!("http://{addr}/mcp"),
+            inherited: mcp_http_inherited,
+        });
         let local = listener
             .local_addr()
             .map_err(|source| ServeError::Listen { addr: addr.to_string(), source })?;

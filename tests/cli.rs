@@ -721,3 +721,423 @@ fn a_reload_with_a_hook_that_cannot_run_keeps_the_running_configuration() {
     let layers = explained["layers"].as_array().unwrap();
     assert!(layers.iter().all(|layer| layer["layer"] != "hook"), "{explained}");
 }
+
+/// A pseudo-terminal for a person at the keyboard: its master (what the person sees
+/// and types) and the path of its device.
+fn pseudo_terminal() -> (std::os::fd::OwnedFd, PathBuf) {
+    use rustix::pty::OpenptFlags;
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    rustix::pty::grantpt(&master).unwrap();
+    rustix::pty::unlockpt(&master).unwrap();
+    let name = rustix::pty::ptsname(&master, Vec::new()).unwrap();
+    (master, PathBuf::from(name.to_string_lossy().into_owned()))
+}
+
+/// A `toolgate` command run in a session of its own whose controlling terminal is a
+/// pseudo-terminal (`setsid --ctty`: its stdin and stderr are that terminal, unless
+/// `script` pipes something else into stdin); stdout is captured.
+struct AtTerminal {
+    child: Option<Child>,
+    master: std::os::fd::OwnedFd,
+    seen: Vec<u8>,
+}
+
+impl AtTerminal {
+    /// Runs `sh -c script` at a terminal; `$TOOLGATE` is the binary, `$SOCKET` the
+    /// daemon's socket.
+    fn start(daemon: &TestDaemon, script: &str, env: &[(&str, &str)]) -> AtTerminal {
+        let (master, device) = pseudo_terminal();
+        let terminal = std::fs::File::options().read(true).write(true).open(&device).unwrap();
+        let mut command = isolated(Command::new("setsid"), daemon.dir.path());
+        command
+            .args(["--ctty", "--wait", "sh", "-c", script])
+            .env("TOOLGATE", env!("CARGO_BIN_EXE_toolgate"))
+            .env("SOCKET", &daemon.socket)
+            .current_dir(daemon.workspace())
+            .stderr(terminal.try_clone().unwrap())
+            .stdin(terminal)
+            .stdout(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        AtTerminal { child: Some(command.spawn().unwrap()), master, seen: Vec::new() }
+    }
+
+    /// Reads what the terminal shows until `text` appears; all of it shown so far.
+    fn wait_for(&mut self, text: &str) -> String {
+        use std::os::fd::AsFd;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let shown = String::from_utf8_lossy(&self.seen).into_owned();
+            if shown.contains(text) {
+                return shown;
+            }
+            assert!(Instant::now() < deadline, "the terminal never showed {text:?}: {shown}");
+            let mut fds =
+                [nix::poll::PollFd::new(self.master.as_fd(), nix::poll::PollFlags::POLLIN)];
+            if matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)), Ok(n) if n > 0)
+            {
+                let mut buffer = [0u8; 4096];
+                match rustix::io::read(&self.master, &mut buffer) {
+                    Ok(n) if n > 0 => self.seen.extend_from_slice(&buffer[..n]),
+                    _ => panic!("the terminal closed before showing {text:?}: {shown}"),
+                }
+            }
+        }
+    }
+
+    /// Types a line.
+    fn type_line(&self, line: &str) {
+        rustix::io::write(&self.master, format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    fn finish(mut self) -> Output {
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for AtTerminal {
+    /// A test that failed leaves no command waiting for an answer.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `toolgate ARGS --socket S` with `stdin` piped in, in a session of its own
+/// without a controlling terminal: nobody at all can be asked.
+fn run_without_terminal(daemon: &TestDaemon, args: &[&str], stdin: &str) -> Output {
+    let mut child = isolated(Command::new("setsid"), daemon.dir.path())
+        .arg("--wait")
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .current_dir(daemon.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Arguments on stdin leave the terminal free for the question: it is asked on the
+/// controlling terminal, and the answer typed there is the one that counts. Without
+/// any terminal the call is denied, saying why and what would allow it.
+#[test]
+fn arguments_from_stdin_are_approved_on_the_controlling_terminal() {
+    let daemon = TestDaemon::start("");
+    let mut person = AtTerminal::start(
+        &daemon,
+        r#"printf '%s' "$ARGS" | exec "$TOOLGATE" call run_command - --socket "$SOCKET""#,
+        &[("ARGS", r#"{"command": "touch made-at-the-terminal"}"#)],
+    );
+    let shown = person.wait_for("Allow?");
+    assert!(shown.contains("touch made-at-the-terminal"), "{shown}");
+    person.type_line("y");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(json_of(&output)["ok"], true);
+    assert!(daemon.workspace().join("made-at-the-terminal").exists());
+
+    let output = run_without_terminal(
+        &daemon,
+        &["call", "run_command", "-"],
+        r#"{"command": "touch made-without-a-terminal"}"#,
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let result = json_of(&output);
+    assert_eq!(result["error_type"], "permission_denied", "{result}");
+    let error = result["error"].as_str().unwrap();
+    for part in
+        ["no terminal to ask on", "[permissions] allow", "run_command(touch", "[permissions] mode"]
+    {
+        assert!(error.contains(part), "{part:?} not in {error}");
+    }
+    assert!(!daemon.workspace().join("made-without-a-terminal").exists());
+}
+
+/// "Always this session" is offered only where the session outlives the command: a
+/// named one.
+#[test]
+fn always_this_session_is_offered_only_for_a_named_session() {
+    let daemon = TestDaemon::start("");
+    let script =
+        r#"exec "$TOOLGATE" call run_command '{"command": "touch once"}' --socket "$SOCKET""#;
+    let mut person = AtTerminal::start(&daemon, script, &[]);
+    let shown = person.wait_for("Allow?");
+    let prompt = shown.lines().last().unwrap().to_owned();
+    assert!(!prompt.contains("always"), "{prompt}");
+    assert!(shown.contains("--session NAME"), "{shown}");
+    person.type_line("a");
+    let output = person.finish();
+    // "a" is no answer here: the call is denied.
+    assert_eq!(json_of(&output)["error_type"], "permission_denied", "{output:?}");
+    assert!(!daemon.workspace().join("once").exists());
+
+    let mut person = AtTerminal::start(&daemon, script, &[("TOOLGATE_SESSION", "kept")]);
+    let shown = person.wait_for("Allow?");
+    assert!(shown.lines().last().unwrap().contains("[a]lways this session"), "{shown}");
+    person.type_line("a");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    assert!(daemon.workspace().join("once").exists());
+}
+
+/// `process kill` of a process the session started does not ask again (its start was
+/// approved); one that names no process of the session fails as not found, asking
+/// nobody, whatever the terminal.
+#[test]
+fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
+    let daemon = TestDaemon::start("[permissions]\nallow = [\"run_command(sleep:*)\"]\n");
+    let start = r#"{"command": "sleep 1000", "background": true}"#;
+    let output =
+        run_without_terminal(&daemon, &["call", "--session", "work", "run_command", start], "");
+    assert!(output.status.success(), "{output:?}");
+    let id = json_of(&output)["metadata"]["process_id"].as_str().unwrap().to_owned();
+
+    let output =
+        run_without_terminal(&daemon, &["process", "kill", "p99", "--session", "work"], "");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(json_of(&output)["error_type"], "not_found", "{output:?}");
+    let explained =
+        json_of(&daemon.run(&["explain", "process_kill", r#"{"id": "p99"}"#, "--session", "work"]));
+    assert_eq!(explained["decision"], "allow", "{explained}");
+
+    let output = run_without_terminal(&daemon, &["process", "kill", &id, "--session", "work"], "");
+    assert!(output.status.success(), "{output:?}");
+    let result = json_of(&output);
+    assert_eq!(result["metadata"]["running"], false, "{result}");
+}
+
+/// A relative path that is not there: the error names the absolute path looked for.
+#[test]
+fn a_missing_relative_path_names_where_it_was_looked_for() {
+    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let workspace = std::fs::canonicalize(daemon.workspace()).unwrap();
+    for (tool, arguments) in [
+        ("read_file", r#"{"path": "no-such-dir/notes.txt"}"#),
+        ("find_files", r#"{"pattern": "*", "path": "no-such-dir"}"#),
+        ("edit_file", r#"{"path": "no-such-dir", "old_string": "a", "new_string": "b"}"#),
+        ("notebook_edit", r#"{"path": "no-such-dir.ipynb", "index": 0, "source": "x"}"#),
+    ] {
+        let result = json_of(&daemon.run(&["call", tool, arguments]));
+        assert_eq!(result["error_type"], "not_found", "{result}");
+        let error = result["error"].as_str().unwrap();
+        let name = if tool == "notebook_edit" { "no-such-dir.ipynb" } else { "no-such-dir" };
+        let looked = workspace.join(name).display().to_string();
+        assert!(error.contains(&looked), "{tool}: {looked} not in {error}");
+    }
+}
+
+/// An error's code and its message do not say the same thing twice, on the terminal
+/// or in the JSON; a misspelled tool or argument name gets the likely one meant.
+#[test]
+fn errors_say_things_once_and_suggest_what_was_meant() {
+    let daemon = TestDaemon::start("");
+    for (tool, arguments, code) in [
+        ("read_file", r#"{"path": "/etc/passwd"}"#, "access_denied"),
+        ("read_file", r#"{"path": "gone.txt"}"#, "not_found"),
+        ("read_file", r#"{"path": 5}"#, "invalid_arguments"),
+    ] {
+        let result = json_of(&daemon.run(&["call", tool, arguments]));
+        assert_eq!(result["error_type"], code, "{result}");
+        let error = result["error"].as_str().unwrap().to_lowercase();
+        let words = code.replace('_', " ");
+        assert!(!error.contains(&words), "{code}: {error}");
+    }
+
+    let result = json_of(&daemon.run(&["call", "raed_file", r#"{"path": "hello.txt"}"#]));
+    assert_eq!(result["error_type"], "unknown_tool", "{result}");
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains(r#"did you mean "read_file""#), "{error}");
+    assert!(!error.to_lowercase().contains("unknown tool"), "{error}");
+
+    let result = json_of(&daemon.run(&["call", "read_file", r#"{"pth": "hello.txt"}"#]));
+    assert_eq!(result["error_type"], "invalid_arguments", "{result}");
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains(r#"did you mean "path" for "pth""#), "{error}");
+
+    // Nothing near: no guess.
+    let result = json_of(&daemon.run(&["call", "zzzzzzzz", "{}"]));
+    assert!(!result["error"].as_str().unwrap().contains("did you mean"), "{result}");
+}
+
+/// `explain` of an unknown tool fails as a call of it does.
+#[test]
+fn explaining_an_unknown_tool_exits_as_calling_it_does() {
+    let daemon = TestDaemon::start("");
+    let call = daemon.run(&["call", "no_such_tool", "{}"]);
+    let explain = daemon.run(&["explain", "no_such_tool", "{}"]);
+    assert_eq!(json_of(&explain)["decision"], "unknown_tool");
+    assert_ne!(call.status.code(), Some(0), "{call:?}");
+    assert_eq!(explain.status.code(), call.status.code(), "{explain:?}");
+    assert!(daemon.run(&["explain", "read_file", r#"{"path": "hello.txt"}"#]).status.success());
+}
+
+/// `list` on a terminal fits the width it is given (`COLUMNS` on a terminal that does
+/// not say its own), and names the system tools as such.
+#[test]
+fn list_on_a_terminal_wraps_to_its_width() {
+    let daemon = TestDaemon::start("");
+    let script =
+        r#""$TOOLGATE" list --socket "$SOCKET" >/dev/tty; printf '\nEND-OF-LIST\n' >/dev/tty"#;
+    let mut person = AtTerminal::start(&daemon, script, &[("COLUMNS", "60"), ("NO_COLOR", "1")]);
+    let shown = person.wait_for("END-OF-LIST");
+    let output = person.finish();
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<&str> = shown.lines().map(|line| line.trim_end_matches('\r')).collect();
+    let listing: Vec<&str> = lines.iter().copied().take_while(|line| !line.is_empty()).collect();
+    assert!(listing.len() > 14, "{shown}");
+    for line in &listing {
+        assert!(line.chars().count() <= 60, "wider than 60: {line:?}");
+    }
+    // A long description goes on under itself.
+    assert!(listing.iter().any(|line| line.starts_with(&" ".repeat(30))), "{shown}");
+    for tool in ["exit_plan_mode", "todo_write"] {
+        let row = listing.iter().find(|line| line.starts_with(tool)).unwrap();
+        assert_eq!(row.split_whitespace().nth(1), Some("system"), "{row}");
+    }
+    let row = listing.iter().find(|line| line.starts_with("read_file ")).unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("read_only"), "{row}");
+}
+
+/// `status` on a terminal shows what the daemon listens on, the roots, the mode and
+/// whether the sandbox is enforced with what it grants; the JSON carries them too.
+#[test]
+fn status_on_a_terminal_shows_listeners_roots_mode_and_sandbox() {
+    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let workspace = std::fs::canonicalize(daemon.workspace()).unwrap().display().to_string();
+    let socket = daemon.socket.display().to_string();
+    let status = json_of(&daemon.run(&["status"]));
+    assert_eq!(status["mode"], "accept_edits", "{status}");
+    assert_eq!(status["roots"], serde_json::json!([workspace]), "{status}");
+    assert_eq!(status["listeners"], serde_json::json!([{"kind": "unix", "address": socket}]));
+
+    let script =
+        r#""$TOOLGATE" status --socket "$SOCKET" >/dev/tty; printf '\nEND-OF-STATUS\n' >/dev/tty"#;
+    let mut person = AtTerminal::start(&daemon, script, &[("NO_COLOR", "1")]);
+    let shown = person.wait_for("END-OF-STATUS");
+    assert!(person.finish().status.success());
+    let rows: Vec<&str> = shown.lines().map(|line| line.trim_end_matches('\r')).collect();
+    let row = |key: &str| {
+        rows.iter()
+            .find(|row| row.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} row: {shown}"))
+            .split_once(' ')
+            .unwrap()
+            .1
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(row("listening"), format!("unix {socket}"));
+    assert_eq!(row("roots"), workspace);
+    assert_eq!(row("mode"), "accept_edits");
+    let sandbox = row("sandbox");
+    assert!(
+        sandbox.starts_with("enforced: ") || sandbox.starts_with("not enforced: "),
+        "{sandbox}"
+    );
+    for key in ["reads", "writes", "never"] {
+        assert!(!row(key).is_empty(), "{shown}");
+    }
+}
+
+/// A value of the wrong type in the configuration is named in plain words, with the
+/// file and line, by `check-config` and by `serve`.
+#[test]
+fn configuration_type_errors_read_in_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgate.toml");
+    for (text, said) in [
+        (
+            "# limits\n[server]\nmax_connections = \"10\"\n",
+            r#"toolgate.toml:3:1: [server] max_connections must be a whole number, not the text "10""#,
+        ),
+        (
+            "[permissions]\nmode = 3\n",
+            "toolgate.toml:2:1: [permissions] mode must be text in quotes, not the number 3",
+        ),
+        (
+            "[limits]\ndefault_timeout_ms = true\n",
+            "toolgate.toml:2:1: [limits] default_timeout_ms must be a whole number, not true",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let config_arg = config.to_str().unwrap();
+        let socket = dir.path().join("run").join("toolgate.sock");
+        for args in [
+            &["check-config", "--config", config_arg][..],
+            &["serve", "--config", config_arg, "--socket", socket.to_str().unwrap()],
+        ] {
+            let output = run_to_end(dir.path(), args);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(said), "{args:?}: {said:?} not in {stderr}");
+            for rust in ["invalid type", "expected", "usize", "u64", "integer `"] {
+                assert!(!stderr.contains(rust), "{args:?}: {rust:?} in {stderr}");
+            }
+        }
+    }
+}
+
+/// The manual lists the exit codes in an EXIT STATUS section of their own.
+#[test]
+fn the_manual_has_an_exit_status_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate")).arg("man").output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let written = std::fs::read_to_string(dir.path().join("toolgate.1")).unwrap();
+    assert!(dir.path().join("toolgate-process-kill.1").is_file());
+    for page in [printed, written] {
+        assert!(!page.contains(".SH EXTRA"), "{page}");
+        let start = page.find(".SH \"EXIT STATUS\"\n").unwrap_or_else(|| panic!("{page}"));
+        let section = &page[start + 1..];
+        let section = &section[..section.find("\n.SH ").unwrap_or(section.len())];
+        for code in ["0", "1", "2", "141"] {
+            assert!(section.contains(&format!(".TP\n\\fB{code}\\fR\n")), "{code}: {section}");
+        }
+        assert!(section.contains("the tool call failed"), "{section}");
+    }
+}
+
+/// Shell completions offer the built-in tools' names after `call` and `explain`.
+#[test]
+fn completions_offer_tool_names() {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let script = String::from_utf8(output.stdout).unwrap();
+    for command in ["call", "explain"] {
+        let label = format!("toolgate__subcmd__{command})");
+        let start = script.find(&label).unwrap_or_else(|| panic!("no {label}: {script}"));
+        let case = &script[start..];
+        let case = &case[..case.find(";;").unwrap()];
+        let opts = case.lines().find(|line| line.trim_start().starts_with("opts=")).unwrap();
+        for tool in ["read_file", "run_command", "process_kill", "todo_write"] {
+            assert!(
+                opts.split(['"', ' ']).any(|word| word == tool),
+                "{command}: {tool} not in {opts}"
+            );
+        }
+    }
+    // Any name still goes through: the daemon may offer tools of its upstream servers.
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["explain", "upstream__tool", "{}", "--socket", "/nonexistent/toolgate.sock"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no toolgate daemon is listening"), "{stderr}");
+}

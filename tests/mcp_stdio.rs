@@ -120,6 +120,11 @@ async fn unknown_tools_and_bad_arguments() {
     let unknown = client.request(1, "tools/call", json!({"name": "nope", "arguments": {}})).await;
     assert_eq!(unknown["error"]["code"], json!(-32602), "{unknown}");
     assert_eq!(unknown["error"]["data"], json!({"error_type": "unknown_tool"}));
+    // A likely misspelling is named, as on every face.
+    let near =
+        client.request(5, "tools/call", json!({"name": "stream_line", "arguments": {}})).await;
+    let message = near["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(r#"did you mean "stream_lines"?"#), "{near}");
 
     let invalid = client
         .request(2, "tools/call", json!({"name": "stream_lines", "arguments": {"lines": "x"}}))

@@ -143,7 +143,8 @@ const BLOCKS: &[(&str, &str, How)] = &[
         "import json, websockets.sync.client as ws   # pip install websockets",
         How::Exempt(CLIENT_API),
     ),
-    ("rust", "use toolgate::rpc::api::{self, NativeApiClient};", How::Exempt(CLIENT_API)),
+    ("toml", "[dependencies]", How::Exempt(CLIENT_API)),
+    ("rust", "use serde_json::json;", How::Exempt(CLIENT_API)),
     (
         "sh",
         "claude mcp add toolgate -- toolgate mcp --root . --mode accept_edits",

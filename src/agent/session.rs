@@ -708,7 +708,9 @@ impl Session {
             }
             match outcome.verdict {
                 HookVerdict::Block | HookVerdict::Deny => {
-                    let reason = outcome.reason.unwrap_or_else(|| "blocked by a hook".to_owned());
+                    let reason = outcome.reason.unwrap_or_else(|| {
+                        "a PreToolUse hook refused the call without saying why".to_owned()
+                    });
                     let result = ToolResult::failure(ErrorType::HookBlocked, reason);
                     let decision = CallDecision::new(Outcome::Deny, DecidedBy::Hook);
                     return Stage::Done(call, Finished { result, decision, arguments });
@@ -911,7 +913,17 @@ impl Session {
                 }
             };
         }
+        if definition.name == crate::tools::builtin::process_tools::KILL && !definition.system {
+            let started_here = self.names_own_process(args);
+            return engine.decide_process_kill(&facts, args, &ctx, started_here);
+        }
         engine.decide(&facts, args, &ctx)
+    }
+
+    /// Whether a call's `id` names one of this session's background processes.
+    fn names_own_process(&self, args: &Value) -> bool {
+        let id = args.get("id").and_then(Value::as_str);
+        id.is_some_and(|id| self.processes().is_some_and(|processes| processes.get(id).is_some()))
     }
 
     /// The text a `process_write` call would have its process read, if it names one

@@ -142,6 +142,25 @@ pub(crate) fn status(status: &Value, style: Style) -> String {
             status["connections"], status["sessions"], status["calls_in_flight"]
         ),
     );
+    for listener in status["listeners"].as_array().into_iter().flatten() {
+        let mut line = format!(
+            "{} {}",
+            listener["kind"].as_str().unwrap_or("?"),
+            listener["address"].as_str().unwrap_or("?")
+        );
+        if listener["inherited"].as_bool() == Some(true) {
+            line.push_str(" (from the service manager)");
+        }
+        row(&mut out, "listening", line);
+    }
+    if let Some(roots) = status["roots"].as_array() {
+        let roots: Vec<&str> = roots.iter().filter_map(Value::as_str).collect();
+        let shown = if roots.is_empty() { "none".to_owned() } else { roots.join(", ") };
+        row(&mut out, "roots", shown);
+    }
+    if let Some(mode) = status["mode"].as_str() {
+        row(&mut out, "mode", mode.to_owned());
+    }
     row(&mut out, "tools", format!("{}", status["tools"]));
     if let Some(dropped) = status["audit_records_dropped"].as_u64().filter(|&n| n > 0) {
         row(&mut out, "audit", style.red(&format!("{dropped} records dropped")));
@@ -174,7 +193,11 @@ fn sandbox_rows(sandbox: &Value, style: Style, row: &mut dyn FnMut(&str, String)
     let Some(summary) = sandbox["summary"].as_str() else {
         return;
     };
-    row("sandbox", summary.to_owned());
+    let summary = summary.strip_prefix("sandbox: ").unwrap_or(summary);
+    let enforced = sandbox["enabled"].as_bool() == Some(true)
+        && sandbox["landlock_abi"].as_u64().is_some_and(|abi| abi > 0);
+    let state = if enforced { style.green("enforced") } else { style.red("not enforced") };
+    row("sandbox", format!("{state}: {summary}"));
     let paths = |parts: &Value| -> String {
         let listed: Vec<&str> = parts
             .as_array()
@@ -247,21 +270,52 @@ pub(crate) fn explain(name: &str, answer: &Value, style: Style) -> String {
     out
 }
 
-/// `tools/list` as one line per tool.
-pub(crate) fn list(result: &Value, style: Style) -> String {
+/// `tools/list` as one row per tool: its name, its safety (`system` for a control-plane
+/// tool: rules and modes do not apply to it) and the first line of its description,
+/// wrapped to `width` columns under itself.
+pub(crate) fn list(result: &Value, width: usize, style: Style) -> String {
+    const NAME: usize = 16;
+    const SAFETY: usize = 12;
+    let indent = NAME + 1 + SAFETY + 1;
     let mut out = String::new();
     for tool in result["tools"].as_array().into_iter().flatten() {
         let name = tool["name"].as_str().unwrap_or("?");
-        let safety = tool["safety"].as_str().unwrap_or("?");
-        let system = if tool["system"].as_bool() == Some(true) { " system" } else { "" };
+        let safety = if tool["system"].as_bool() == Some(true) {
+            "system"
+        } else {
+            tool["safety"].as_str().unwrap_or("?")
+        };
         let description = tool["description"].as_str().unwrap_or("").lines().next().unwrap_or("");
-        let _ = writeln!(
-            out,
-            "{} {safety:<12}{system} {description}",
-            style.bold(&format!("{name:<16}"))
-        );
+        let lines = wrap(description, width.saturating_sub(indent).max(20));
+        let first = lines.first().map_or("", String::as_str);
+        let head = format!("{} {safety:<SAFETY$} {first}", style.bold(&format!("{name:<NAME$}")));
+        let _ = writeln!(out, "{}", head.trim_end());
+        for line in lines.iter().skip(1) {
+            let _ = writeln!(out, "{:indent$}{line}", "");
+        }
     }
     out
+}
+
+/// `text` in lines of at most `width` characters, broken between words (a word longer
+/// than that stands alone on its line).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let needed = line.chars().count() + usize::from(!line.is_empty()) + word.chars().count();
+        if !line.is_empty() && needed > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -364,7 +418,13 @@ mod tests {
         let answer = json!({
             "version": "0.1.0", "pid": 4242, "uptime_ms": 3_723_000u64, "connections": 2,
             "sessions": 3, "calls_in_flight": 1, "tools": 8,
+            "roots": ["/home/u/project", "/srv/data"], "mode": "accept_edits",
+            "listeners": [
+                {"kind": "unix", "address": "/run/user/1000/toolgate/toolgate.sock"},
+                {"kind": "tcp", "address": "127.0.0.1:7777", "inherited": true}
+            ],
             "sandbox": {
+                "enabled": true, "landlock_abi": 7,
                 "summary": "sandbox: landlock v7; containment: supervisor (no delegation)",
                 "unenforced_limits": ["[sandbox] max_memory_mb = 100: no per-call cgroups"],
                 "grants": {
@@ -383,8 +443,12 @@ mod tests {
         expect![[r#"
             daemon     toolgate 0.1.0, pid 4242, up 1h 2m 3s
             clients    2 connections, 3 sessions, 1 calls in flight
+            listening  unix /run/user/1000/toolgate/toolgate.sock
+            listening  tcp 127.0.0.1:7777 (from the service manager)
+            roots      /home/u/project, /srv/data
+            mode       accept_edits
             tools      8
-            sandbox    sandbox: landlock v7; containment: supervisor (no delegation)
+            sandbox    enforced: landlock v7; containment: supervisor (no delegation)
               reads    /usr, /etc, /home/u
               writes   the session's roots, /home/u/.cache
               never    /home/u/.ssh, and toolgate's own files
@@ -448,15 +512,17 @@ mod tests {
     }
 
     #[test]
-    fn list_is_one_line_per_tool() {
+    fn list_wraps_descriptions_and_names_system_tools() {
         let result = json!({"tools": [
-            {"name": "read_file", "safety": "read_only", "description": "Reads a file.\nMore."},
+            {"name": "read_file", "safety": "read_only",
+             "description": "Reads a file, with numbered lines and honest truncation.\nMore."},
             {"name": "todo_write", "safety": "read_only", "system": true, "description": "Tasks."}
         ]});
         expect![[r#"
-            read_file        read_only    Reads a file.
-            todo_write       read_only    system Tasks.
+            read_file        read_only    Reads a file, with numbered
+                                          lines and honest truncation.
+            todo_write       system       Tasks.
         "#]]
-        .assert_eq(&list(&result, PLAIN));
+        .assert_eq(&list(&result, 60, PLAIN));
     }
 }

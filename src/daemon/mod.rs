@@ -81,7 +81,16 @@ pub struct Status {
     pub sandbox: serde_json::Value,
     /// Audit records lost since start (see [`CallObserver::records_dropped`]).
     pub audit_records_dropped: u64,
+    /// The configured workspace roots (every session's, unless it narrowed them).
+    pub roots: Vec<PathBuf>,
+    /// The configured permission mode (every session's default and ceiling).
+    pub mode: Mode,
+    /// Where the daemon accepts connections, as the serving code registered them.
+    pub listeners: Vec<Listener>,
 }
+
+/// One place the daemon accepts connections (a wire type: `daemon/status` lists them).
+pub use crate::wire::Listener;
 
 /// What the configuration grants, in the form the daemon uses at runtime. Rebuilt on
 /// reload; sessions keep their own copy of the parts they narrowed.
@@ -201,6 +210,8 @@ pub struct Daemon {
     /// wait of an older one void).
     detached: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     next_detach: AtomicU64,
+    /// Where the daemon listens (for status), as the serving code opens it.
+    listeners: std::sync::Mutex<Vec<Listener>>,
 }
 
 /// The owner of a session no connection holds.
@@ -229,6 +240,7 @@ impl Daemon {
             resume_tokens: DashMap::new(),
             detached: std::sync::Mutex::default(),
             next_detach: AtomicU64::new(1),
+            listeners: std::sync::Mutex::default(),
         });
         daemon.watch_registry();
         daemon
@@ -801,8 +813,19 @@ impl Daemon {
         }
     }
 
+    /// Records a place the daemon accepts connections on, for status.
+    pub fn add_listener(&self, listener: Listener) {
+        self.listeners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(listener);
+    }
+
     pub fn status(&self) -> Status {
+        let settings = self.settings();
+        let listeners =
+            self.listeners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         Status {
+            roots: settings.roots.clone(),
+            mode: settings.mode,
+            listeners,
             version: env!("CARGO_PKG_VERSION"),
             pid: std::process::id(),
             uptime: self.uptime(),

@@ -420,7 +420,7 @@ impl LiveHandler {
     ) -> Result<Answer, McpError> {
         let task_after = task_after.unwrap_or(self.face.options.task_after);
         if !self.face.daemon.registry().contains(&params.name) {
-            return Err(unknown_tool(&params.name));
+            return Err(unknown_tool(&self.face.daemon.registry().unknown(&params.name)));
         }
         let session = self.session(&ctx).await?;
         let arguments = Value::Object(params.arguments.take().unwrap_or_default());
@@ -743,10 +743,11 @@ fn client_offers_roots(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.client_capabilities().is_some_and(|caps| caps.roots.is_some())
 }
 
-fn unknown_tool(name: &str) -> McpError {
+/// `message`: the registry's, naming the tool and a likely one meant.
+fn unknown_tool(message: &str) -> McpError {
     McpError::new(
         ErrorCode::INVALID_PARAMS,
-        format!("unknown tool: {name:?}"),
+        message.to_owned(),
         Some(json!({"error_type": "unknown_tool"})),
     )
 }

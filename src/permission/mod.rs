@@ -655,6 +655,40 @@ impl PermissionEngine {
         self.decide_one(tool, args, ctx)
     }
 
+    /// `process_kill` of one of the session's own background processes: its start was
+    /// decided (and approved, where it had to be) when it was started, and stopping it
+    /// takes back only what that allowed, so where the mode alone would ask, it is
+    /// allowed. An id that names no process of the session has nothing to approve: it
+    /// is let through to fail as `not_found` instead of asking anyone. A deny rule still
+    /// refuses either, an ask rule still asks about a process that is there, and plan
+    /// mode still refuses.
+    pub fn decide_process_kill(
+        &self,
+        tool: &ToolFacts<'_>,
+        args: &Value,
+        ctx: &CallContext<'_>,
+        started_here: bool,
+    ) -> Decision {
+        let own = self.decide_one(tool, args, ctx);
+        let id = display::inline(args.get("id").and_then(Value::as_str).unwrap_or_default());
+        let by_mode = own.explanation.layer == Layer::Mode;
+        let reason = match own.verdict {
+            _ if tool.system => return own,
+            Verdict::Ask | Verdict::Deny
+                if !started_here && (by_mode || own.verdict == Verdict::Ask) =>
+            {
+                format!("{id} names no process of this session: there is nothing to approve")
+            }
+            Verdict::Ask | Verdict::Deny if started_here && by_mode => format!(
+                "{} stops {id}, a background process this session started: its start was \
+                 decided then",
+                tool.name
+            ),
+            _ => return own,
+        };
+        Decision::new(Verdict::Allow, Layer::Mode, reason)
+    }
+
     /// `process_write` writes to a running program, as like as not a shell: writing
     /// is running commands. Its `input` is judged as a `run_command` command line
     /// (run_command's rules, grants and the mode for commands). A rule (or grant) of

@@ -1196,3 +1196,36 @@ fn command_rules_see_what_a_git_alias_or_env_split_runs() {
         ],
     );
 }
+
+#[test]
+fn killing_the_sessions_own_process_asks_nobody_but_rules_still_decide() {
+    let roots = roots();
+    let ctx = CallContext { cwd: Path::new(ROOT), roots: &roots, resolver: &Lexical };
+    let kill = |engine: &PermissionEngine, started_here: bool| {
+        let decision = engine.decide_process_kill(
+            &facts("process_kill"),
+            &json!({"id": "p1"}),
+            &ctx,
+            started_here,
+        );
+        (decision.verdict, decision.explanation.layer)
+    };
+    for mode in [Mode::Default, Mode::DontAsk] {
+        let plain = engine(&[], &[], &[], mode);
+        assert_eq!(kill(&plain, true), (Verdict::Allow, Layer::Mode), "{mode}");
+        // Nothing to approve: the call goes on to fail as not found.
+        assert_eq!(kill(&plain, false), (Verdict::Allow, Layer::Mode), "{mode}");
+    }
+    let denied = engine(&[], &[], &["process_kill"], Mode::Default);
+    assert_eq!(kill(&denied, true), (Verdict::Deny, Layer::Rule));
+    assert_eq!(kill(&denied, false), (Verdict::Deny, Layer::Rule));
+    let asked = engine(&[], &["process_kill"], &[], Mode::Default);
+    assert_eq!(kill(&asked, true), (Verdict::Ask, Layer::Rule));
+    let plan = engine(&[], &[], &[], Mode::Plan);
+    assert_eq!(kill(&plan, true).0, Verdict::NotAllowedInMode);
+    // Without the session's word, the mode asks as before.
+    assert_eq!(
+        decide(&engine(&[], &[], &[], Mode::Default), "process_kill", &json!({"id": "p1"})).verdict,
+        Verdict::Ask
+    );
+}

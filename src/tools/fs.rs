@@ -79,9 +79,11 @@ const SHOWN_PATH_CHARS: usize = 200;
 pub enum FsError {
     /// The path leaves the session roots (directly, through `..`, or through a
     /// symlink). Only ever used for confinement, never for OS permission errors.
-    #[error("access denied: {0}")]
+    // The message alone: the error code (`access_denied`, `not_found`) says the rest,
+    // and every face shows both.
+    #[error("{0}")]
     AccessDenied(String),
-    #[error("not found: {0}")]
+    #[error("{0}")]
     NotFound(String),
     #[error("{0} is a directory")]
     IsDirectory(String),
@@ -97,7 +99,7 @@ pub enum FsError {
     TooLarge(String),
     #[error("{0}")]
     InvalidPath(String),
-    #[error("i/o error on {path}: {source}")]
+    #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
 }
 
@@ -822,7 +824,41 @@ fn open_root(root: &Path, shown: &str) -> Result<OwnedFd, FsError> {
     })
 }
 
+/// The error for a file that is not there: `shown` as the caller wrote it and, when
+/// that is relative, the absolute path it named.
+pub fn missing(shown: &str, absolute: &Path) -> FsError {
+    let message = format!("{} does not exist", shorten(shown));
+    if Path::new(shown).is_relative() {
+        let looked = shorten(&absolute.display().to_string());
+        FsError::NotFound(format!("{message} (looked for {looked})"))
+    } else {
+        FsError::NotFound(message)
+    }
+}
+
+/// A relative path that does not exist: the error says where it was looked for (the
+/// session's working directory it resolved against), which the caller may not know.
+fn where_looked(env: &Env, path: &Path, err: FsError) -> FsError {
+    match err {
+        FsError::NotFound(message) if path.is_relative() => {
+            let looked = shorten(&env.cwd.join(path).display().to_string());
+            FsError::NotFound(format!("{message} (looked for {looked})"))
+        }
+        other => other,
+    }
+}
+
 fn resolve_at(
+    env: &Env,
+    path: &Path,
+    shown: &str,
+    flags: OFlags,
+    strategy: Strategy,
+) -> Result<Resolved, FsError> {
+    resolve_at_inner(env, path, shown, flags, strategy).map_err(|err| where_looked(env, path, err))
+}
+
+fn resolve_at_inner(
     env: &Env,
     path: &Path,
     shown: &str,
@@ -888,6 +924,17 @@ fn resolve_plain(
 }
 
 fn resolve_parent_at(
+    env: &Env,
+    path: &Path,
+    shown: &str,
+    parents: ParentDirs,
+    strategy: Strategy,
+) -> Result<ResolvedParent, FsError> {
+    resolve_parent_at_inner(env, path, shown, parents, strategy)
+        .map_err(|err| where_looked(env, path, err))
+}
+
+fn resolve_parent_at_inner(
     env: &Env,
     path: &Path,
     shown: &str,

@@ -348,9 +348,8 @@ pub trait Tool: Send + Sync + 'static {
 /// Parses a tool's arguments into its typed struct after schema validation. A
 /// mismatch here means the schema and the struct disagree: reported, never a panic.
 pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolResult> {
-    serde_json::from_value(args).map_err(|err| {
-        ToolResult::failure(ErrorType::InvalidArguments, format!("invalid arguments: {err}"))
-    })
+    serde_json::from_value(args)
+        .map_err(|err| ToolResult::failure(ErrorType::InvalidArguments, err.to_string()))
 }
 
 /// Builds an input schema from a typed argument struct (schemars), as a plain

@@ -408,6 +408,16 @@ impl Registry {
         self.read().get(name).is_some_and(|entry| entry.tool.definition().system)
     }
 
+    /// What the error of a call to an unknown tool says: that no tool has the name
+    /// and, when a registered name is a likely misspelling of it, that one.
+    pub fn unknown(&self, name: &str) -> String {
+        let tools = self.read();
+        match closest(name, tools.keys().map(String::as_str)) {
+            Some(near) => format!("no tool is named {name:?}; did you mean {near:?}?"),
+            None => format!("no tool is named {name:?} (tools/list names them)"),
+        }
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
     }
@@ -485,10 +495,7 @@ impl Registry {
     ) -> ToolResult {
         // 1. Unknown name.
         let Some(entry) = self.read().get(&*call.name).cloned() else {
-            return ToolResult::failure(
-                ErrorType::UnknownTool,
-                format!("unknown tool: {:?}", call.name),
-            );
+            return ToolResult::failure(ErrorType::UnknownTool, self.unknown(&call.name));
         };
 
         // 2. JSON, then the schema.
@@ -561,10 +568,7 @@ impl Registry {
     /// agent layer to re-validate a hook's `updated_input`).
     pub fn validate_arguments(&self, name: &str, arguments: &str) -> Result<Value, ToolResult> {
         let Some(entry) = self.read().get(name).cloned() else {
-            return Err(ToolResult::failure(
-                ErrorType::UnknownTool,
-                format!("unknown tool: {name:?}"),
-            ));
+            return Err(ToolResult::failure(ErrorType::UnknownTool, self.unknown(name)));
         };
         let mut args = parse_arguments(arguments)?;
         entry.drop_absent_nulls(&mut args);
@@ -735,11 +739,15 @@ impl ArgumentSchema {
                 }
             }
         };
-        validate(validator, args)
+        validate(validator, schema, args)
     }
 }
 
-fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolResult> {
+fn validate(
+    validator: &jsonschema::Validator,
+    schema: &Value,
+    args: &Value,
+) -> Result<(), ToolResult> {
     // The common case, valid arguments, without building an error iterator.
     if validator.is_valid(args) {
         return Ok(());
@@ -749,13 +757,85 @@ fn validate(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolR
         Some(err) => {
             let pointer = err.instance_path.to_string();
             let shown = if pointer.is_empty() { "/".to_owned() } else { pointer.clone() };
-            Err(ToolResult::failure(
-                ErrorType::InvalidArguments,
-                format!("invalid arguments at {shown}: {}", truncate_message(&err.to_string())),
-            )
-            .with_meta("pointer", pointer))
+            let mut message = format!("at {shown}: {}", truncate_message(&err.to_string()));
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+                &err.kind
+            {
+                message.push_str(&suggest_properties(
+                    schema,
+                    &err.schema_path.to_string(),
+                    unexpected,
+                ));
+            }
+            Err(ToolResult::failure(ErrorType::InvalidArguments, message)
+                .with_meta("pointer", pointer))
         }
     }
+}
+
+/// For properties a schema does not allow: the allowed ones they are likely
+/// misspellings of (`; did you mean "path" for "pth"?`), or nothing.
+fn suggest_properties(schema: &Value, schema_path: &str, unexpected: &[String]) -> String {
+    // The schema path ends in the keyword that failed; its object lists the properties.
+    let object = schema_path
+        .strip_suffix("/additionalProperties")
+        .and_then(|parent| if parent.is_empty() { Some(schema) } else { schema.pointer(parent) });
+    let Some(properties) =
+        object.and_then(|object| object.get("properties")).and_then(Value::as_object)
+    else {
+        return String::new();
+    };
+    let guesses: Vec<String> = unexpected
+        .iter()
+        .filter_map(|name| {
+            let near = closest(name, properties.keys().map(String::as_str))?;
+            Some(format!("{near:?} for {name:?}"))
+        })
+        .collect();
+    if guesses.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean {}?", guesses.join(", "))
+    }
+}
+
+/// The candidate nearest to `name` by edit distance (a swap of two neighbouring
+/// characters counting as one edit), when it is near enough to be a likely misspelling:
+/// at most a third of the name's length, and at least one edit allowed.
+pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    candidates
+        .filter(|candidate| *candidate != name)
+        .map(|candidate| (edit_distance(name, candidate), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// The optimal string alignment distance: insertions, deletions, substitutions and
+/// swaps of neighbouring characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let width = b.len() + 1;
+    let mut table = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            table[i * width + j] = if i == 0 || j == 0 {
+                i.max(j)
+            } else {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let mut best = (table[(i - 1) * width + j] + 1)
+                    .min(table[i * width + j - 1] + 1)
+                    .min(table[(i - 1) * width + j - 1] + cost);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    best = best.min(table[(i - 2) * width + j - 2] + 1);
+                }
+                best
+            };
+        }
+    }
+    table[a.len() * width + b.len()]
 }
 
 /// Keeps error messages that echo huge argument values readable.

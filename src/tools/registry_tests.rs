@@ -253,7 +253,7 @@ async fn unknown_tool_is_reported_with_the_call_id() {
     let registry = Registry::new();
     let res = run(&registry, "nope", "{}").await;
     let json = serde_json::to_string(&res).unwrap();
-    expect![[r#"{"ok":false,"tool":"nope","content":"","error_type":"unknown_tool","error":"unknown tool: \"nope\"","metadata":{"call_id":"c1"}}"#]].assert_eq(&json);
+    expect![[r#"{"ok":false,"tool":"nope","content":"","error_type":"unknown_tool","error":"no tool is named \"nope\" (tools/list names them)","metadata":{"call_id":"c1"}}"#]].assert_eq(&json);
 }
 
 #[tokio::test]
@@ -524,4 +524,14 @@ fn the_listing_is_rendered_once_and_renewed_after_a_change() {
     assert!(!Arc::ptr_eq(&first, &second));
     let names: Vec<&str> = second.tools.iter().map(|tool| tool.name.as_str()).collect();
     assert_eq!(names, ["a", "b"]);
+}
+
+#[test]
+fn a_likely_misspelling_is_named_and_nothing_far_off() {
+    let names = ["read_file", "write_file", "run_command", "process_kill"];
+    assert_eq!(closest("raed_file", names.iter().copied()), Some("read_file"));
+    assert_eq!(closest("run_comand", names.iter().copied()), Some("run_command"));
+    assert_eq!(closest("pth", ["path", "offset"].into_iter()), Some("path"));
+    assert_eq!(closest("delete_everything", names.iter().copied()), None);
+    assert_eq!(closest("read_file", names.iter().copied()), None);
 }

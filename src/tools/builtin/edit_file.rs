@@ -213,7 +213,7 @@ fn edit_locked(
         let Some((first, rest)) =
             edits.split_first().filter(|(first, _)| first.old_string.is_empty())
         else {
-            return Err(FsError::NotFound(format!("{} does not exist", fs::shorten(&args.path))));
+            return Err(fs::missing(&args.path, &key));
         };
         return create(env, args, first, rest, target, cancel);
     };

@@ -151,7 +151,7 @@ fn edit_locked(
     let key = target.path();
     let shown_path = key.display().to_string();
     let Some((file, info)) = fs::open_existing(target, &args.path)? else {
-        return Err(FsError::NotFound(format!("{} does not exist", fs::shorten(&args.path))));
+        return Err(fs::missing(&args.path, &key));
     };
     let bytes = fs::read_capped(file, &info, env.max_read_bytes, &args.path)?;
     let current = FileStamp::of(&info, &bytes);
