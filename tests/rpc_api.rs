@@ -99,6 +99,7 @@ impl Hold {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Default::default(),
         })
     }
 }

@@ -12,6 +12,7 @@
 pub mod builtin;
 pub mod confined;
 pub(crate) mod duration;
+pub mod facts;
 pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use facts::Facts;
 pub use metadata::Metadata;
 pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
@@ -76,6 +78,11 @@ pub struct Definition {
     )]
     #[schemars(with = "Option<u64>")]
     pub timeout: Option<Duration>,
+    /// What the layers above the registry know about the tool (see [`facts`]); never
+    /// sent, so a definition read back from the wire declares nothing.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub facts: Facts,
 }
 
 /// One tool call as the model produced it. `arguments` is raw text on purpose: it is

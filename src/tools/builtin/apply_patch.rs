@@ -32,11 +32,13 @@ use tokio_util::sync::CancellationToken;
 use self::hunks::Stage;
 use self::journal::{Action, Change, CommitError, Step};
 use self::parse::FileOp;
+use crate::tools::facts::{ClaudeCode, Subject};
 use crate::tools::fs::{
     self, FileInfo, FileStamp, FsError, ParentDirs, ResolvedParent, Staleness, text,
 };
 use crate::tools::{
-    Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, Env, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
 };
 
 /// The tool's name, for the permission layer.
@@ -86,6 +88,12 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::SideEffect,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Patch { patch: "patch" },
+            edits: true,
+            binds_access: false,
+            claude_code: ClaudeCode::NoCounterpart,
+        },
     });
     Arc::new(ApplyPatch { definition: DEFINITION.clone() })
 }
