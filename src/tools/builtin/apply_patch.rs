@@ -9,7 +9,7 @@
 //! Every path passes the same checks as a single-file edit: confinement to the roots
 //! (each resolved beneath a root, symlinks included), the stale-file rule (an existing
 //! file must have been read in this session and be unchanged since), and permission
-//! rules, which see every path of the patch ([`paths_of_call`]). The files' per-path
+//! rules, which see every path of the patch ([`paths_of`]). The files' per-path
 //! locks are taken in one order for the whole patch, so it never interleaves with
 //! another edit of any of its files.
 
@@ -41,7 +41,7 @@ use crate::tools::{
     schema_for,
 };
 
-/// The tool's name, for the permission layer.
+/// The tool's name.
 pub const NAME: &str = "apply_patch";
 
 /// Cap on the diff returned in the result, in bytes.
@@ -98,13 +98,10 @@ pub fn tool() -> Arc<dyn Tool> {
     Arc::new(ApplyPatch { definition: DEFINITION.clone() })
 }
 
-/// Every path a call's patch names (sources and destinations of moves included), as
-/// written: what permission rules are matched against. Empty when the patch cannot be
-/// read, and then the tool refuses it too (the same parser decides both).
-pub fn paths_of_call(args: &Value) -> Vec<String> {
-    let Some(patch) = args.get("patch").and_then(Value::as_str) else {
-        return Vec::new();
-    };
+/// Every path a patch names (sources and destinations of moves included), as written:
+/// what permission rules and confinement are matched against. Empty when the patch
+/// cannot be read, and then the tool refuses it too (the same parser decides both).
+pub fn paths_of(patch: &str) -> Vec<String> {
     let Ok(ops) = parse::parse(patch) else {
         return Vec::new();
     };

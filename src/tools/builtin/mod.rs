@@ -4,8 +4,10 @@
 
 use std::sync::{Arc, LazyLock};
 
+use serde_json::Value;
+
 use super::Tool;
-use super::facts::Facts;
+use super::facts::{Facts, Subject};
 
 pub mod apply_patch;
 pub mod edit_file;
@@ -56,13 +58,30 @@ pub fn facts(name: &str) -> Option<&'static Facts> {
     declared().iter().find(|(tool, _)| tool == name).map(|(_, facts)| facts)
 }
 
+/// The paths a call names, as written, when the tool's subject is paths or a patch:
+/// each path argument given (or its default), every file of the patch. Empty for
+/// other subjects (a command's directory is not among them).
+pub fn paths_named(facts: &Facts, args: &Value) -> Vec<String> {
+    match facts.subject {
+        Subject::Paths(paths) => paths
+            .iter()
+            .filter_map(|path| args.get(path.name).and_then(Value::as_str).or(path.default))
+            .map(str::to_owned)
+            .collect(),
+        Subject::Patch { patch } => {
+            args.get(patch).and_then(Value::as_str).map(apply_patch::paths_of).unwrap_or_default()
+        }
+        Subject::Arguments | Subject::Command { .. } => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::tools::Safety;
-    use crate::tools::facts::{ClaudeCode, PathAccess, Subject};
+    use crate::tools::facts::{ClaudeCode, PathAccess};
 
     /// Whether a schema property looks like it names a file or a directory: by its
     /// name, or by a description that says what it is relative to.
@@ -184,5 +203,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn paths_named_follow_the_declared_arguments_and_defaults() {
+        let facts = |name: &str| facts(name).copied().unwrap_or_default();
+        let named = |tool: &str, args: Value| paths_named(&facts(tool), &args);
+        assert_eq!(named("notebook_edit", json!({"path": "a.ipynb"})), ["a.ipynb"]);
+        assert_eq!(named("read_file", json!({})), Vec::<String>::new());
+        assert_eq!(named("find_files", json!({"pattern": "*"})), ["."]);
+        let patch = "*** Begin Patch\n*** Add File: new.txt\n+x\n*** Update File: old.txt\n\
+                     *** Move to: moved.txt\n@@\n-a\n+b\n*** End Patch\n";
+        assert_eq!(
+            named("apply_patch", json!({"patch": patch})),
+            ["new.txt", "old.txt", "moved.txt"]
+        );
+        assert_eq!(
+            named("run_command", json!({"command": "ls", "cwd": "x"})),
+            Vec::<String>::new()
+        );
+        assert_eq!(facts("no_such_tool"), Facts::NONE);
     }
 }
