@@ -19,7 +19,7 @@ pub struct Facts {
     /// What a call acts on: what a rule's specifier is matched against, and the paths
     /// confinement checks.
     pub subject: Subject,
-    /// Whether the tool creates, replaces or changes files (and nothing else): what
+    /// Whether the tool creates, replaces, changes or deletes files: what
     /// `accept_edits` lets run inside the roots without asking, what Claude Code's
     /// `Edit` rules govern, and what a guarded directory asks about. Its paths are
     /// [`PathAccess::Write`].
