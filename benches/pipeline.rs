@@ -92,6 +92,7 @@ fn bench(c: &mut Criterion) {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Default::default(),
         }))))
         .unwrap();
     let registry = Arc::new(registry);

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::{Env, ToolResult};
+use crate::tools::facts::ClaudeTool;
+use crate::tools::{Env, ToolResult, builtin};
 
 /// One configured command hook (compatible with Claude Code's command hooks).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -48,9 +49,10 @@ pub struct HookConfig {
 /// The input a hook reads on stdin.
 ///
 /// - `claude`: Claude Code's shape. `tool_name` is Claude Code's name for the tool
-///   (`Bash`, `Read`, `Write`, `Edit`, `Glob`, `Grep`; other tools keep their names)
-///   and `tool_input` uses its field names (`file_path`, `timeout`, `-i`, `-C`,
-///   `head_limit`); a PostToolUse hook gets the result as `tool_response` too. An
+///   (`Bash`, `Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`: what each
+///   built-in's facts declare; other tools keep their names) and `tool_input` uses its
+///   field names (`file_path`, `notebook_path`, `timeout`, `-i`, `-C`, `head_limit`); a
+///   PostToolUse hook gets the result as `tool_response` too. An
 ///   `updatedInput` it answers with is read back in the same shape.
 /// - `toolgate`: toolgate's own names (`run_command`, `path`, ...).
 /// - `auto` (the default): `claude` when the matcher names one of Claude Code's tools
@@ -65,43 +67,25 @@ pub enum HookFormat {
     Toolgate,
 }
 
-/// Claude Code's name for each built-in tool that has one: the `tool_name` a Claude
-/// Code hook script compares against.
-const CLAUDE_TOOL_NAMES: &[(&str, &str)] = &[
-    ("run_command", "Bash"),
-    ("read_file", "Read"),
-    ("write_file", "Write"),
-    ("edit_file", "Edit"),
-    ("find_files", "Glob"),
-    ("search_code", "Grep"),
-];
-
-/// Argument names that differ between a tool and its Claude Code counterpart:
-/// (tool, toolgate's name, Claude Code's name).
-const CLAUDE_FIELD_NAMES: &[(&str, &str, &str)] = &[
-    ("read_file", "path", "file_path"),
-    ("write_file", "path", "file_path"),
-    ("edit_file", "path", "file_path"),
-    ("run_command", "timeout_ms", "timeout"),
-    ("search_code", "case_insensitive", "-i"),
-    ("search_code", "context", "-C"),
-    ("search_code", "limit", "head_limit"),
-];
-
-/// The name a Claude Code hook sees for `tool`.
-pub fn claude_tool_name(tool: &str) -> &str {
-    CLAUDE_TOOL_NAMES.iter().find(|(ours, _)| *ours == tool).map_or(tool, |(_, claude)| claude)
+/// Claude Code's counterpart of `tool`, as the built-in tool's facts declare it.
+fn claude_tool(tool: &str) -> Option<&'static ClaudeTool> {
+    builtin::facts(tool).and_then(|facts| facts.claude_code.tool())
 }
 
-/// Renames the fields of an arguments object between the two shapes.
+/// The name a Claude Code hook sees for `tool`: Claude Code's name for a built-in
+/// that has a counterpart, the tool's own otherwise.
+pub fn claude_tool_name(tool: &str) -> &str {
+    claude_tool(tool).map_or(tool, |claude| claude.name)
+}
+
+/// Renames the fields of an arguments object between the two shapes: the argument
+/// names a built-in's facts declare different in Claude Code.
 fn rename_fields(tool: &str, input: &Value, to_claude: bool) -> Value {
     let Value::Object(map) = input else { return input.clone() };
+    let fields = claude_tool(tool).map_or(&[][..], |claude| claude.fields);
     let mut out = serde_json::Map::with_capacity(map.len());
     for (key, value) in map {
-        let renamed = CLAUDE_FIELD_NAMES.iter().find_map(|(name, ours, claude)| {
-            if *name != tool {
-                return None;
-            }
+        let renamed = fields.iter().find_map(|(ours, claude)| {
             let (from, to) = if to_claude { (ours, claude) } else { (claude, ours) };
             (key == from).then_some(*to)
         });

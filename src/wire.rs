@@ -10,6 +10,7 @@
 
 mod decision;
 mod event;
+pub mod facts;
 pub mod json_text;
 pub mod metadata;
 pub(crate) mod scratch;
@@ -19,6 +20,7 @@ mod upstream;
 
 pub use decision::{CallDecision, DecidedBy, Explanation, Layer, Mode, Outcome, RuleList};
 pub use event::{ApprovalDecision, ApprovalScope, Event};
+pub use facts::Facts;
 pub use metadata::Metadata;
 pub use status::Listener;
 pub use tool::{

@@ -846,6 +846,39 @@ async fn claude_format_input_and_updated_input_use_claude_code_names() {
     assert_eq!(input["tool_input"], json!({"path": "notes.txt", "content": "hi"}));
 }
 
+/// A Claude Code `NotebookEdit` hook sees `notebook_edit` under Claude Code's name and
+/// field names (`notebook_path`, `new_source`, `edit_mode`), and its `updatedInput` in
+/// those names comes back in the tool's own.
+#[tokio::test]
+async fn a_notebook_edit_hook_reads_claude_code_names() {
+    let fx = Fixture::new();
+    let seen = fx.path("seen.json");
+    let script = format!(
+        "#!{}\nimport json, sys\ndata = json.load(sys.stdin)\nopen({:?}, 'w').write(json.dumps(data))\nupdated = dict(data['tool_input'], notebook_path='safe.ipynb')\nprint(json.dumps({{'hookSpecificOutput': {{'hookEventName': 'PreToolUse', 'permissionDecision': 'allow', 'updatedInput': updated}}}}))\n",
+        python(),
+        seen.display().to_string(),
+    );
+    let hook = fx.claude_hook("NotebookEdit", "notebook.py", &script);
+    let call = fx.call_with(
+        "notebook_edit",
+        json!({"path": "a.ipynb", "cell_id": "c1", "source": "x = 1", "action": "replace"}),
+    );
+    let res = run_pre(&[hook], &call).await;
+    assert_eq!(res.verdict, HookVerdict::Allow, "{res:?}");
+    assert_eq!(
+        res.updated_input,
+        Some(
+            json!({"path": "safe.ipynb", "cell_id": "c1", "source": "x = 1", "action": "replace"})
+        )
+    );
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(input["tool_name"], "NotebookEdit");
+    assert_eq!(
+        input["tool_input"],
+        json!({"notebook_path": "a.ipynb", "cell_id": "c1", "new_source": "x = 1", "edit_mode": "replace"})
+    );
+}
+
 #[tokio::test]
 async fn a_claude_post_hook_gets_the_tool_response() {
     let fx = Fixture::new();

@@ -888,3 +888,42 @@ fn check_config_warns_about_rules_that_never_do_what_they_look_like() {
     let stderr = String::from_utf8_lossy(&checked.stderr);
     assert!(checked.status.success() && !stderr.contains("warning"), "{stderr}");
 }
+
+/// `explain` checks every path a file tool's call names against the roots, as the
+/// tool would: `notebook_edit`'s notebook and every file of an `apply_patch` patch, as
+/// well as `read_file`'s path. Outside the roots, the confinement layer denies.
+#[test]
+fn explain_confines_the_paths_of_every_file_tool() {
+    let daemon = TestDaemon::start("");
+    let mut client = daemon.connect();
+    let explain = |client: &mut Client, tool: &str, arguments: Value| {
+        client.result("tools/explain", json!({"name": tool, "arguments": arguments}))
+    };
+    let confinement = |explained: &Value| -> Value {
+        let layers = explained["layers"].as_array().unwrap();
+        layers.iter().find(|layer| layer["layer"] == "confinement").cloned().unwrap_or_default()
+    };
+    let patch = |path: &str| format!("*** Begin Patch\n*** Add File: {path}\n+x\n*** End Patch\n");
+    let outside = [
+        ("notebook_edit", json!({"path": "/etc/x.ipynb", "index": 0, "source": "x"})),
+        ("notebook_edit", json!({"path": "../outside/x.ipynb", "index": 0, "source": "x"})),
+        ("apply_patch", json!({"patch": patch("../outside/new.txt")})),
+        ("read_file", json!({"path": "/etc/passwd"})),
+    ];
+    for (tool, arguments) in outside {
+        let explained = explain(&mut client, tool, arguments.clone());
+        assert_eq!(explained["decision"], "deny", "{tool} {arguments}: {explained}");
+        assert_eq!(explained["explanation"]["layer"], "confinement", "{tool}: {explained}");
+        assert!(confinement(&explained).is_object(), "{tool}: {explained}");
+    }
+    let inside = [
+        ("notebook_edit", json!({"path": "new.ipynb", "index": 0, "source": "x"}), "new.ipynb"),
+        ("apply_patch", json!({"patch": patch("sub/new.txt")}), "sub/new.txt"),
+    ];
+    for (tool, arguments, path) in inside {
+        let explained = explain(&mut client, tool, arguments);
+        assert_ne!(explained["decision"], "deny", "{tool}: {explained}");
+        let reason = confinement(&explained)["reason"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(reason, format!("the path {path} stays inside the session roots"), "{tool}");
+    }
+}

@@ -109,6 +109,7 @@ impl Hold {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Default::default(),
         })
     }
 }

@@ -74,6 +74,7 @@ fn definition(name: &str, input_schema: Value) -> Definition {
         safety: Safety::ReadOnly,
         system: false,
         timeout: None,
+        facts: Default::default(),
     }
 }
 

@@ -7,35 +7,31 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::permission::{Explanation, Layer};
-use crate::tools::Env;
+use crate::tools::facts::Subject;
 use crate::tools::fs::{self, FsError};
-
-/// The paths a built-in tool resolves, by argument: (argument, default when absent).
-fn path_arguments(tool: &str) -> &'static [(&'static str, Option<&'static str>)] {
-    match tool {
-        "read_file" | "write_file" | "edit_file" => &[("path", None)],
-        "find_files" | "search_code" => &[("path", Some("."))],
-        "run_command" => &[("cwd", Some("."))],
-        _ => &[],
-    }
-}
+use crate::tools::{Env, builtin};
 
 /// The confinement layer's sentence, and whether it refuses the call; `None` when the
-/// tool takes no path toolgate confines.
+/// tool takes no path toolgate confines. Which arguments are paths is what the tool's
+/// facts say: its path arguments (or their defaults), every file of its patch, a
+/// command's working directory.
 pub(crate) fn check(tool: &str, args: &Value, env: &Env) -> Option<(bool, Explanation)> {
-    let arguments = path_arguments(tool);
-    if arguments.is_empty() {
-        return None;
-    }
+    let facts = builtin::facts(tool)?;
+    let named: Vec<(&str, String)> = match facts.subject {
+        Subject::Arguments => return None,
+        Subject::Command { cwd, .. } => {
+            let dir = args.get(cwd).and_then(Value::as_str).unwrap_or(".");
+            vec![("the working directory", dir.to_owned())]
+        }
+        Subject::Paths(_) | Subject::Patch { .. } => {
+            builtin::paths_named(facts, args).into_iter().map(|path| ("the path", path)).collect()
+        }
+    };
     let mut checked = Vec::new();
-    for (name, default) in arguments {
-        let Some(path) = args.get(*name).and_then(Value::as_str).or(*default) else {
-            continue;
-        };
-        if let Err(reason) = inside(env, path) {
+    for (what, path) in named {
+        if let Err(reason) = inside(env, &path) {
             return Some((true, explanation(reason)));
         }
-        let what = if *name == "cwd" { "the working directory" } else { "the path" };
         checked.push(format!("{what} {path}"));
     }
     let reason = if checked.is_empty() {

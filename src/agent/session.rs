@@ -413,7 +413,7 @@ impl Session {
             }
             layers.push(explanation);
         }
-        if tool.definition().name == "run_command"
+        if tool.definition().facts.command_argument().is_some()
             && let Some(reason) = crate::sandbox::explain()
         {
             layers.push(Explanation { layer: Layer::Sandbox, rule: None, list: None, reason });

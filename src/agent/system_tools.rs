@@ -48,6 +48,7 @@ impl ExitPlanMode {
             safety: Safety::ReadOnly,
             system: true,
             timeout: None,
+            facts: Default::default(),
         })
     }
 }
@@ -111,6 +112,7 @@ impl TodoWrite {
             safety: Safety::ReadOnly,
             system: true,
             timeout: None,
+            facts: Default::default(),
         })
     }
 }

@@ -189,6 +189,7 @@ fn harness(setup: Setup) -> Harness {
                     safety,
                     system: false,
                     timeout: None,
+                    facts: Default::default(),
                 },
                 act,
                 log: log.clone(),

@@ -207,6 +207,7 @@ mod tests {
             safety,
             system,
             timeout,
+            facts: Default::default(),
         }
     }
 

@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::tools::{Facts, builtin};
+
 /// Longest stretch without a blank or a shell operator shown whole; longer ones keep
 /// their first and last characters around a count.
 const MAX_SEGMENT: usize = 64;
@@ -214,15 +216,18 @@ pub struct Question<'a> {
 pub fn question(question: &Question<'_>) -> String {
     let mut out = String::new();
     let tool = visible(question.tool);
-    let command = question.arguments.get("command").and_then(Value::as_str);
+    // A command tool's command is shown in full, whatever other arguments it has.
+    let command = builtin::facts(question.tool)
+        .and_then(Facts::command_argument)
+        .and_then(|argument| Some((argument, question.arguments.get(argument)?.as_str()?)));
     match (question.tool, command) {
-        ("run_command", Some(command)) => {
-            let _ = writeln!(out, "toolgate: run_command wants to run this command:");
+        (_, Some((argument, command))) => {
+            let _ = writeln!(out, "toolgate: {tool} wants to run this command:");
             for line in command_lines(command) {
                 let _ = writeln!(out, "  | {line}");
             }
             let others = question.arguments.as_object().into_iter().flatten();
-            for (key, value) in others.filter(|(key, _)| key.as_str() != "command") {
+            for (key, value) in others.filter(|(key, _)| key.as_str() != argument) {
                 push_argument(&mut out, key, value);
             }
         }

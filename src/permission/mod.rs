@@ -46,13 +46,14 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tools::{Definition, Env, ErrorType, Safety};
+use crate::tools::facts::{self, PathAccess};
+use crate::tools::{Definition, Env, ErrorType, Facts, Safety, builtin};
 
 // The policy's wire types (a session's mode, why and how a call was decided) are
 // defined in the bottom layer, which the client-only build compiles too.
@@ -62,14 +63,24 @@ pub use rule::{
     RuleError, RuleProblem, check_rule, claude_code_aliases, covered_by, rule_warnings,
 };
 
-use rule::{PATH_TOOLS, PathTarget, RUN_COMMAND, Rule, RuleIndex, ToolRules, earliest};
+use rule::{PathTarget, Rule, RuleIndex, ToolRules, command_tool, earliest, is_command_tool};
 use shell::{Analysis, Hazard, ShellWord};
 
-/// Tools that [`Mode::AcceptEdits`] lets edit files inside the roots without asking.
-const EDIT_TOOLS: &[&str] = &["write_file", "edit_file", "apply_patch", "notebook_edit"];
+/// Whether `tool` is a built-in that edits files (its facts say so): what
+/// [`Mode::AcceptEdits`] lets run inside the roots without asking.
+fn edits_files(tool: &str) -> bool {
+    builtin::facts(tool).is_some_and(|facts| facts.edits)
+}
 
-/// Tools whose `path` names a directory to search, defaulting to the working directory.
-const SEARCH_TOOLS: &[&str] = &["find_files", "search_code"];
+/// Whether `tool` is a built-in whose path names a directory to list or search.
+fn searches(tool: &str) -> bool {
+    builtin::facts(tool).is_some_and(Facts::searches)
+}
+
+/// A call of the command tool running `input`.
+fn command_call(input: &str) -> Value {
+    serde_json::json!({ command_tool().command: input })
+}
 
 impl Mode {
     pub const ALL: [Mode; 5] =
@@ -238,8 +249,9 @@ impl SessionGrant {
 
     /// The grant of exactly this call, when no safe rule can describe it.
     fn exact(tool: &str, args: &Value) -> SessionGrant {
-        let shown = match (tool, args.get("command").and_then(Value::as_str)) {
-            (RUN_COMMAND, Some(command)) => format!("this exact command: {command}"),
+        let command = command_tool();
+        let shown = match args.get(command.command).and_then(Value::as_str) {
+            Some(text) if is_command_tool(tool) => format!("this exact command: {text}"),
             _ => format!("{tool} with exactly these arguments: {args}"),
         };
         SessionGrant {
@@ -253,8 +265,9 @@ impl SessionGrant {
 /// command text and directory (a different timeout is the same command), for any
 /// other tool all of its arguments.
 fn exact_key(tool: &str, args: &Value) -> String {
-    if tool == RUN_COMMAND {
-        serde_json::json!([args.get("command"), args.get("cwd")]).to_string()
+    if is_command_tool(tool) {
+        let command = command_tool();
+        serde_json::json!([args.get(command.command), args.get(command.cwd)]).to_string()
     } else {
         args.to_string()
     }
@@ -516,11 +529,16 @@ impl crate::tools::fs::PathRules for Policy {
         let target = PathTarget { absolute: path, roots };
         for (list, effect) in [(RuleList::Deny, RuleEffect::Deny), (RuleList::Ask, RuleEffect::Ask)]
         {
-            for tool in access_tools(access) {
-                let rules = self.rules.for_tool(tool);
-                if let Some(id) = earliest(rules.whole(list), rules.path(list, &target)) {
-                    return Some(RuleHit { effect, rule: rules.rule(id).text.clone() });
-                }
+            // The first configured rule of any of the tools, whatever order they are in.
+            let first = access_tools(access)
+                .iter()
+                .filter_map(|tool| {
+                    let rules = self.rules.for_tool(tool);
+                    earliest(rules.whole(list), rules.path(list, &target))
+                })
+                .min();
+            if let Some(id) = first {
+                return Some(RuleHit { effect, rule: self.rules.rule(id).text.clone() });
             }
         }
         None
@@ -534,11 +552,27 @@ impl crate::tools::fs::PathRules for Policy {
     }
 }
 
-/// The tools whose rules bind an access on resolved paths.
+/// The tools whose rules bind an access on resolved paths: the built-ins whose facts
+/// say their path rules stand for every access of their paths' kind.
 fn access_tools(access: crate::tools::fs::AccessKind) -> &'static [&'static str] {
+    use crate::tools::fs::AccessKind;
+    static TOOLS: LazyLock<[Vec<&'static str>; 2]> = LazyLock::new(|| {
+        let binding = |kind: PathAccess| -> Vec<&'static str> {
+            builtin::declared()
+                .iter()
+                .filter(|(_, facts)| {
+                    facts.binds_access
+                        && matches!(facts.subject, facts::Subject::Paths(paths)
+                            if paths.iter().any(|path| path.access == kind))
+                })
+                .map(|(name, _)| name.as_str())
+                .collect()
+        };
+        [binding(PathAccess::Read), binding(PathAccess::Write)]
+    });
     match access {
-        crate::tools::fs::AccessKind::Read => &["read_file"],
-        crate::tools::fs::AccessKind::Write => &["edit_file", "write_file"],
+        AccessKind::Read => &TOOLS[0],
+        AccessKind::Write => &TOOLS[1],
     }
 }
 
@@ -703,8 +737,9 @@ impl PermissionEngine {
     ) -> Decision {
         let own = self.decide_one(tool, args, ctx);
         let input = args.get("input").and_then(Value::as_str).unwrap_or("");
-        let facts = ToolFacts { name: RUN_COMMAND, safety: Safety::SideEffect, system: false };
-        let mut as_command = self.decide_one(&facts, &serde_json::json!({ "command": input }), ctx);
+        let facts =
+            ToolFacts { name: command_tool().name, safety: Safety::SideEffect, system: false };
+        let mut as_command = self.decide_one(&facts, &command_call(input), ctx);
         as_command.explanation.reason = format!(
             "the input, judged as a run_command command line: {}",
             as_command.explanation.reason
@@ -742,13 +777,12 @@ impl PermissionEngine {
     /// has deny or ask rules: an alias (`alias name=...`) or a shell function. `None`
     /// when it defines neither, or no rule restricts commands.
     fn defines_names(&self, input: &str, ctx: &CallContext<'_>) -> Option<&'static str> {
-        let rules = self.policy.rules.for_tool(RUN_COMMAND);
+        let command = command_tool().name;
+        let rules = self.policy.rules.for_tool(command);
         if !rules.any(RuleList::Deny) && !rules.any(RuleList::Ask) {
             return None;
         }
-        let Subject::Command(analysis) =
-            Subject::of(RUN_COMMAND, &serde_json::json!({ "command": input }), ctx)
-        else {
+        let Subject::Command(analysis) = Subject::of(command, &command_call(input), ctx) else {
             return None;
         };
         if analysis.hazards.contains(&shell::Hazard::FunctionDefinition) {
@@ -775,7 +809,7 @@ impl PermissionEngine {
     ) -> Decision {
         let own = self.decide_one(tool, args, ctx);
         let by_rule = matches!(own.explanation.layer, Layer::Rule | Layer::SessionGrant);
-        let commands = self.policy.rules.for_tool(RUN_COMMAND);
+        let commands = self.policy.rules.for_tool(command_tool().name);
         let restricted = commands.any(RuleList::Deny) || commands.any(RuleList::Ask);
         if own.verdict == Verdict::NotAllowedInMode || (by_rule && !restricted) {
             return own;
@@ -817,7 +851,7 @@ impl PermissionEngine {
                 decision = ceiling;
             }
         }
-        let widening = (tool.name == RUN_COMMAND).then(|| sandbox_widening(args)).flatten();
+        let widening = is_command_tool(tool.name).then(|| sandbox_widening(args)).flatten();
         if let Some(widening) = &widening {
             decision = widened(decision, widening, self.mode, self.configured);
         }
@@ -1000,7 +1034,7 @@ impl PermissionEngine {
                 Layer::Mode,
                 "bypass mode allows every call no rule denies".to_owned(),
             ),
-            Mode::AcceptEdits if EDIT_TOOLS.contains(&name) && subject.path_inside(ctx.roots) => {
+            Mode::AcceptEdits if edits_files(name) && subject.path_inside(ctx.roots) => {
                 Decision::new(
                     Verdict::Allow,
                     Layer::Mode,
@@ -1109,43 +1143,37 @@ enum Subject {
 
 impl Subject {
     fn of(tool: &str, args: &Value, ctx: &CallContext<'_>) -> Subject {
-        if tool == RUN_COMMAND {
-            let cwd = match args.get("cwd").and_then(Value::as_str) {
-                Some(dir) => path::resolve(ctx.cwd, Path::new(dir)),
-                None => path::resolve(ctx.cwd, Path::new("")),
-            };
-            return match args.get("command").and_then(Value::as_str) {
-                Some(command) => {
-                    Subject::Command(shell::analyze(command, &cwd, ctx.roots, ctx.resolver))
+        let Some(facts) = builtin::facts(tool) else { return Subject::Other };
+        let resolve = |path: &str| path::resolve(ctx.cwd, Path::new(path));
+        match facts.subject {
+            facts::Subject::Arguments => Subject::Other,
+            facts::Subject::Command { command, cwd } => {
+                let cwd = resolve(args.get(cwd).and_then(Value::as_str).unwrap_or(""));
+                match args.get(command).and_then(Value::as_str) {
+                    Some(command) => {
+                        Subject::Command(shell::analyze(command, &cwd, ctx.roots, ctx.resolver))
+                    }
+                    None => Subject::Command(Analysis {
+                        commands: Vec::new(),
+                        hazards: vec![Hazard::Unparseable(
+                            "the call has no command string".to_owned(),
+                        )],
+                        truncated: false,
+                    }),
                 }
-                None => Subject::Command(Analysis {
-                    commands: Vec::new(),
-                    hazards: vec![Hazard::Unparseable("the call has no command string".to_owned())],
-                    truncated: false,
-                }),
-            };
-        }
-        if tool == crate::tools::builtin::apply_patch::NAME {
-            let paths = crate::tools::builtin::apply_patch::paths_of_call(args);
-            return Subject::Paths(
-                paths.iter().map(|path| path::resolve(ctx.cwd, Path::new(path))).collect(),
-            );
-        }
-        if !PATH_TOOLS.contains(&tool) {
-            return Subject::Other;
-        }
-        match args.get("path").and_then(Value::as_str) {
-            Some(path) => Subject::Path(Some(path::resolve(ctx.cwd, Path::new(path)))),
-            None if SEARCH_TOOLS.contains(&tool) => {
-                Subject::Path(Some(path::resolve(ctx.cwd, Path::new(""))))
             }
-            None => Subject::Path(None),
+            facts::Subject::Paths([_]) => {
+                Subject::Path(builtin::paths_named(facts, args).first().map(|path| resolve(path)))
+            }
+            facts::Subject::Paths(_) | facts::Subject::Patch { .. } => Subject::Paths(
+                builtin::paths_named(facts, args).iter().map(|path| resolve(path)).collect(),
+            ),
         }
     }
 
     /// The guarded directory a file tool's call would write beneath, if any.
     fn written_dir<'a>(&self, tool: &str, guarded: &'a [PathBuf]) -> Option<&'a PathBuf> {
-        if !EDIT_TOOLS.contains(&tool) {
+        if !edits_files(tool) {
             return None;
         }
         let paths: &[PathBuf] = match self {
@@ -1473,7 +1501,7 @@ fn command_suggestion(words: &[ShellWord]) -> Option<String> {
 /// For a file: its directory (`edit_file(src/**)`), or the file itself at a root's top
 /// level. For a search tool: the searched directory, or the bare tool for a root.
 fn path_suggestion(tool: &str, target: &Path, roots: &[PathBuf]) -> String {
-    let directory = SEARCH_TOOLS.contains(&tool);
+    let directory = searches(tool);
     match roots.iter().find_map(|root| target.strip_prefix(root).ok()) {
         Some(relative) if relative.as_os_str().is_empty() => tool.to_owned(),
         Some(relative) if directory => rule::path_rule(tool, relative, true, true),

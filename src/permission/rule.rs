@@ -36,44 +36,90 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use globset::{Candidate, Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::RuleList;
 use super::shell::ShellWord;
+use crate::tools::builtin;
+use crate::tools::facts::{self, Facts};
 
-/// The tool whose specifier is a command pattern.
-pub(crate) const RUN_COMMAND: &str = "run_command";
+/// The built-in tool that runs shell commands (the one whose facts say its subject is a
+/// command): its specifier is a command pattern.
+pub(crate) struct CommandTool {
+    pub(crate) name: &'static str,
+    /// The argument holding the command text.
+    pub(crate) command: &'static str,
+    /// The argument naming the directory it runs in.
+    pub(crate) cwd: &'static str,
+}
 
-/// Tools whose specifier is a path glob, matched against their `path` argument.
-pub(crate) const PATH_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "find_files",
-    "search_code",
-    "notebook_edit",
-    "apply_patch",
-];
+/// The built-in command tool, read from the built-in tools' facts.
+pub(crate) fn command_tool() -> &'static CommandTool {
+    static TOOL: LazyLock<CommandTool> = LazyLock::new(|| {
+        builtin::declared()
+            .iter()
+            .find_map(|(name, facts)| match facts.subject {
+                facts::Subject::Command { command, cwd } => {
+                    Some(CommandTool { name: name.as_str(), command, cwd })
+                }
+                _ => None,
+            })
+            // No built-in runs commands: a name no tool has.
+            .unwrap_or(CommandTool { name: "", command: "", cwd: "" })
+    });
+    &TOOL
+}
 
-/// Claude Code's tool names and the built-in tools they stand for. Claude's `Edit`
-/// rules govern every file edit, so `Edit` covers `write_file`, `apply_patch` (every
-/// path of the patch) and `notebook_edit` too.
-const ALIASES: &[(&str, &[&str])] = &[
-    ("Bash", &["run_command"]),
-    ("Read", &["read_file"]),
-    ("Edit", &["edit_file", "write_file", "apply_patch", "notebook_edit"]),
-    ("MultiEdit", &["edit_file"]),
-    ("NotebookEdit", &["notebook_edit"]),
-    ("Write", &["write_file"]),
-    ("Glob", &["find_files"]),
-    ("Grep", &["search_code"]),
-];
+/// Whether `tool` is the built-in command tool.
+pub(crate) fn is_command_tool(tool: &str) -> bool {
+    !tool.is_empty() && tool == command_tool().name
+}
+
+/// Whether `tool`'s specifier is a path glob: a built-in whose facts name paths (its
+/// path arguments, or the files of its patch).
+pub(crate) fn takes_path_rules(tool: &str) -> bool {
+    builtin::facts(tool).is_some_and(Facts::takes_path_rules)
+}
+
+/// Claude Code's tool names and the built-in tools each stands for, from the built-in
+/// tools' facts: each tool under its Claude Code name and aliases; and since Claude's
+/// `Edit` rules govern every file edit, `Edit` covers every tool that edits files too
+/// (`write_file`, `apply_patch`: every path of the patch, `notebook_edit`), after the
+/// tool that bears the name.
+fn aliases() -> &'static [(&'static str, Vec<&'static str>)] {
+    static ALIASES: LazyLock<Vec<(&'static str, Vec<&'static str>)>> = LazyLock::new(|| {
+        let declared = builtin::declared();
+        let mut aliases: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+        for (name, facts) in declared {
+            let Some(claude) = facts.claude_code.tool() else { continue };
+            for alias in std::iter::once(claude.name).chain(claude.aliases.iter().copied()) {
+                match aliases.iter_mut().find(|(known, _)| *known == alias) {
+                    Some((_, tools)) => tools.push(name.as_str()),
+                    None => aliases.push((alias, vec![name.as_str()])),
+                }
+            }
+        }
+        if let Some((_, tools)) = aliases.iter_mut().find(|(alias, _)| *alias == EDIT_ALIAS) {
+            for (name, facts) in declared {
+                if facts.edits && !tools.contains(&name.as_str()) {
+                    tools.push(name.as_str());
+                }
+            }
+        }
+        aliases
+    });
+    &ALIASES
+}
+
+/// Claude Code's name for its file-editing tool, whose rules govern every file edit.
+const EDIT_ALIAS: &str = "Edit";
 
 /// Claude Code's tool names with the built-in tools each stands for (the alias table
 /// rules use); hook matchers use it too.
-pub fn claude_code_aliases() -> &'static [(&'static str, &'static [&'static str])] {
-    ALIASES
+pub fn claude_code_aliases() -> &'static [(&'static str, Vec<&'static str>)] {
+    aliases()
 }
 
 /// The system tools: always allowed, but a rule may still name them.
@@ -87,15 +133,10 @@ pub(crate) const DYNAMIC_PREFIXES: &[&str] = &["mcp__", "skill__"];
 /// tool, a Claude Code alias, an `mcp__`/`skill__` tool, one of `extra` (skill command
 /// tools found at load time), or a wildcard matching any of these.
 pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(), RuleProblem> {
-    /// The built-in tools' names, read from their definitions once.
-    static BUILTINS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        crate::tools::builtin::all().iter().map(|tool| tool.definition().name.clone()).collect()
-    });
     let rule = Rule::parse(text, home)?;
-    let builtins: &[String] = &BUILTINS;
+    let builtins = builtin::declared().iter().map(|(name, _)| name.as_str());
     let fixed = builtins
-        .iter()
-        .map(String::as_str)
+        .clone()
         .chain(SYSTEM_TOOLS.iter().copied())
         .chain(extra.iter().map(String::as_str));
     let known = |name: &str| {
@@ -116,8 +157,7 @@ pub fn check_rule(text: &str, home: Option<&Path>, extra: &[String]) -> Result<(
         return Ok(());
     }
     let name = text.trim().split('(').next().unwrap_or_default().trim().to_owned();
-    let mut names: Vec<String> = builtins.to_vec();
-    names.extend(ALIASES.iter().map(|(alias, _)| (*alias).to_owned()));
+    let names: Vec<&str> = builtins.chain(aliases().iter().map(|(alias, _)| *alias)).collect();
     Err(RuleProblem::UnknownTool { name, known: names.join(", ") })
 }
 
@@ -641,9 +681,9 @@ impl Rule {
             (Some(_), ToolMatch::Wildcard(_)) => return Err(RuleProblem::SpecifierOnWildcard),
             (Some(inner), ToolMatch::Names(names)) => {
                 let first = names.first().map(String::as_str).unwrap_or_default();
-                if first == RUN_COMMAND {
+                if is_command_tool(first) {
                     Spec::Command(CommandPattern::parse(inner)?)
-                } else if PATH_TOOLS.contains(&first) {
+                } else if takes_path_rules(first) {
                     Spec::Path(PathPattern::parse(inner, home)?)
                 } else {
                     Spec::Arguments(ArgumentPattern::parse(inner)?)
@@ -662,7 +702,7 @@ impl Rule {
 }
 
 fn canonical_names(name: &str) -> Vec<String> {
-    match ALIASES.iter().find(|(alias, _)| *alias == name) {
+    match aliases().iter().find(|(alias, _)| *alias == name) {
         Some((_, names)) => names.iter().map(|name| (*name).to_owned()).collect(),
         None => vec![name.to_owned()],
     }
@@ -908,7 +948,7 @@ fn compile_paths(group: &[(bool, &str, RuleId)]) -> Result<PathIndex, RuleProble
 /// A `run_command` rule text allowing commands that start with `words`.
 pub(crate) fn command_prefix_rule(words: &[&str]) -> String {
     let quoted: Vec<String> = words.iter().map(|word| quote_pattern_word(word)).collect();
-    format!("{RUN_COMMAND}({}:*)", quoted.join(" "))
+    format!("{}({}:*)", command_tool().name, quoted.join(" "))
 }
 
 /// Quotes a word for a command pattern when it holds anything the pattern syntax would
@@ -992,6 +1032,11 @@ mod tests {
             ("Write", &["write_file"], "whole"),
             ("Glob(src/**)", &["find_files"], "path"),
             ("Grep(src/**)", &["search_code"], "path"),
+            ("MultiEdit(src/**)", &["edit_file"], "path"),
+            ("NotebookEdit(**/*.ipynb)", &["notebook_edit"], "path"),
+            ("notebook_edit(**/*.ipynb)", &["notebook_edit"], "path"),
+            ("apply_patch(src/**)", &["apply_patch"], "path"),
+            ("process_write(input=*)", &["process_write"], "arguments"),
             ("mcp__git__status(anything)", &["mcp__git__status"], "arguments"),
             ("bash(x)", &["bash"], "arguments"),
         ];

@@ -1229,3 +1229,44 @@ fn killing_the_sessions_own_process_asks_nobody_but_rules_still_decide() {
         Verdict::Ask
     );
 }
+
+/// The file layer applies `read_file`'s rules to every read and `edit_file`'s and
+/// `write_file`'s (Claude Code's `Read`, `Edit`, `Write`) to every write, as the tools'
+/// facts declare; the rules of the other file tools bind their own calls only. Of two
+/// binding rules, the one configured first is named, whichever tool it is written for.
+#[test]
+fn the_file_layer_binds_the_rules_of_the_tools_that_stand_for_an_access() {
+    use crate::tools::fs::{AccessKind, PathRules, RuleEffect};
+    let sorted = |access| {
+        let mut tools = access_tools(access).to_vec();
+        tools.sort_unstable();
+        tools
+    };
+    assert_eq!(sorted(AccessKind::Read), ["read_file"]);
+    assert_eq!(sorted(AccessKind::Write), ["edit_file", "write_file"]);
+
+    let strings = |list: &[&str]| list.iter().map(|rule| (*rule).to_owned()).collect();
+    let config = RuleConfig {
+        deny: strings(&[
+            "write_file(secret/**)",
+            "edit_file(secret/**)",
+            "notebook_edit(notes/**)",
+            "apply_patch(patches/**)",
+            "find_files(private/**)",
+        ]),
+        ..RuleConfig::default()
+    };
+    let policy = Policy::new(&config, Some(Path::new(HOME))).unwrap();
+    let roots = roots();
+    let hit = |access, path: &str| {
+        policy
+            .binding_rule(access, &Path::new(ROOT).join(path), &roots)
+            .map(|hit| (hit.effect == RuleEffect::Deny, hit.rule))
+    };
+    assert_eq!(hit(AccessKind::Write, "secret/x"), Some((true, "write_file(secret/**)".into())));
+    assert_eq!(hit(AccessKind::Read, "secret/x"), None);
+    for path in ["notes/a.ipynb", "patches/a.txt", "private/a.txt"] {
+        assert_eq!(hit(AccessKind::Write, path), None, "{path}");
+        assert_eq!(hit(AccessKind::Read, path), None, "{path}");
+    }
+}

@@ -38,8 +38,8 @@ pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 // The tool contract's wire types (what a tool declares, the result every outcome
 // becomes) are defined in the bottom layer, which the client-only build compiles too.
 pub use crate::wire::{
-    Attachment, Definition, ErrorType, Metadata, OutputStream, Safety, Todo, TodoStatus,
-    ToolResult, json_text, metadata,
+    Attachment, Definition, ErrorType, Facts, Metadata, OutputStream, Safety, Todo, TodoStatus,
+    ToolResult, facts, json_text, metadata,
 };
 
 /// One tool call as the model produced it. `arguments` is raw text on purpose: it is

@@ -44,6 +44,7 @@ impl TestTool {
                 safety: Safety::ReadOnly,
                 system: false,
                 timeout: None,
+                facts: Default::default(),
             },
             behaviour,
             saw_cancel: Arc::new(AtomicBool::new(false)),

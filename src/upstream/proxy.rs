@@ -84,6 +84,7 @@ impl ProxyTool {
                 safety,
                 system: false,
                 timeout: config.call_timeout(),
+                facts: Default::default(),
             },
             upstream_name,
             link,

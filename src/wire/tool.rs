@@ -49,6 +49,11 @@ pub struct Definition {
     )]
     #[schemars(with = "Option<u64>")]
     pub timeout: Option<Duration>,
+    /// What the layers above the registry know about the tool (see [`super::facts`]);
+    /// never sent, so a definition read back from the wire declares nothing.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub facts: super::facts::Facts,
 }
 
 /// Stable wire codes for why a call did not succeed. Clients must tolerate codes they

@@ -41,6 +41,7 @@ impl Streamer {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Default::default(),
         }))
     }
 }
@@ -128,6 +129,7 @@ impl Touch {
             safety: Safety::SideEffect,
             system: false,
             timeout: None,
+            facts: Default::default(),
         }))
     }
 }
@@ -165,6 +167,7 @@ impl Pause {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Default::default(),
         }))
     }
 }

@@ -9,7 +9,7 @@
 //! Every path passes the same checks as a single-file edit: confinement to the roots
 //! (each resolved beneath a root, symlinks included), the stale-file rule (an existing
 //! file must have been read in this session and be unchanged since), and permission
-//! rules, which see every path of the patch ([`paths_of_call`]). The files' per-path
+//! rules, which see every path of the patch ([`paths_of`]). The files' per-path
 //! locks are taken in one order for the whole patch, so it never interleaves with
 //! another edit of any of its files.
 
@@ -32,14 +32,16 @@ use tokio_util::sync::CancellationToken;
 use self::hunks::Stage;
 use self::journal::{Action, Change, CommitError, Step};
 use self::parse::FileOp;
+use crate::tools::facts::{ClaudeCode, Subject};
 use crate::tools::fs::{
     self, FileInfo, FileStamp, FsError, ParentDirs, ResolvedParent, Staleness, text,
 };
 use crate::tools::{
-    Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, Env, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
 };
 
-/// The tool's name, for the permission layer.
+/// The tool's name.
 pub const NAME: &str = "apply_patch";
 
 /// Cap on the diff returned in the result, in bytes.
@@ -86,17 +88,20 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::SideEffect,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Patch { patch: "patch" },
+            edits: true,
+            binds_access: false,
+            claude_code: ClaudeCode::NoCounterpart,
+        },
     });
     Arc::new(ApplyPatch { definition: DEFINITION.clone() })
 }
 
-/// Every path a call's patch names (sources and destinations of moves included), as
-/// written: what permission rules are matched against. Empty when the patch cannot be
-/// read, and then the tool refuses it too (the same parser decides both).
-pub fn paths_of_call(args: &Value) -> Vec<String> {
-    let Some(patch) = args.get("patch").and_then(Value::as_str) else {
-        return Vec::new();
-    };
+/// Every path a patch names (sources and destinations of moves included), as written:
+/// what permission rules and confinement are matched against. Empty when the patch
+/// cannot be read, and then the tool refuses it too (the same parser decides both).
+pub fn paths_of(patch: &str) -> Vec<String> {
     let Ok(ops) = parse::parse(patch) else {
         return Vec::new();
     };

@@ -27,9 +27,11 @@ use serde_json::Value;
 use similar::TextDiff;
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs::{self, FileStamp, FsError, ParentDirs, ResolvedParent, Staleness, text};
 use crate::tools::{
-    Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, Env, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
 };
 
 /// Cap on the diff returned in the result, in bytes: enough for any ordinary edit,
@@ -165,6 +167,21 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::SideEffect,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Paths(&[PathArgument {
+                name: "path",
+                default: None,
+                access: PathAccess::Write,
+            }]),
+            edits: true,
+            binds_access: true,
+            // `MultiEdit`: Claude Code's multi-edit tool of older releases.
+            claude_code: ClaudeCode::Tool(ClaudeTool {
+                name: "Edit",
+                aliases: &["MultiEdit"],
+                fields: &[("path", "file_path")],
+            }),
+        },
     });
     Arc::new(EditFile { definition: DEFINITION.clone() })
 }

@@ -13,10 +13,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs;
 use crate::tools::walk::{self, PathGlob, PathKey, Prefix, Tree, Visit, WalkOptions};
 use crate::tools::{
-    Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
 
 /// Paths returned when the call does not say: enough to survey a project, small
@@ -67,6 +68,20 @@ pub fn tool() -> Arc<dyn Tool> {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Facts {
+                subject: Subject::Paths(&[PathArgument {
+                    name: "path",
+                    default: Some("."),
+                    access: PathAccess::Search,
+                }]),
+                edits: false,
+                binds_access: false,
+                claude_code: ClaudeCode::Tool(ClaudeTool {
+                    name: "Glob",
+                    aliases: &[],
+                    fields: &[],
+                }),
+            },
         },
     })
 }

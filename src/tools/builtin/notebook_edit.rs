@@ -23,10 +23,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs::{self, FileStamp, FsError, ParentDirs, ResolvedParent, Staleness};
 use crate::tools::{
-    Attachment, Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args,
-    schema_for,
+    Attachment, Definition, Env, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult,
+    parse_args, schema_for,
 };
 
 /// Characters of one output shown by read_file.
@@ -98,6 +99,24 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::SideEffect,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Paths(&[PathArgument {
+                name: "path",
+                default: None,
+                access: PathAccess::Write,
+            }]),
+            edits: true,
+            binds_access: false,
+            claude_code: ClaudeCode::Tool(ClaudeTool {
+                name: "NotebookEdit",
+                aliases: &[],
+                fields: &[
+                    ("path", "notebook_path"),
+                    ("source", "new_source"),
+                    ("action", "edit_mode"),
+                ],
+            }),
+        },
     });
     Arc::new(NotebookEdit { definition: DEFINITION.clone() })
 }

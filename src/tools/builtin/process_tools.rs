@@ -15,10 +15,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::tools::facts::{ClaudeCode, Subject};
 use crate::tools::jobs::{Exit, Job, Processes, parse_signal};
 use crate::tools::process::ExitStatus;
 use crate::tools::{
-    Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };
 
 /// The default page of `process_read`.
@@ -106,6 +107,12 @@ fn definition(name: &str, description: &str, input_schema: Value, safety: Safety
         safety,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Arguments,
+            edits: false,
+            binds_access: false,
+            claude_code: ClaudeCode::NoCounterpart,
+        },
     }
 }
 

@@ -17,11 +17,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs::{self, FileKind, FileStamp, FsError, shorten, text};
 use crate::tools::scratch::Lingering;
 use crate::tools::{
-    Attachment, DEFAULT_MAX_READ_BYTES, Definition, Env, ErrorType, Safety, Tool, ToolContext,
-    ToolResult, parse_args, schema_for,
+    Attachment, DEFAULT_MAX_READ_BYTES, Definition, Env, ErrorType, Facts, Safety, Tool,
+    ToolContext, ToolResult, parse_args, schema_for,
 };
 
 /// Lines returned when the call gives no `limit`. Enough for most source files in one
@@ -69,6 +70,20 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::ReadOnly,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Paths(&[PathArgument {
+                name: "path",
+                default: None,
+                access: PathAccess::Read,
+            }]),
+            edits: false,
+            binds_access: true,
+            claude_code: ClaudeCode::Tool(ClaudeTool {
+                name: "Read",
+                aliases: &[],
+                fields: &[("path", "file_path")],
+            }),
+        },
     });
     Arc::new(ReadFile { definition: DEFINITION.clone() })
 }

@@ -26,11 +26,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::tools::duration::describe_duration;
+use crate::tools::facts::{ClaudeCode, ClaudeTool, Subject};
 use crate::tools::jobs::{Job, OnTimeout, Processes, StartError};
 use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
 use crate::tools::terminal::LiveInput;
 use crate::tools::{
-    Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
+    Definition, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
 
 /// The longest part of a call's deadline that run_command keeps back for itself. The
@@ -116,6 +117,16 @@ pub fn tool() -> Arc<dyn Tool> {
             safety: Safety::SideEffect,
             system: false,
             timeout: None,
+            facts: Facts {
+                subject: Subject::Command { command: "command", cwd: "cwd" },
+                edits: false,
+                binds_access: false,
+                claude_code: ClaudeCode::Tool(ClaudeTool {
+                    name: "Bash",
+                    aliases: &[],
+                    fields: &[("timeout_ms", "timeout")],
+                }),
+            },
         },
     })
 }

@@ -26,11 +26,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs::budget::{READ_BUDGET, Reservation};
 use crate::tools::fs::{self, FileKind};
 use crate::tools::walk::{self, EntryKind, PathGlob, PathKey, Prefix, Tree, Visit, WalkOptions};
 use crate::tools::{
-    Definition, ErrorType, FsError, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, ErrorType, Facts, FsError, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
 };
 
 /// Output lines (content mode) or files (other modes) when the call does not say:
@@ -123,6 +125,24 @@ pub fn tool() -> Arc<dyn Tool> {
             safety: Safety::ReadOnly,
             system: false,
             timeout: None,
+            facts: Facts {
+                subject: Subject::Paths(&[PathArgument {
+                    name: "path",
+                    default: Some("."),
+                    access: PathAccess::Search,
+                }]),
+                edits: false,
+                binds_access: false,
+                claude_code: ClaudeCode::Tool(ClaudeTool {
+                    name: "Grep",
+                    aliases: &[],
+                    fields: &[
+                        ("case_insensitive", "-i"),
+                        ("context", "-C"),
+                        ("limit", "head_limit"),
+                    ],
+                }),
+            },
         },
     })
 }

@@ -15,9 +15,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::facts::{ClaudeCode, ClaudeTool, PathAccess, PathArgument, Subject};
 use crate::tools::fs::{self, FsError, ParentDirs, ResolvedParent, Staleness};
 use crate::tools::{
-    Definition, Env, ErrorType, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
+    Definition, Env, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args,
+    schema_for,
 };
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -46,6 +48,20 @@ pub fn tool() -> Arc<dyn Tool> {
         safety: Safety::SideEffect,
         system: false,
         timeout: None,
+        facts: Facts {
+            subject: Subject::Paths(&[PathArgument {
+                name: "path",
+                default: None,
+                access: PathAccess::Write,
+            }]),
+            edits: true,
+            binds_access: true,
+            claude_code: ClaudeCode::Tool(ClaudeTool {
+                name: "Write",
+                aliases: &[],
+                fields: &[("path", "file_path")],
+            }),
+        },
     });
     Arc::new(WriteFile { definition: DEFINITION.clone() })
 }
