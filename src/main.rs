@@ -1,7 +1,7 @@
 //! The `toolgate` command line: the daemon (`serve`), the MCP server for hosts' config
 //! files (`mcp`), and a human's client on the socket (`list`, `call`, `status`,
-//! `explain`), plus `check-config`, `doctor` and `audit verify`. The only place that uses
-//! `anyhow`.
+//! `explain`), plus `check-config`, `doctor` and `audit verify`. With `cli.rs`, the only
+//! place that uses `anyhow`.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
