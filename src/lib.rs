@@ -10,6 +10,8 @@ pub mod tools;
 
 pub mod sandbox;
 
+pub mod exec;
+
 pub mod upstream;
 
 pub mod skills;

@@ -2,8 +2,8 @@
 //! that ended it, and what the sandbox denied it ([`crate::sandbox::denied`]). Shared
 //! by every tool that runs a command (run_command, skill commands).
 
-use super::process::Outcome;
 use super::{ErrorType, ToolResult};
+use crate::exec::Outcome;
 use crate::sandbox::Profile;
 
 /// Adds to a command's result what its sandbox was (`sandbox`, `sandbox_profile`);

@@ -12,18 +12,13 @@
 pub mod builtin;
 pub mod confined;
 pub(crate) mod duration;
-pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
 pub mod json_text;
-pub(crate) mod launch;
 pub mod metadata;
-pub mod process;
 pub mod registry;
 pub mod schema;
 pub(crate) mod scratch;
-pub(crate) mod spawner;
-pub mod terminal;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};

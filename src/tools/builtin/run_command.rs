@@ -1,5 +1,5 @@
 //! run_command: runs a shell command line in the session's working directory and
-//! returns its output, under the supervision of [`crate::tools::process`].
+//! returns its output, under the supervision of [`crate::exec`].
 //!
 //! The command gets `/dev/null` as stdin (or the `stdin` text), exactly the session's
 //! [`EnvPolicy`] environment (secret-looking variables are not inherited), and a
@@ -25,10 +25,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::exec::terminal::LiveInput;
+use crate::exec::{self as process, ExitStatus, Outcome, Program, Spec, Stdin};
 use crate::tools::duration::describe_duration;
 use crate::tools::jobs::{Job, OnTimeout, Processes, StartError};
-use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
-use crate::tools::terminal::LiveInput;
 use crate::tools::{
     Definition, ErrorType, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
@@ -419,7 +419,7 @@ fn millis(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::process::Captured;
+    use crate::exec::Captured;
 
     fn outcome(status: Option<ExitStatus>, stdout: &str, stderr: &str) -> Outcome {
         let captured = |text: &str| Captured {

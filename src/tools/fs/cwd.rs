@@ -16,13 +16,13 @@ const MARKER: u8 = b'D';
 
 /// Sends `dir` over the Unix stream `socket`, ahead of anything else written to it.
 pub fn send_dir(socket: impl AsFd, dir: impl AsFd) -> io::Result<()> {
-    crate::tools::fd_pass::send(socket, dir, MARKER, "the working directory")
+    crate::exec::fd_pass::send(socket, dir, MARKER, "the working directory")
 }
 
 /// Receives the directory [`send_dir`] sent on `socket` and makes it the current
 /// directory of this process.
 pub fn enter_received_dir(socket: impl AsFd) -> io::Result<()> {
-    let dir = crate::tools::fd_pass::receive(socket, MARKER, "the working directory")?;
+    let dir = crate::exec::fd_pass::receive(socket, MARKER, "the working directory")?;
     rustix::process::fchdir(&dir)?;
     Ok(())
 }

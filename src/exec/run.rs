@@ -72,8 +72,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::terminal::LiveInput;
-use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile, confine};
+use crate::tools::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -338,7 +338,7 @@ impl Spec {
     pub fn for_call(
         program: Program,
         cwd: impl Into<PathBuf>,
-        ctx: &super::ToolContext,
+        ctx: &crate::tools::ToolContext,
     ) -> Result<Spec, String> {
         let mut spec = Spec::new(program, cwd);
         spec.env = ctx.env.env_policy.build();
@@ -605,7 +605,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let stdout = output_receiver(stdout)?;
     let stderr = output_receiver(stderr)?;
     if let Some(dir) = &spec.cwd_dir {
-        super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
+        crate::tools::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
     }
     let terminal_output = match &live {
         Some(live) => {
@@ -2156,7 +2156,7 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
     }
 
     if args.cwd_fd
-        && let Err(err) = super::fs::cwd::enter_received_dir(&control)
+        && let Err(err) = crate::tools::fs::cwd::enter_received_dir(&control)
     {
         send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
         return Ok(());
@@ -2560,5 +2560,5 @@ fn descendants(table: &[ProcEntry], root: i32) -> Vec<ProcEntry> {
 }
 
 #[cfg(test)]
-#[path = "process_tests.rs"]
+#[path = "run_tests.rs"]
 mod tests;
