@@ -18,37 +18,41 @@ const LAYERS: &[(&str, usize)] = &[
     // Containment and the kernel sandbox around every process a tool starts, and the
     // daemon's own hardening: below the tools that start processes.
     ("sandbox", 1),
+    // Running a command under a supervisor that holds its whole process tree: the
+    // daemon side, the supervisor side, the spawner and the launch. Knows nothing of
+    // tools, policy, sessions or faces.
+    ("exec", 2),
     // The tool contract, the registry and the tools.
-    ("tools", 2),
+    ("tools", 3),
     // Pure policy (and the typed decision about a call) and leaf services.
-    ("permission", 3),
-    ("systemd", 3),
+    ("permission", 4),
+    ("systemd", 4),
     // Who may connect: admission pools and deadlines, bearer tokens. Below the faces,
     // which all authenticate through them.
-    ("admission", 3),
-    ("auth", 4),
+    ("admission", 4),
+    ("auth", 5),
     // Hook matchers read the permission layer's alias table.
-    ("hooks", 4),
-    ("audit", 4),
-    ("config", 5),
+    ("hooks", 5),
+    ("audit", 5),
+    ("config", 6),
     // toolgate's own files, which no tool may open.
-    ("own_files", 6),
+    ("own_files", 7),
     // Tools that come and go.
-    ("upstream", 6),
-    ("skills", 7),
+    ("upstream", 7),
+    ("skills", 8),
     // One model turn.
-    ("agent", 7),
+    ("agent", 8),
     // Sessions, the client API every face calls, typed events: no wire format.
-    ("daemon", 8),
+    ("daemon", 9),
     // The native protocol's wire types, converted from and to the daemon's own.
-    ("protocol", 9),
+    ("protocol", 10),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
-    ("rpc", 10),
-    ("mcp", 11),
+    ("rpc", 11),
+    ("mcp", 12),
     // Start-up and the human's client.
-    ("server", 12),
-    ("cli", 13),
+    ("server", 13),
+    ("cli", 14),
 ];
 
 fn src() -> PathBuf {

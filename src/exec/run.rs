@@ -72,8 +72,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::terminal::LiveInput;
+use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile, confine};
-use crate::tools::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 
 /// The hidden first argument that turns the `toolgate` binary into a supervisor.
 pub const SUPERVISE_ARG: &str = "__supervise";
@@ -244,7 +244,7 @@ pub struct Spec {
     /// roots; the daemon's own cwd is never used.
     pub cwd: PathBuf,
     /// `cwd` already opened beneath a root: the supervisor enters it by descriptor and
-    /// never looks `cwd` up by name (see [`super::fs::cwd`]).
+    /// never looks `cwd` up by name (see [`super::cwd`]).
     pub cwd_dir: Option<std::sync::Arc<OwnedFd>>,
     /// The command's complete environment: nothing else is inherited.
     pub env: Vec<(String, String)>,
@@ -328,33 +328,6 @@ impl Spec {
     }
 }
 
-impl Spec {
-    /// A spec for a command a tool runs on a session's behalf, with everything the
-    /// call sets: the session's environment policy, the cwd, the call's deadline,
-    /// cancellation, output budget and live output, and the configured sandbox and
-    /// limits for the session's roots. Any tool that starts a process (run_command,
-    /// skill commands) builds its spec here, so they are all contained and confined
-    /// alike. Fails with the reason when the sandbox is required but unavailable.
-    pub fn for_call(
-        program: Program,
-        cwd: impl Into<PathBuf>,
-        ctx: &crate::tools::ToolContext,
-    ) -> Result<Spec, String> {
-        let mut spec = Spec::new(program, cwd);
-        spec.env = ctx.env.env_policy.build();
-        protect_git(&mut spec.env);
-        spec.timeout = Some(ctx.timeout);
-        spec.cancel = ctx.cancel.clone();
-        spec.output_cap = ctx.env.max_output_bytes;
-        spec.output = ctx.output.clone();
-        if let Some((profile, limits)) = crate::sandbox::profile_for(&ctx.env.roots)? {
-            spec.sandbox = Some(profile);
-            spec.limits = limits;
-        }
-        Ok(spec)
-    }
-}
-
 /// The git settings every command's git runs with, above any configuration file
 /// (they are given as `git -c` would give them, through `GIT_CONFIG_COUNT`): a file
 /// edit can plant a repository, and a command the rules allow (`git status`) must not
@@ -367,7 +340,7 @@ pub const GIT_PROTECTIONS: &[(&str, &str)] =
 
 /// Adds [`GIT_PROTECTIONS`] to a command's environment, after any `GIT_CONFIG_KEY_n`
 /// it already has.
-fn protect_git(env: &mut Vec<(String, String)>) {
+pub(crate) fn protect_git(env: &mut Vec<(String, String)>) {
     let given = env
         .iter()
         .find(|(name, _)| name == "GIT_CONFIG_COUNT")
@@ -605,7 +578,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let stdout = output_receiver(stdout)?;
     let stderr = output_receiver(stderr)?;
     if let Some(dir) = &spec.cwd_dir {
-        crate::tools::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
+        super::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
     }
     let terminal_output = match &live {
         Some(live) => {
@@ -2156,7 +2129,7 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
     }
 
     if args.cwd_fd
-        && let Err(err) = crate::tools::fs::cwd::enter_received_dir(&control)
+        && let Err(err) = super::cwd::enter_received_dir(&control)
     {
         send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
         return Ok(());

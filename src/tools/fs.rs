@@ -20,7 +20,6 @@
 
 mod access;
 pub mod budget;
-pub mod cwd;
 pub(crate) mod lexical;
 mod lock;
 pub mod text;

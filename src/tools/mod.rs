@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 pub use metadata::Metadata;
 pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
@@ -358,8 +359,6 @@ impl EnvPolicy {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest deadline anything may ask for.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
-/// Captured command output kept per call (head and tail together).
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Largest file read_file will load.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -498,50 +497,6 @@ impl Env {
             env.cwd = root.clone();
         }
         Some(env)
-    }
-}
-
-/// Which stream a chunk of live output came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputStream {
-    Stdout,
-    Stderr,
-}
-
-/// Receives live output of a running call (the agent layer numbers the chunks and
-/// turns them into `tool_output` events). Must not block: it is called from the task
-/// that reads the child's pipes.
-#[derive(Clone)]
-pub struct OutputSink(Option<Arc<OutputFn>>);
-
-/// The callback behind an active [`OutputSink`].
-type OutputFn = dyn Fn(OutputStream, &str) + Send + Sync;
-
-impl OutputSink {
-    /// A sink that drops everything.
-    pub fn discard() -> OutputSink {
-        OutputSink(None)
-    }
-
-    pub fn new(f: impl Fn(OutputStream, &str) + Send + Sync + 'static) -> OutputSink {
-        OutputSink(Some(Arc::new(f)))
-    }
-
-    pub fn is_active(&self) -> bool {
-        self.0.is_some()
-    }
-
-    pub fn emit(&self, stream: OutputStream, text: &str) {
-        if let Some(f) = &self.0 {
-            f(stream, text);
-        }
-    }
-}
-
-impl std::fmt::Debug for OutputSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_active() { "OutputSink(active)" } else { "OutputSink(discard)" })
     }
 }
 

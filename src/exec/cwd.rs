@@ -1,7 +1,7 @@
 //! A command's working directory, handed over as an open directory rather than a
 //! name.
 //!
-//! The daemon opens the directory beneath a root ([`super::open_dir`]) and sends the
+//! The daemon opens the directory beneath a root (`tools::fs::open_dir`) and sends the
 //! descriptor to the process supervisor over their control socket (`SCM_RIGHTS`); the
 //! supervisor `fchdir`s into it before it starts the command. No one looks the name
 //! up again, so swapping a directory for a symlink after the check cannot move the
