@@ -386,3 +386,87 @@ fn unsafe_code_lives_in_sys_alone() {
     let reasons = sys.matches("// SAFETY:").count();
     assert!(blocks > 0 && blocks == reasons, "{blocks} unsafe blocks, {reasons} SAFETY comments");
 }
+
+/// The longest a function of `src/exec/` may be, in lines from its `fn` to its closing
+/// brace.
+const MAX_EXEC_FUNCTION_LINES: usize = 120;
+
+/// The functions of some formatted Rust code with their lengths in lines, from the
+/// `fn` line to the brace that closes the body (at the `fn`'s indentation, as rustfmt
+/// puts it). Declarations without a body are left out.
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let trimmed = code.trim_start();
+        let indent = &code[..code.len() - trimmed.len()];
+        let Some(at) = trimmed.find("fn ") else { continue };
+        let qualifiers = &trimmed[..at];
+        let is_item = qualifiers.split_whitespace().all(|word| {
+            matches!(word, "pub" | "const" | "async" | "unsafe" | "extern")
+                || word.starts_with("pub(")
+        });
+        if !is_item {
+            continue;
+        }
+        let name: String =
+            trimmed[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let closing = format!("{indent}}}");
+        let mut end = None;
+        for (index, next) in lines.iter().enumerate().skip(start) {
+            let next_code = next.split("//").next().unwrap_or("").trim_end();
+            if index == start && next_code.ends_with('}') && next_code.contains('{') {
+                end = Some(index);
+                break;
+            }
+            if next_code.ends_with(';') && !lines[start..index].iter().any(|l| l.contains('{')) {
+                break; // a declaration
+            }
+            if index > start && *next == closing {
+                end = Some(index);
+                break;
+            }
+        }
+        if let Some(end) = end {
+            found.push((name, start + 1, end - start + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_of_exec_is_longer_than_the_limit() {
+    let mut files = Vec::new();
+    rust_files(&src().join("exec"), &mut files);
+    assert!(!files.is_empty());
+    let mut counted = 0;
+    let mut long = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (name, line, length) in function_lengths(&text) {
+            counted += 1;
+            if length > MAX_EXEC_FUNCTION_LINES {
+                long.push(format!("{}:{line}: {name} is {length} lines", file.display()));
+            }
+        }
+    }
+    // The counter sees the functions it must.
+    assert!(counted > 100, "only {counted} functions found in src/exec");
+    assert!(
+        long.is_empty(),
+        "functions longer than {MAX_EXEC_FUNCTION_LINES} lines in src/exec:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn function_lengths_are_counted_from_fn_to_closing_brace() {
+    let text = "pub async fn one(\n    a: u8,\n) -> u8 {\n    a\n}\n\nfn two() {}\n\n\
+                trait T {\n    fn declared(&self);\n    fn body(&self) {\n        let _ = 1;\n    }\n}\n";
+    let lengths = function_lengths(text);
+    assert_eq!(
+        lengths,
+        vec![("one".to_owned(), 1, 5), ("two".to_owned(), 7, 1), ("body".to_owned(), 11, 3)]
+    );
+}

@@ -404,7 +404,37 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         });
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
+    let prepared = prepare(&spec).await?;
+    let running = start(&spec, prepared).await?;
+    let waited = wait(&spec, running, deadline).await;
+    collect(&spec, waited, started)
+}
 
+/// A call made ready to start: its cgroup, temporary directory and sandbox, and the
+/// supervisor's arguments and environment.
+struct PreparedCall<'a> {
+    /// The supervisor binary.
+    program: &'a Path,
+    /// Stdin bytes sent down the control socket.
+    payload: Option<Vec<u8>>,
+    live: Option<std::sync::Arc<LiveInput>>,
+    tty: bool,
+    /// Whether the call could take a supervisor started ahead of it.
+    takes_ready: bool,
+    ready: Option<StartedAhead>,
+    /// The call took the spare cgroup (which is then made again).
+    took_spare_cgroup: bool,
+    cgroup: Option<CallCgroup>,
+    containment: Containment,
+    temp_dir: Option<CallTempDir>,
+    sandbox: Option<Profile>,
+    env: Vec<(String, String)>,
+    args: Vec<OsString>,
+}
+
+/// Prepares a call: takes a ready supervisor where it can, else the call's cgroup,
+/// and gives the sandbox the call's temporary directory and terminal.
+async fn prepare(spec: &Spec) -> Result<PreparedCall<'_>, ProcessError> {
     let payload = match &spec.stdin {
         Stdin::Closed | Stdin::Live(_) => None,
         Stdin::Bytes(bytes) => Some(bytes.clone()),
@@ -466,14 +496,39 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         }
         profile
     });
+    let args = supervisor_args(spec, cgroup.as_ref(), sandbox.as_ref(), payload.as_deref(), &live);
+    Ok(PreparedCall {
+        program,
+        payload,
+        live,
+        tty,
+        takes_ready,
+        ready,
+        took_spare_cgroup,
+        cgroup,
+        containment,
+        temp_dir,
+        sandbox,
+        env,
+        args,
+    })
+}
 
-    // The supervisor's arguments; the daemon's pid is not among them: a command reads
-    // its supervisor's, and the supervisor learns its parent from the control socket.
+/// The supervisor's arguments; the daemon's pid is not among them: a command reads
+/// its supervisor's, and the supervisor learns its parent from the control socket.
+fn supervisor_args(
+    spec: &Spec,
+    cgroup: Option<&CallCgroup>,
+    sandbox: Option<&Profile>,
+    payload: Option<&[u8]>,
+    live: &Option<std::sync::Arc<LiveInput>>,
+) -> Vec<OsString> {
+    let tty = live.as_ref().is_some_and(|live| live.is_terminal());
     let mut args: Vec<OsString> = vec!["--cwd".into(), spec.cwd.clone().into_os_string()];
     if spec.cwd_dir.is_some() {
         args.push("--cwd-fd".into());
     }
-    for dir in cgroup.iter().flat_map(CallCgroup::dirs) {
+    for dir in cgroup.into_iter().flat_map(CallCgroup::dirs) {
         args.push("--cgroup".into());
         args.push(dir.into());
     }
@@ -481,7 +536,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         args.push("--nofile".into());
         args.push(limit.to_string().into());
     }
-    if let Some(profile) = &sandbox {
+    if let Some(profile) = sandbox {
         args.push("--sandbox".into());
         args.push(confine::describe(profile).into());
         if confine::has_ruleset(profile) {
@@ -491,7 +546,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             args.push("--sandbox-no-network".into());
         }
     }
-    if let Some(bytes) = &payload {
+    if let Some(bytes) = payload {
         args.push("--stdin-bytes".into());
         args.push(bytes.len().to_string().into());
     }
@@ -500,12 +555,37 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     args.push("--".into());
     args.extend(spec.program.argv());
+    args
+}
 
+/// A call whose supervisor runs: what [`wait`] drives and reads.
+struct RunningCall {
+    control: tokio::net::UnixStream,
+    payload: Option<Vec<u8>>,
+    stdout: tokio::net::unix::pipe::Receiver,
+    stderr: tokio::net::unix::pipe::Receiver,
+    /// A terminal's output, read as the command's stdout.
+    terminal_output: Option<tokio::net::unix::pipe::Receiver>,
+    child: SupervisorProcess,
+    guard: TreeGuard,
+    supervisor_pid: Option<Pid>,
+    /// The supervisor binary, when the next ready supervisor is to be forked once
+    /// this call's command runs.
+    refill_ready: Option<PathBuf>,
+    containment: Containment,
+}
+
+/// Starts the call's supervisor (the ready one, or one of its own), hands it the
+/// working directory, the live input and the sandbox's ruleset, and has the spares
+/// this call took made again.
+async fn start(spec: &Spec, call: PreparedCall<'_>) -> Result<RunningCall, ProcessError> {
+    let PreparedCall { program, payload, live, tty, takes_ready, ready, .. } = call;
+    let (cgroup, temp_dir, sandbox) = (call.cgroup, call.temp_dir, call.sandbox);
     // A ready supervisor's call goes first on its control socket; one that cannot be
     // sent that way (too large) lets the supervisor go, and the call starts its own in
     // the cgroup it had.
-    let call = super::spawner::Call { args: &args, env: &env };
-    let ready = ready.and_then(|ready| Some((ready, super::spawner::call_message(call)?)));
+    let message = super::spawner::Call { args: &call.args, env: &call.env };
+    let ready = ready.and_then(|ready| Some((ready, super::spawner::call_message(message)?)));
     let (start, daemon_end, stdout, stderr) = match ready {
         Some((StartedAhead { control, process, stdout, stderr }, message)) => {
             (&control).write_all(&message).map_err(|source| ProcessError::StartSupervisor {
@@ -542,11 +622,6 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    // Its own process group: a terminal's signals aimed at the daemon's group must
-    // not hit commands, the daemon decides when they die. (On a terminal the
-    // supervisor starts a session of its own instead, which it can only do as no
-    // group's leader.)
-    let own_group = !tty;
     let mut ruleset_sent = None;
     let child = match start {
         Start::Ready(mut process) => {
@@ -556,54 +631,11 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             process.watch();
             SupervisorProcess::Forked(process)
         }
-        Start::New([supervisor_end, stdout_end, stderr_end]) => {
-            // The supervisor is born in the call's cgroup where it can be: entering one
-            // later waits for the kernel (see `CallCgroup::create`).
-            let request = super::spawner::Request {
-                call: Some(call),
-                own_group,
-                cgroup: cgroup.as_ref().and_then(CallCgroup::handle),
-            };
-            // The sandbox's Landlock ruleset is built here, while the spawner forks and
-            // the supervisor sets itself up on the other core; it waits for it on the
-            // control socket.
-            let forked = super::spawner::launch(
-                program,
-                &request,
-                [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
-                || ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref())),
-            )
-            .await
-            .map_err(|source| ProcessError::StartSupervisor {
-                program: program.to_owned(),
-                source,
-            })?;
-            match forked {
-                Some(pid) => SupervisorProcess::Forked(super::spawner::Forked::adopt(pid)),
-                None => {
-                    let mut command = tokio::process::Command::new(program);
-                    command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(&args);
-                    if own_group {
-                        command.process_group(0);
-                    }
-                    command
-                        .env_clear()
-                        .envs(env.iter().map(|(name, value)| (name, value)))
-                        .current_dir("/")
-                        .stdin(Stdio::from(supervisor_end))
-                        .stdout(Stdio::from(stdout_end))
-                        .stderr(Stdio::from(stderr_end));
-                    // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree,
-                    // and its orphans would escape to init. Dropping the control socket
-                    // is the kill.
-                    let child = command.spawn().map_err(|source| {
-                        ProcessError::StartSupervisor { program: program.to_owned(), source }
-                    })?;
-                    SupervisorProcess::Started(child)
-                }
-            }
-            // Either way, the daemon's copies of the supervisor's socket end and of the
-            // pipes' write ends are closed by now: only the supervisor holds them.
+        Start::New(ends) => {
+            let new = NewSupervisor { program, args: &call.args, env: &call.env, tty };
+            let send = || send_ruleset(&control, sandbox.as_ref());
+            start_new_supervisor(new, message, cgroup.as_ref(), ends, send, &mut ruleset_sent)
+                .await?
         }
     };
     let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
@@ -612,7 +644,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if temp_dir.is_some() {
         SPARE_TEMP_DIR.refill(CallTempDir::create);
     }
-    if cgroup.is_some() && took_spare_cgroup {
+    if cgroup.is_some() && call.took_spare_cgroup {
         SPARE_CGROUP.refill(make_spare_cgroup);
     }
     if let Some(profile) = sandbox.as_ref().filter(|profile| confine::wants_base(profile)) {
@@ -621,13 +653,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     // Where a ready supervisor was taken, or could have been and the spawner is there
     // to fork one, the next is forked once this call's command runs: meanwhile the
     // command's start would have to share a core with the fork.
-    let mut refill_ready =
+    let refill_ready =
         (takes_ready && matches!(child, SupervisorProcess::Forked(_))).then(|| program.to_owned());
-    let mut on_spawned = || {
-        if let Some(program) = refill_ready.take() {
-            ReadySupervisor::refill(program);
-        }
-    };
     let supervisor_pid = pid_from_u32(child.id());
     if let Some(pids) = &spec.pids {
         pids.supervisor.store(child.id(), std::sync::atomic::Ordering::Relaxed);
@@ -641,7 +668,114 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             message: format!("the sandbox: {message}"),
         });
     }
+    let containment = call.containment;
+    Ok(RunningCall {
+        control,
+        payload,
+        stdout,
+        stderr,
+        terminal_output,
+        child,
+        guard,
+        supervisor_pid,
+        refill_ready,
+        containment,
+    })
+}
 
+/// What a supervisor of the call's own is started with.
+struct NewSupervisor<'a> {
+    program: &'a Path,
+    args: &'a [OsString],
+    env: &'a [(String, String)],
+    tty: bool,
+}
+
+/// Starts a supervisor for this call: forked by the spawner, born in the call's
+/// cgroup where it can be, or else the binary re-executed. `send_ruleset` runs while
+/// the spawner forks (its result lands in `ruleset_sent`).
+async fn start_new_supervisor(
+    new: NewSupervisor<'_>,
+    call: super::spawner::Call<'_>,
+    cgroup: Option<&CallCgroup>,
+    [supervisor_end, stdout_end, stderr_end]: [OwnedFd; 3],
+    send_ruleset: impl FnOnce() -> Result<(), String>,
+    ruleset_sent: &mut Option<Result<(), String>>,
+) -> Result<SupervisorProcess, ProcessError> {
+    let NewSupervisor { program, args, env, tty } = new;
+    // Its own process group: a terminal's signals aimed at the daemon's group must
+    // not hit commands, the daemon decides when they die. (On a terminal the
+    // supervisor starts a session of its own instead, which it can only do as no
+    // group's leader.)
+    let own_group = !tty;
+    // The supervisor is born in the call's cgroup where it can be: entering one later
+    // waits for the kernel (see `CallCgroup::create`).
+    let request = super::spawner::Request {
+        call: Some(call),
+        own_group,
+        cgroup: cgroup.and_then(CallCgroup::handle),
+    };
+    // The sandbox's Landlock ruleset is built here, while the spawner forks and the
+    // supervisor sets itself up on the other core; it waits for it on the control
+    // socket.
+    let forked = super::spawner::launch(
+        program,
+        &request,
+        [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
+        || *ruleset_sent = Some(send_ruleset()),
+    )
+    .await
+    .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
+    let child = match forked {
+        Some(pid) => SupervisorProcess::Forked(super::spawner::Forked::adopt(pid)),
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(args);
+            if own_group {
+                command.process_group(0);
+            }
+            command
+                .env_clear()
+                .envs(env.iter().map(|(name, value)| (name, value)))
+                .current_dir("/")
+                .stdin(Stdio::from(supervisor_end))
+                .stdout(Stdio::from(stdout_end))
+                .stderr(Stdio::from(stderr_end));
+            // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
+            // orphans would escape to init. Dropping the control socket is the kill.
+            let child = command.spawn().map_err(|source| ProcessError::StartSupervisor {
+                program: program.to_owned(),
+                source,
+            })?;
+            SupervisorProcess::Started(child)
+        }
+    };
+    // Either way, the daemon's copies of the supervisor's socket end and of the pipes'
+    // write ends are closed by now: only the supervisor holds them.
+    Ok(child)
+}
+
+/// A call that has ended, its tree killed or gone: what [`collect`] makes the outcome
+/// of.
+struct EndedCall {
+    control: ControlOutcome,
+    stdout: Capture,
+    stderr: Capture,
+    limit_hit: Option<String>,
+    containment: Containment,
+}
+
+/// Drives the control socket (stdin, deadline, cancellation, the cgroup's limits)
+/// while the output is read, until the supervisor reports the tree gone or is found
+/// gone itself; then lets the supervisor go.
+async fn wait(spec: &Spec, call: RunningCall, deadline: Option<Instant>) -> EndedCall {
+    let RunningCall { control, payload, stdout, stderr, terminal_output, child, guard, .. } = call;
+    let mut refill_ready = call.refill_ready;
+    let mut on_spawned = || {
+        if let Some(program) = refill_ready.take() {
+            ReadySupervisor::refill(program);
+        }
+    };
     let mut stdout_capture = Capture::new(spec.output_cap);
     let mut stderr_capture = Capture::new(spec.output_cap);
     let control_finished = CancellationToken::new();
@@ -655,7 +789,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
                     payload,
                     &cancel,
                     deadline,
-                    supervisor_pid,
+                    call.supervisor_pid,
                     spec.pids.as_deref(),
                     &mut on_spawned,
                 ) => outcome,
@@ -714,7 +848,19 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     } else {
         cleanup.await;
     }
+    EndedCall {
+        control: control_outcome,
+        stdout: stdout_capture,
+        stderr: stderr_capture,
+        limit_hit,
+        containment: call.containment,
+    }
+}
 
+/// The outcome of an ended call, or why it could not be run.
+fn collect(spec: &Spec, call: EndedCall, started: Instant) -> Result<Outcome, ProcessError> {
+    let EndedCall { control: control_outcome, stdout: stdout_capture, .. } = call;
+    let stderr_capture = call.stderr;
     if let Some(message) = control_outcome.spawn_error {
         return Err(ProcessError::Spawn { program: spec.program.display(), message });
     }
@@ -729,7 +875,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if !control_outcome.finished && !killed {
         return Err(ProcessError::SupervisorLost {
             stopped: control_outcome.supervisor_stopped,
-            contained: containment == Containment::Cgroup,
+            contained: call.containment == Containment::Cgroup,
         });
     }
 
@@ -742,9 +888,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         timed_out: control_outcome.timed_out,
         canceled: control_outcome.canceled,
         duration: started.elapsed(),
-        containment,
+        containment: call.containment,
         sandbox: control_outcome.sandbox,
-        limit_hit,
+        limit_hit: call.limit_hit,
     })
 }
 

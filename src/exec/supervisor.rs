@@ -345,25 +345,41 @@ fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     }
 }
 
-fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), SuperviseError> {
-    let Prepared { signals, control, launcher } = prepared;
+/// What the daemon hands a supervisor over its control socket before the command
+/// starts.
+struct HandedOver {
+    /// The live input (a pipe's read end or the terminal).
+    live: Option<OwnedFd>,
+    /// The sandbox's Landlock ruleset.
+    ruleset: Option<OwnedFd>,
+    /// The command's stdin bytes.
+    payload: Option<Vec<u8>>,
+}
+
+/// Enters the call's cgroups and working directory and takes what the daemon hands
+/// over (live input, ruleset, stdin bytes). `None` when the command is not to start:
+/// the reason is reported already, or the daemon gave up.
+fn take_over(
+    control: &UnixStream,
+    args: &SuperviseArgs,
+) -> Result<Option<HandedOver>, SuperviseError> {
     for cgroup in &args.cgroup {
         std::fs::write(cgroup.join("cgroup.procs"), "0")
             .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
     }
 
     if args.cwd_fd
-        && let Err(err) = super::cwd::enter_received_dir(&control)
+        && let Err(err) = super::cwd::enter_received_dir(control)
     {
-        send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
-        return Ok(());
+        send_report(control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
+        return Ok(None);
     }
     let live = if args.tty || args.live_stdin {
-        match super::terminal::receive_fd(&control) {
+        match super::terminal::receive_fd(control) {
             Ok(fd) => Some(fd),
             Err(err) => {
-                send_report(&control, &Report::SpawnError(format!("no input channel: {err}")));
-                return Ok(());
+                send_report(control, &Report::SpawnError(format!("no input channel: {err}")));
+                return Ok(None);
             }
         }
     } else {
@@ -371,9 +387,9 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
     };
     // Sent by the daemon once this process was started, before any stdin payload.
     let ruleset = if args.sandbox_ruleset {
-        match super::fd_pass::receive(&control, RULESET_MARKER, "the sandbox's ruleset") {
+        match super::fd_pass::receive(control, RULESET_MARKER, "the sandbox's ruleset") {
             Ok(ruleset) => Some(ruleset),
-            Err(_) => return Ok(()), // the daemon gave up before the command started
+            Err(_) => return Ok(None), // the daemon gave up before the command started
         }
     } else {
         None
@@ -382,15 +398,15 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
         && let Some(terminal) = &live
         && let Err(err) = super::terminal::become_terminal_session(terminal)
     {
-        send_report(&control, &Report::SpawnError(format!("cannot take the terminal: {err}")));
-        return Ok(());
+        send_report(control, &Report::SpawnError(format!("cannot take the terminal: {err}")));
+        return Ok(None);
     }
     let payload = match args.stdin_bytes {
         None => None,
         Some(len) => {
             let mut bytes = vec![0u8; len];
-            if (&control).read_exact(&mut bytes).is_err() {
-                return Ok(()); // the daemon gave up before the command started
+            if (&*control).read_exact(&mut bytes).is_err() {
+                return Ok(None); // the daemon gave up before the command started
             }
             Some(bytes)
         }
@@ -399,9 +415,17 @@ fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), Sup
     if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd)
         && let Err(err) = std::env::set_current_dir(cwd)
     {
-        send_report(&control, &Report::SpawnError(format!("{err} (in {})", cwd.display())));
-        return Ok(());
+        send_report(control, &Report::SpawnError(format!("{err} (in {})", cwd.display())));
+        return Ok(None);
     }
+    Ok(Some(HandedOver { live, ruleset, payload }))
+}
+
+fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), SuperviseError> {
+    let Prepared { signals, control, launcher } = prepared;
+    let Some(HandedOver { live, ruleset, payload }) = take_over(&control, &args)? else {
+        return Ok(());
+    };
     let io = |what: &'static str| move |source| SuperviseError::Io { what, source };
     // The command's stdin, the write end of its payload pipe, and its output when it
     // is not the supervisor's own (a terminal).
