@@ -31,6 +31,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
+use fs::access::Access;
+use fs::tracker::FileTracker;
 pub use metadata::Metadata;
 pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
@@ -287,12 +289,6 @@ impl ToolResult {
     }
 }
 
-impl From<FsError> for ToolResult {
-    fn from(err: FsError) -> ToolResult {
-        ToolResult::failure(err.error_type(), err.to_string())
-    }
-}
-
 pub use fs::FsError;
 
 /// Whether `needle` occurs in `haystack`, ASCII letters compared without their case
@@ -382,10 +378,10 @@ pub struct Env {
     pub env_policy: EnvPolicy,
     /// What this session has read, for stale-write checks. Shared by every clone of
     /// the session's Env.
-    pub files: Arc<fs::FileTracker>,
+    pub files: Arc<FileTracker>,
     /// What no lookup may open, checked on resolved paths: toolgate's own files and
     /// the configured deny and ask rules. Shared by every session of a daemon.
-    pub access: fs::Access,
+    pub access: Access,
     /// The session itself, for control-plane tools (task list, leaving plan mode).
     /// Unset for an Env that no session owns (tests, one-shot calls).
     pub control: Control,
@@ -462,8 +458,8 @@ impl Env {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             env_policy: EnvPolicy::default(),
-            files: Arc::new(fs::FileTracker::default()),
-            access: fs::Access::default(),
+            files: Arc::new(FileTracker::default()),
+            access: Access::default(),
             control: Control::default(),
         })
     }
