@@ -10,7 +10,7 @@
 //!
 //! Hooks are local configuration, but their *processes* are treated like any other
 //! child of the daemon: an explicit environment, the session's cwd, the supervision of
-//! [`crate::tools::process`], capped output, a deadline, and the whole tree killed when
+//! [`crate::exec`], capped output, a deadline, and the whole tree killed when
 //! the deadline passes, when the call is canceled, or when the hook exits. A hook
 //! that could not be run is never reported as a policy decision: the outcome records it
 //! as an error, and `on_error` alone decides whether the call goes on.
@@ -788,7 +788,7 @@ struct Finished {
 
 /// Runs one hook process to its end (or its deadline, or cancellation) and returns its
 /// exit code and output. It runs contained exactly like a command (see
-/// [`crate::tools::process`]): everything the hook started, `setsid` and double-forked
+/// [`crate::exec`]): everything the hook started, `setsid` and double-forked
 /// children included, is killed before this returns. A hook is a synchronous check,
 /// not a way to start services.
 async fn run_hook(
@@ -799,7 +799,7 @@ async fn run_hook(
     env: &[(String, String)],
     cancel: &CancellationToken,
 ) -> Result<Finished, HookFailure> {
-    use crate::tools::process::{self, ExitStatus, Program, Spec, Stdin};
+    use crate::exec::{self as process, ExitStatus, Program, Spec, Stdin};
 
     if cancel.is_cancelled() {
         return Err(HookFailure::Canceled);

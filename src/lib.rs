@@ -22,6 +22,9 @@ pub mod tools;
 pub mod sandbox;
 
 #[cfg(feature = "daemon")]
+pub mod exec;
+
+#[cfg(feature = "daemon")]
 pub mod upstream;
 
 #[cfg(feature = "daemon")]

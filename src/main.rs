@@ -338,7 +338,7 @@ enum AuditCommand {
 fn main() -> ExitCode {
     // The per-call process supervisor is this binary re-executed in a hidden mode; it
     // must take over before anything else starts (no runtime, no logging, no clap).
-    if let Some(code) = toolgate::tools::process::supervise_if_requested() {
+    if let Some(code) = toolgate::exec::supervise_if_requested() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     // Likewise the launcher of sandboxed upstream servers (it only returns on failure).
@@ -404,7 +404,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 socket,
                 inherited,
             }))?;
-            toolgate::tools::process::release_spares();
+            toolgate::exec::release_spares();
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp { config, roots, mode, conformance_fixtures, http } => {
@@ -433,7 +433,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     http,
                 },
             ))?;
-            toolgate::tools::process::release_spares();
+            toolgate::exec::release_spares();
             Ok(ExitCode::SUCCESS)
         }
         Command::List { socket, json } => {

@@ -56,7 +56,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec};
+use crate::exec::{self as process, ExitStatus, Outcome, Program, Spec};
 use crate::tools::{
     Definition, ErrorType, Registry, Safety, Tool, ToolContext, ToolResult, ToolSource,
 };

@@ -27,7 +27,7 @@ pub(crate) enum Forked {
 /// (`CLONE_PARENT`), born in the cgroup v2 directory `cgroup` where the kernel can do
 /// that (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7) and else where the caller is.
 ///
-/// Only for the supervisor spawner ([`crate::tools::spawner`]), which calls it while
+/// Only for the supervisor spawner ([`crate::exec::spawner`]), which calls it while
 /// it has a single thread.
 pub(crate) fn fork_as_sibling(
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use rustix::fs::{CWD, RenameFlags};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate::tools::process::Supervisor;
+use toolgate::exec::Supervisor;
 use toolgate::tools::{Call, Env, Registry, ToolResult};
 
 /// Calls per tool while the swapper runs. `TOOLGATE_RACE_CALLS` raises it for a

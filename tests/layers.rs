@@ -1,5 +1,6 @@
-//! The layer map of ARCHITECTURE.md, kept true: a module only reaches downwards, and
-//! the modules of the tool layer form no import cycle.
+//! The layer map of ARCHITECTURE.md, kept true: a module only reaches downwards, the
+//! modules of the tool layer (its root, `tools/mod.rs`, among them) form no import
+//! cycle, and no function of the execution layer grows past a screenful or two.
 //!
 //! The check reads the sources: every `crate::<module>` path outside test code names
 //! a dependency. Test code (from a file's first `#[cfg(test)]` on, and `*tests.rs`
@@ -21,37 +22,41 @@ const LAYERS: &[(&str, usize)] = &[
     // Containment and the kernel sandbox around every process a tool starts, and the
     // daemon's own hardening: below the tools that start processes.
     ("sandbox", 1),
+    // Running a command under a supervisor that holds its whole process tree: the
+    // daemon side, the supervisor side, the spawner and the launch. Knows nothing of
+    // tools, policy, sessions or faces.
+    ("exec", 2),
     // The tool contract, the registry and the tools.
-    ("tools", 2),
+    ("tools", 3),
     // Pure policy (and the typed decision about a call) and leaf services.
-    ("permission", 3),
-    ("systemd", 3),
+    ("permission", 4),
+    ("systemd", 4),
     // Who may connect: admission pools and deadlines, bearer tokens. Below the faces,
     // which all authenticate through them.
-    ("admission", 3),
-    ("auth", 4),
+    ("admission", 4),
+    ("auth", 5),
     // Hook matchers read the permission layer's alias table.
-    ("hooks", 4),
-    ("audit", 4),
-    ("config", 5),
+    ("hooks", 5),
+    ("audit", 5),
+    ("config", 6),
     // toolgate's own files, which no tool may open.
-    ("own_files", 6),
+    ("own_files", 7),
     // Tools that come and go.
-    ("upstream", 6),
-    ("skills", 7),
+    ("upstream", 7),
+    ("skills", 8),
     // One model turn.
-    ("agent", 7),
+    ("agent", 8),
     // Sessions, the client API every face calls, typed events: no wire format.
-    ("daemon", 8),
+    ("daemon", 9),
     // The native protocol's wire types, converted from and to the daemon's own.
-    ("protocol", 9),
+    ("protocol", 10),
     // The faces: framing plus calls to the daemon's client API. The MCP face reuses
     // the native face's line framing.
-    ("rpc", 10),
-    ("mcp", 11),
+    ("rpc", 11),
+    ("mcp", 12),
     // Start-up and the human's client.
-    ("server", 12),
-    ("cli", 13),
+    ("server", 13),
+    ("cli", 14),
 ];
 
 fn src() -> PathBuf {
@@ -239,26 +244,33 @@ fn the_tool_layer_has_no_import_cycles() {
     let modules: BTreeSet<Vec<String>> = files.iter().map(|file| module_of(file)).collect();
     let root = vec!["tools".to_owned()];
     // What the tools root re-exports, by name: `pub use registry::{Registry, ..}`.
-    let mut reexports: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // (Re-exports from outside the tool layer, `pub use crate::exec::..`, lead out of
+    // it.) The root's own code, for its edges, is what is left without them.
+    let mut reexports: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
     let root_code = code_of(&src().join("tools/mod.rs")).unwrap();
-    for statement in root_code.split(';') {
-        let statement = statement.trim();
-        if let Some(tree) = statement.strip_prefix("pub use ") {
-            let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
-            let mut paths = Vec::new();
-            expand(&tree, &mut Vec::new(), &mut paths);
-            for path in paths {
-                if let (Some(first), Some(name)) = (path.first(), path.last()) {
-                    let mut module = root.clone();
-                    module.push(first.clone());
-                    reexports.insert(name.clone(), module);
-                }
+    let mut root_own_code = String::new();
+    let mut rest = root_code.as_str();
+    while let Some(at) = rest.find("pub use ") {
+        let Some(end) = rest[at..].find(';').map(|end| at + end) else { break };
+        root_own_code.push_str(&rest[..at]);
+        let tree: String =
+            rest[at + "pub use ".len()..end].chars().filter(|c| !c.is_whitespace()).collect();
+        rest = &rest[end + 1..];
+        let mut paths = Vec::new();
+        expand(&tree, &mut Vec::new(), &mut paths);
+        for path in paths {
+            if let (Some(first), Some(name)) = (path.first(), path.last()) {
+                let mut module = root.clone();
+                module.push(first.clone());
+                let inside = modules.contains(&module);
+                reexports.insert(name.clone(), inside.then_some(module));
             }
         }
     }
+    root_own_code.push_str(rest);
     // The module a path leads to: the longest known module on the way, through the
-    // root's re-exports. The root itself is the contract every module shares; it is
-    // not a node of the graph.
+    // root's re-exports. An item the root defines itself (`Env`, `ToolResult`) leads
+    // to the root, which is a node like any other.
     let resolve = |from: &[String], path: &[String]| -> Option<Vec<String>> {
         let mut at: Vec<String> = from.to_vec();
         let mut segments = path.iter().peekable();
@@ -284,7 +296,7 @@ fn the_tool_layer_has_no_import_cycles() {
             if modules.contains(&next) {
                 at = next;
             } else if at == root {
-                return reexports.get(segment).cloned();
+                return reexports.get(segment).cloned().unwrap_or_else(|| Some(root.clone()));
             } else {
                 break;
             }
@@ -294,15 +306,24 @@ fn the_tool_layer_has_no_import_cycles() {
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for file in &files {
         let module = module_of(file);
+        let Some(code) = code_of(file) else { continue };
         if module == root {
+            root_edges(
+                &root_own_code,
+                &modules,
+                &reexports,
+                &resolve,
+                edges.entry(root.clone()).or_default(),
+            );
             continue;
         }
-        let Some(code) = code_of(file) else { continue };
         let targets = edges.entry(module.clone()).or_default();
         for path in paths(&code) {
+            // A module's ancestors below the root re-export it; the root's own items
+            // are what every module shares, and the root must not depend on them.
             if let Some(target) = resolve(&module, &path)
                 && target != module
-                && !module.starts_with(&target)
+                && (target == root || !module.starts_with(&target))
             {
                 targets.insert(target);
             }
@@ -346,10 +367,68 @@ fn the_tool_layer_has_no_import_cycles() {
             panic!("import cycle in src/tools: {}", cycle.join(" -> "));
         }
     }
-    // The checker sees the edges it must: the registry lists the built-ins.
+    // The checker sees the edges it must: the registry lists the built-ins, the file
+    // functions take the session's Env, which holds the session's file record.
     let registry = vec!["tools".to_owned(), "registry".to_owned()];
     let builtin = vec!["tools".to_owned(), "builtin".to_owned()];
     assert!(edges.get(&registry).is_some_and(|targets| targets.contains(&builtin)), "{edges:?}");
+    let fs = vec!["tools".to_owned(), "fs".to_owned()];
+    assert!(edges.get(&fs).is_some_and(|targets| targets.contains(&root)), "{edges:?}");
+    assert!(
+        edges.get(&root).is_some_and(|targets| targets.iter().any(|t| t.starts_with(&fs))),
+        "{edges:?}"
+    );
+}
+
+/// Where a path from a module leads (see `the_tool_layer_has_no_import_cycles`).
+type Resolve<'a> = dyn Fn(&[String], &[String]) -> Option<Vec<String>> + 'a;
+
+/// The edges of the tool layer's root: paths into its child modules (named bare,
+/// `fs::access::Access`, or from `crate::`/`self::`), and the names it re-exports
+/// used in its own code. Module declarations and the re-exports themselves are not
+/// dependencies.
+fn root_edges(
+    code: &str,
+    modules: &BTreeSet<Vec<String>>,
+    reexports: &BTreeMap<String, Option<Vec<String>>>,
+    resolve: &Resolve<'_>,
+    targets: &mut BTreeSet<Vec<String>>,
+) {
+    let root = vec!["tools".to_owned()];
+    let mut found = paths(code);
+    for child in modules.iter().filter(|m| m.len() == 2) {
+        let prefix = format!("{}::", child[1]);
+        let mut rest = code;
+        while let Some(at) = rest.find(&prefix) {
+            let before = rest[..at].chars().last();
+            let path: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            rest = &rest[at + prefix.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut path: Vec<String> =
+                path.split("::").filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            path.insert(0, "self".to_owned());
+            found.push(path);
+        }
+    }
+    for path in found {
+        if let Some(target) = resolve(&root, &path)
+            && target != root
+        {
+            targets.insert(target);
+        }
+    }
+    for (name, module) in reexports {
+        if let Some(module) = module
+            && code.lines().any(|line| has_word(line, name))
+        {
+            targets.insert(module.clone());
+        }
+    }
 }
 
 /// Whether `word` stands alone in `line` (not inside a longer identifier).
@@ -384,4 +463,88 @@ fn unsafe_code_lives_in_sys_alone() {
     let blocks = sys.matches("unsafe {").count();
     let reasons = sys.matches("// SAFETY:").count();
     assert!(blocks > 0 && blocks == reasons, "{blocks} unsafe blocks, {reasons} SAFETY comments");
+}
+
+/// The longest a function of `src/exec/` may be, in lines from its `fn` to its closing
+/// brace.
+const MAX_EXEC_FUNCTION_LINES: usize = 120;
+
+/// The functions of some formatted Rust code with their lengths in lines, from the
+/// `fn` line to the brace that closes the body (at the `fn`'s indentation, as rustfmt
+/// puts it). Declarations without a body are left out.
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let trimmed = code.trim_start();
+        let indent = &code[..code.len() - trimmed.len()];
+        let Some(at) = trimmed.find("fn ") else { continue };
+        let qualifiers = &trimmed[..at];
+        let is_item = qualifiers.split_whitespace().all(|word| {
+            matches!(word, "pub" | "const" | "async" | "unsafe" | "extern")
+                || word.starts_with("pub(")
+        });
+        if !is_item {
+            continue;
+        }
+        let name: String =
+            trimmed[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let closing = format!("{indent}}}");
+        let mut end = None;
+        for (index, next) in lines.iter().enumerate().skip(start) {
+            let next_code = next.split("//").next().unwrap_or("").trim_end();
+            if index == start && next_code.ends_with('}') && next_code.contains('{') {
+                end = Some(index);
+                break;
+            }
+            if next_code.ends_with(';') && !lines[start..index].iter().any(|l| l.contains('{')) {
+                break; // a declaration
+            }
+            if index > start && *next == closing {
+                end = Some(index);
+                break;
+            }
+        }
+        if let Some(end) = end {
+            found.push((name, start + 1, end - start + 1));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_of_exec_is_longer_than_the_limit() {
+    let mut files = Vec::new();
+    rust_files(&src().join("exec"), &mut files);
+    assert!(!files.is_empty());
+    let mut counted = 0;
+    let mut long = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (name, line, length) in function_lengths(&text) {
+            counted += 1;
+            if length > MAX_EXEC_FUNCTION_LINES {
+                long.push(format!("{}:{line}: {name} is {length} lines", file.display()));
+            }
+        }
+    }
+    // The counter sees the functions it must.
+    assert!(counted > 100, "only {counted} functions found in src/exec");
+    assert!(
+        long.is_empty(),
+        "functions longer than {MAX_EXEC_FUNCTION_LINES} lines in src/exec:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn function_lengths_are_counted_from_fn_to_closing_brace() {
+    let text = "pub async fn one(\n    a: u8,\n) -> u8 {\n    a\n}\n\nfn two() {}\n\n\
+                trait T {\n    fn declared(&self);\n    fn body(&self) {\n        let _ = 1;\n    }\n}\n";
+    let lengths = function_lengths(text);
+    assert_eq!(
+        lengths,
+        vec![("one".to_owned(), 1, 5), ("two".to_owned(), 7, 1), ("body".to_owned(), 11, 3)]
+    );
 }

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
-use toolgate::tools::builtin::run_command;
-use toolgate::tools::process::{
-    self, ExitStatus, ProcessError, Program, SUPERVISE_ARG, Spec, Stdin, Supervisor,
+use toolgate::exec::{
+    self as process, ExitStatus, ProcessError, Program, SUPERVISE_ARG, Spec, Stdin, Supervisor,
 };
+use toolgate::tools::builtin::run_command;
 use toolgate::tools::{
     Call, Env, ErrorType, OutputSink, OutputStream, Registry, ToolContext, ToolResult,
 };

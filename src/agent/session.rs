@@ -15,13 +15,13 @@ use super::approval::{
     ApprovalAnswer, ApprovalBroker, PermissionRequest, RequestKind, Unavailable,
 };
 use super::events::{ApprovalDecision, ApprovalScope, Event, EventSink};
+use crate::exec::ExitStatus;
 use crate::hooks::{HookVerdict, Hooks, ToolCallInput};
 use crate::permission::{
     CallContext, CallDecision, DecidedBy, Decision, Explanation, Layer, Mode, Outcome,
     PermissionEngine, Policy, SessionGrant, ToolFacts, Verdict,
 };
 use crate::tools::jobs::{Exit, Job, ProcessObserver, ProcessSettings, Processes};
-use crate::tools::process::ExitStatus;
 use crate::tools::registry::{Listing, parse_arguments};
 use crate::tools::{
     Call, Control, Definition, Env, ErrorType, OutputSink, OutputStream, Registry, SessionControl,

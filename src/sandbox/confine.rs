@@ -1,7 +1,7 @@
 //! The kernel sandbox a command runs in: a Landlock domain (files, TCP, signal and
 //! abstract-socket scoping) and a seccomp filter (the rest of the network), both
 //! entered by the supervisor's thread that starts the command, and only by it
-//! ([`Entry::enter_this_thread`], used by `tools::launch`), so that the supervisor's
+//! ([`Entry::enter_this_thread`], used by `exec::launch`), so that the supervisor's
 //! own thread — and the daemon — stay outside the domain the command is in.
 //!
 //! The ruleset itself is a descriptor: a call's is built by the daemon, while the

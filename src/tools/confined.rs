@@ -1,10 +1,40 @@
 //! What a command's result says about the sandbox it ran in: the profile, a limit
 //! that ended it, and what the sandbox denied it ([`crate::sandbox::denied`]). Shared
-//! by every tool that runs a command (run_command, skill commands).
+//! by every tool that runs a command (run_command, skill commands), as is the
+//! [`Spec`] such a command starts from.
 
-use super::process::Outcome;
-use super::{ErrorType, ToolResult};
+use std::path::PathBuf;
+
+use super::{ErrorType, ToolContext, ToolResult};
+use crate::exec::{Outcome, Program, Spec};
 use crate::sandbox::Profile;
+
+impl Spec {
+    /// A spec for a command a tool runs on a session's behalf, with everything the
+    /// call sets: the session's environment policy, the cwd, the call's deadline,
+    /// cancellation, output budget and live output, and the configured sandbox and
+    /// limits for the session's roots. Any tool that starts a process (run_command,
+    /// skill commands) builds its spec here, so they are all contained and confined
+    /// alike. Fails with the reason when the sandbox is required but unavailable.
+    pub fn for_call(
+        program: Program,
+        cwd: impl Into<PathBuf>,
+        ctx: &ToolContext,
+    ) -> Result<Spec, String> {
+        let mut spec = Spec::new(program, cwd);
+        spec.env = ctx.env.env_policy.build();
+        crate::exec::protect_git(&mut spec.env);
+        spec.timeout = Some(ctx.timeout);
+        spec.cancel = ctx.cancel.clone();
+        spec.output_cap = ctx.env.max_output_bytes;
+        spec.output = ctx.output.clone();
+        if let Some((profile, limits)) = crate::sandbox::profile_for(&ctx.env.roots)? {
+            spec.sandbox = Some(profile);
+            spec.limits = limits;
+        }
+        Ok(spec)
+    }
+}
 
 /// Adds to a command's result what its sandbox was (`sandbox`, `sandbox_profile`);
 /// when it ran into a cgroup limit, that it was killed for it (`killed`, and an error

@@ -18,12 +18,12 @@
 //! refuse to overwrite a file the model has not seen or that changed behind its back,
 //! and [`lock_path`] serialises read-modify-write cycles on one file across sessions.
 
-mod access;
+pub(crate) mod access;
 pub mod budget;
-pub mod cwd;
 pub(crate) mod lexical;
 mod lock;
 pub mod text;
+pub(crate) mod tracker;
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -36,15 +36,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use dashmap::DashMap;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 pub(crate) use access::WalkAccess;
 pub use access::{Access, AccessKind, PathRules, Refusal, RuleEffect, RuleHit};
 pub use lock::{PathLock, lock_path};
+pub use tracker::{FileStamp, FileTracker, content_hash};
 
-use super::{Env, ErrorType};
+use super::{Env, ErrorType, ToolResult};
+
+impl From<FsError> for ToolResult {
+    fn from(err: FsError) -> ToolResult {
+        ToolResult::failure(err.error_type(), err.to_string())
+    }
+}
 
 /// Longest path argument accepted, in bytes. This is Linux's `PATH_MAX`: the kernel
 /// refuses longer paths anyway, and rejecting them up front keeps megabyte-sized
@@ -559,33 +565,6 @@ pub fn write_atomic_replacing(
     write_atomic_inner(dir.as_fd(), name, bytes, Some(mode), Some((existing.uid, existing.gid)))
 }
 
-/// A fast non-cryptographic hash of a file's content, for stale checks: it only has
-/// to notice that a file changed between two looks by this process, not resist an
-/// adversary (whoever can write the file can just write it). Four independent lanes
-/// of eight bytes each with a multiply-rotate mix (independent, so the multiplies
-/// overlap), then the tail and the length; stable for the life of the process.
-pub fn content_hash(bytes: &[u8]) -> u64 {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mix = |hash: u64, word: u64| (hash.rotate_left(5) ^ word).wrapping_mul(K);
-    let word = |chunk: &[u8]| {
-        let mut word = [0u8; 8];
-        word[..chunk.len()].copy_from_slice(chunk);
-        u64::from_le_bytes(word)
-    };
-    let mut lanes = [0u64, 1, 2, 3];
-    let mut blocks = bytes.chunks_exact(32);
-    for block in &mut blocks {
-        for (lane, chunk) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-            *lane = mix(*lane, word(chunk));
-        }
-    }
-    let mut hash = lanes.iter().fold(0u64, |hash, &lane| mix(hash, lane));
-    for chunk in blocks.remainder().chunks(8) {
-        hash = mix(hash, word(chunk));
-    }
-    mix(hash, bytes.len() as u64)
-}
-
 /// The write path shared by the tools that change a file: resolves the target beneath
 /// the roots, takes the file's path lock, and runs `work` on the blocking pool with the
 /// lock held until it is over (even if nobody waits for the result any more), so two
@@ -639,73 +618,10 @@ pub fn shorten(path: &str) -> String {
     format!("{head}…")
 }
 
-/// What the session knew of a file when it last read or wrote it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileStamp {
-    pub modified: Option<SystemTime>,
-    pub len: u64,
-    /// [`content_hash`] of the bytes read or written. mtime alone misses a rewrite of
-    /// the same length within one timestamp tick (coarse on many filesystems); the
-    /// hash does not, and also forgives a `touch` that changed nothing.
-    pub hash: Option<u64>,
-}
-
 impl FileStamp {
     /// The stamp of `bytes` as read from (or written to) a file with `info`.
     pub fn of(info: &FileInfo, bytes: &[u8]) -> FileStamp {
         FileStamp { modified: info.modified, len: info.len, hash: Some(content_hash(bytes)) }
-    }
-
-    /// Whether `current` shows the same content as `self`: same length, and the same
-    /// hash when both have one, else the same mtime.
-    pub fn matches(&self, current: &FileStamp) -> bool {
-        if self.len != current.len {
-            return false;
-        }
-        match (self.hash, current.hash) {
-            (Some(seen), Some(now)) => seen == now,
-            _ => self.modified == current.modified,
-        }
-    }
-}
-
-/// Per-session record of the files it has read (or written), keyed by the absolute
-/// path inside the roots; write_file and edit_file compare against it.
-#[derive(Debug, Default)]
-pub struct FileTracker {
-    seen: DashMap<PathBuf, FileStamp>,
-}
-
-impl FileTracker {
-    pub fn record(&self, path: PathBuf, stamp: FileStamp) {
-        self.seen.insert(path, stamp);
-    }
-
-    /// [`FileTracker::record`] by reference: a path seen before is updated in place
-    /// (a file read again), a new one is copied in.
-    pub fn record_at(&self, path: &Path, stamp: FileStamp) {
-        match self.seen.get_mut(path) {
-            Some(mut seen) => *seen = stamp,
-            None => {
-                self.seen.insert(path.to_path_buf(), stamp);
-            }
-        }
-    }
-
-    pub fn get(&self, path: &Path) -> Option<FileStamp> {
-        self.seen.get(path).map(|entry| entry.value().clone())
-    }
-
-    pub fn forget(&self, path: &Path) {
-        self.seen.remove(path);
-    }
-
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
     }
 }
 

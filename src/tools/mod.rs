@@ -12,16 +12,11 @@
 pub mod builtin;
 pub mod confined;
 pub(crate) mod duration;
-pub(crate) mod fd_pass;
 pub mod fs;
 pub mod jobs;
-pub(crate) mod launch;
-pub mod process;
 pub mod registry;
 pub mod schema;
 pub(crate) mod scratch;
-pub(crate) mod spawner;
-pub mod terminal;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::exec::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink};
+use fs::access::Access;
+use fs::tracker::FileTracker;
 pub use registry::{RegisterError, Registry, SyncReport, ToolSource};
 
 // The tool contract's wire types (what a tool declares, the result every outcome
@@ -77,12 +75,6 @@ impl Call {
             other => serde_json::to_string(other).unwrap_or_else(|_| other.to_string()),
         };
         Call { id: id.into(), name: name.into(), arguments }
-    }
-}
-
-impl From<FsError> for ToolResult {
-    fn from(err: FsError) -> ToolResult {
-        ToolResult::failure(err.error_type(), err.to_string())
     }
 }
 
@@ -152,8 +144,6 @@ impl EnvPolicy {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest deadline anything may ask for.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
-/// Captured command output kept per call (head and tail together).
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Largest file read_file will load.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -177,10 +167,10 @@ pub struct Env {
     pub env_policy: EnvPolicy,
     /// What this session has read, for stale-write checks. Shared by every clone of
     /// the session's Env.
-    pub files: Arc<fs::FileTracker>,
+    pub files: Arc<FileTracker>,
     /// What no lookup may open, checked on resolved paths: toolgate's own files and
     /// the configured deny and ask rules. Shared by every session of a daemon.
-    pub access: fs::Access,
+    pub access: Access,
     /// The session itself, for control-plane tools (task list, leaving plan mode).
     /// Unset for an Env that no session owns (tests, one-shot calls).
     pub control: Control,
@@ -241,8 +231,8 @@ impl Env {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             env_policy: EnvPolicy::default(),
-            files: Arc::new(fs::FileTracker::default()),
-            access: fs::Access::default(),
+            files: Arc::new(FileTracker::default()),
+            access: Access::default(),
             control: Control::default(),
         })
     }
@@ -276,42 +266,6 @@ impl Env {
             env.cwd = root.clone();
         }
         Some(env)
-    }
-}
-
-/// Receives live output of a running call (the agent layer numbers the chunks and
-/// turns them into `tool_output` events). Must not block: it is called from the task
-/// that reads the child's pipes.
-#[derive(Clone)]
-pub struct OutputSink(Option<Arc<OutputFn>>);
-
-/// The callback behind an active [`OutputSink`].
-type OutputFn = dyn Fn(OutputStream, &str) + Send + Sync;
-
-impl OutputSink {
-    /// A sink that drops everything.
-    pub fn discard() -> OutputSink {
-        OutputSink(None)
-    }
-
-    pub fn new(f: impl Fn(OutputStream, &str) + Send + Sync + 'static) -> OutputSink {
-        OutputSink(Some(Arc::new(f)))
-    }
-
-    pub fn is_active(&self) -> bool {
-        self.0.is_some()
-    }
-
-    pub fn emit(&self, stream: OutputStream, text: &str) {
-        if let Some(f) = &self.0 {
-            f(stream, text);
-        }
-    }
-}
-
-impl std::fmt::Debug for OutputSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.is_active() { "OutputSink(active)" } else { "OutputSink(discard)" })
     }
 }
 

@@ -341,7 +341,7 @@ impl Connection {
                     crate::sandbox::server_profile(sandbox, command, args, cwd, search_path)?;
                 let mut cmd = match profile {
                     Some(profile) => {
-                        let launcher = crate::tools::process::Supervisor::current();
+                        let launcher = crate::exec::Supervisor::current();
                         crate::sandbox::exec::command(launcher.program(), &profile, command, args)?
                     }
                     None => {

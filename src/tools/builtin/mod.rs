@@ -1,6 +1,6 @@
 //! The built-in tools, one file each: the argument struct, the Definition and the
 //! execution. Shared mechanics live in `tools::fs` (confinement, atomic writes) and
-//! `tools::process` (spawning and killing process trees).
+//! `exec` (spawning and killing process trees).
 
 use std::sync::{Arc, LazyLock};
 

@@ -15,9 +15,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::exec::ExitStatus;
 use crate::tools::facts::{ClaudeCode, Subject};
 use crate::tools::jobs::{Exit, Job, Processes, parse_signal};
-use crate::tools::process::ExitStatus;
 use crate::tools::{
     Definition, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, parse_args, schema_for,
 };

@@ -1,5 +1,5 @@
 //! run_command: runs a shell command line in the session's working directory and
-//! returns its output, under the supervision of [`crate::tools::process`].
+//! returns its output, under the supervision of [`crate::exec`].
 //!
 //! The command gets `/dev/null` as stdin (or the `stdin` text), exactly the session's
 //! [`EnvPolicy`] environment (secret-looking variables are not inherited), and a
@@ -25,11 +25,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::exec::terminal::LiveInput;
+use crate::exec::{self as process, ExitStatus, Outcome, Program, Spec, Stdin};
 use crate::tools::duration::describe_duration;
 use crate::tools::facts::{ClaudeCode, ClaudeTool, Subject};
 use crate::tools::jobs::{Job, OnTimeout, Processes, StartError};
-use crate::tools::process::{self, ExitStatus, Outcome, Program, Spec, Stdin};
-use crate::tools::terminal::LiveInput;
 use crate::tools::{
     Definition, ErrorType, Facts, Safety, Tool, ToolContext, ToolResult, fs, parse_args, schema_for,
 };
@@ -430,7 +430,7 @@ fn millis(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::process::Captured;
+    use crate::exec::Captured;
 
     fn outcome(status: Option<ExitStatus>, stdout: &str, stderr: &str) -> Outcome {
         let captured = |text: &str| Captured {

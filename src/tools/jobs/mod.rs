@@ -28,10 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::spool::{Page, Spool};
-use super::OutputSink;
-use super::OutputStream;
-use super::process::{self, ExitStatus, Outcome, Pids, ProcessError, Spec, Stdin};
-use super::terminal::LiveInput;
+use crate::exec::terminal::LiveInput;
+use crate::exec::{self as process, ExitStatus, Outcome, Pids, ProcessError, Spec, Stdin};
+use crate::exec::{OutputSink, OutputStream};
 
 /// What `run_command` does when a command outlives its deadline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -648,7 +647,7 @@ pub fn parse_signal(name: &str) -> Option<rustix::process::Signal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::process::Program;
+    use crate::exec::Program;
 
     struct Unobserved;
 

@@ -1,61 +1,14 @@
-//! Spawning commands and supervising their whole process tree, shared by run_command,
-//! command hooks and upstream servers.
-//!
-//! The promise this module keeps is that **no process started for a call outlives the
-//! call**: not on a normal exit that leaves `sleep 100 &` behind, not on a timeout or a
-//! cancellation, not when the caller's future is dropped, and not when the daemon
-//! itself dies — including children that call `setsid` or double-fork, which leave the
-//! process group and so escape a plain `killpg`.
-//!
-//! How: every command runs under a small per-call *supervisor*, this same binary's
-//! code in a process of its own: forked, as the daemon's child, by the long-lived
-//! single-threaded spawner (`tools/spawner.rs`), or, where that cannot be used, the
-//! binary re-executed in a hidden mode ([`SUPERVISE_ARG`]). Never a fork of the
-//! multi-threaded daemon itself. The supervisor
-//! 1. makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
-//!    descendant re-parents to it instead of to init, and stays findable;
-//! 2. starts the command with the daemon-chosen cwd, environment and stdin, handing it
-//!    its own stdout and stderr (the daemon's pipes) directly — or, for a background
-//!    process with live input ([`super::terminal`]), a pipe the daemon keeps writing
-//!    to as stdin, or a terminal as stdin, stdout, stderr and controlling terminal;
-//! 3. when the command exits, or the daemon asks, or the daemon goes away, SIGKILLs
-//!    every process whose ancestry leads back to it (found by walking `/proc`), again
-//!    and again until none is left, reaping them all;
-//! 4. reports the command's exit status and that the tree is gone.
-//!
-//! Where the daemon can create cgroups ([`crate::sandbox::cgroup`]), the supervisor
-//! first moves itself into a cgroup of its own for the call, and the daemon kills that
-//! cgroup when the call ends. That covers what the walk cannot: a supervisor killed
-//! (by the command, or from outside as the OOM killer would) leaves orphans that no
-//! longer descend from it, but they are still in the cgroup. A supervisor found
-//! stopped (it gets SIGSTOP from the command) is killed with its tree. The supervisor
-//! is not dumpable and, under a root daemon, drops the capabilities that reach into
-//! other processes before it starts the command ([`crate::sandbox::harden`]).
-//!
-//! The daemon talks to the supervisor over a Unix socket pair installed as the
-//! supervisor's stdin (`fd 0`). The daemon sends the command's stdin bytes, then
-//! nothing: closing (or shutting down) its end means "kill everything now". Because the
-//! kernel closes that socket when the daemon dies for any reason, even SIGKILL, the
-//! tree cannot survive the daemon; `PR_SET_PDEATHSIG` is a second line of defence. The
-//! supervisor learns the daemon's pid from the socket (`SO_PEERCRED`), never from its
-//! command line, which any command can read. The
-//! supervisor answers with newline-terminated report lines (`spawned PID`, `exit code
-//! N`, `done`, ...). If the daemon's future is dropped mid-call, a guard also sweeps
-//! the supervisor's descendants itself, so the kill does not wait for the supervisor.
-//!
-//! Outside the `toolgate` binary (integration tests, above all), the supervisor
-//! binary must be named with [`Supervisor::install`]: `/proc/self/exe` is then a test
-//! harness, which fails the handshake with [`ProcessError::Handshake`].
-//!
-//! The daemon side ([`run`]) reads stdout and stderr as they arrive, forwards every
-//! chunk (never splitting a UTF-8 character) to the live [`OutputSink`], keeps the head
-//! and the tail of each stream within the output budget, and enforces the deadline and
-//! the cancellation token.
+//! The daemon side of a command's supervision: [`run`] prepares a call (its cgroup,
+//! temporary directory, sandbox and the supervisor's arguments), starts its supervisor
+//! (a ready one, one the spawner forks, or the binary re-executed), waits while it
+//! drives the control socket and reads the output, and collects the outcome. Also the
+//! spares a call takes (cgroup, temporary directory, a ready supervisor) and the guard
+//! that kills the tree when the caller's future is dropped.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::{OsStr, OsString};
+use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -63,14 +16,13 @@ use std::process::Stdio;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::supervisor::{read_stat, signal_descendants};
 use super::terminal::LiveInput;
 use super::{DEFAULT_MAX_OUTPUT_BYTES, OutputSink, OutputStream};
 use crate::sandbox::{CallCgroup, CallCgroups, Containment, Limits, Profile, confine};
@@ -101,18 +53,12 @@ const READY_WAIT: Duration = Duration::from_millis(100);
 /// unrelated process over a socket) holding a pipe open.
 const PIPE_DRAIN_GRACE: Duration = Duration::from_secs(5);
 
-/// The first and the longest pause between two sweeps of the supervisor's kill loop.
-/// A killed process vanishes from `/proc` within microseconds unless it is in an
-/// uninterruptible sleep; the backoff keeps such a wait from spinning a core.
-const KILL_SWEEP_FIRST_PAUSE: Duration = Duration::from_millis(1);
-const KILL_SWEEP_MAX_PAUSE: Duration = Duration::from_millis(50);
-
 /// Bytes of the supervisor's own stderr quoted when it fails to start a command; enough
 /// for an error line, not a flood.
 const HANDSHAKE_DETAIL_BYTES: usize = 1000;
 
 /// The byte that carries a call's Landlock ruleset to its supervisor.
-const RULESET_MARKER: u8 = b'L';
+pub(super) const RULESET_MARKER: u8 = b'L';
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,7 +109,8 @@ pub enum Stdin {
 
 /// Set when this process's `main` checks for the supervisor mode, i.e. its own
 /// executable can supervise.
-static SELF_SUPERVISES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub(super) static SELF_SUPERVISES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// A `toolgate` binary next to the running executable or one directory above it.
 fn sibling_binary() -> Option<PathBuf> {
@@ -244,7 +191,7 @@ pub struct Spec {
     /// roots; the daemon's own cwd is never used.
     pub cwd: PathBuf,
     /// `cwd` already opened beneath a root: the supervisor enters it by descriptor and
-    /// never looks `cwd` up by name (see [`super::fs::cwd`]).
+    /// never looks `cwd` up by name (see [`super::cwd`]).
     pub cwd_dir: Option<std::sync::Arc<OwnedFd>>,
     /// The command's complete environment: nothing else is inherited.
     pub env: Vec<(String, String)>,
@@ -328,33 +275,6 @@ impl Spec {
     }
 }
 
-impl Spec {
-    /// A spec for a command a tool runs on a session's behalf, with everything the
-    /// call sets: the session's environment policy, the cwd, the call's deadline,
-    /// cancellation, output budget and live output, and the configured sandbox and
-    /// limits for the session's roots. Any tool that starts a process (run_command,
-    /// skill commands) builds its spec here, so they are all contained and confined
-    /// alike. Fails with the reason when the sandbox is required but unavailable.
-    pub fn for_call(
-        program: Program,
-        cwd: impl Into<PathBuf>,
-        ctx: &super::ToolContext,
-    ) -> Result<Spec, String> {
-        let mut spec = Spec::new(program, cwd);
-        spec.env = ctx.env.env_policy.build();
-        protect_git(&mut spec.env);
-        spec.timeout = Some(ctx.timeout);
-        spec.cancel = ctx.cancel.clone();
-        spec.output_cap = ctx.env.max_output_bytes;
-        spec.output = ctx.output.clone();
-        if let Some((profile, limits)) = crate::sandbox::profile_for(&ctx.env.roots)? {
-            spec.sandbox = Some(profile);
-            spec.limits = limits;
-        }
-        Ok(spec)
-    }
-}
-
 /// The git settings every command's git runs with, above any configuration file
 /// (they are given as `git -c` would give them, through `GIT_CONFIG_COUNT`): a file
 /// edit can plant a repository, and a command the rules allow (`git status`) must not
@@ -367,7 +287,7 @@ pub const GIT_PROTECTIONS: &[(&str, &str)] =
 
 /// Adds [`GIT_PROTECTIONS`] to a command's environment, after any `GIT_CONFIG_KEY_n`
 /// it already has.
-fn protect_git(env: &mut Vec<(String, String)>) {
+pub(crate) fn protect_git(env: &mut Vec<(String, String)>) {
     let given = env
         .iter()
         .find(|(name, _)| name == "GIT_CONFIG_COUNT")
@@ -484,7 +404,37 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         });
     }
     let deadline = spec.timeout.map(|timeout| started + timeout);
+    let prepared = prepare(&spec).await?;
+    let running = start(&spec, prepared).await?;
+    let waited = wait(&spec, running, deadline).await;
+    collect(&spec, waited, started)
+}
 
+/// A call made ready to start: its cgroup, temporary directory and sandbox, and the
+/// supervisor's arguments and environment.
+struct PreparedCall<'a> {
+    /// The supervisor binary.
+    program: &'a Path,
+    /// Stdin bytes sent down the control socket.
+    payload: Option<Vec<u8>>,
+    live: Option<std::sync::Arc<LiveInput>>,
+    tty: bool,
+    /// Whether the call could take a supervisor started ahead of it.
+    takes_ready: bool,
+    ready: Option<StartedAhead>,
+    /// The call took the spare cgroup (which is then made again).
+    took_spare_cgroup: bool,
+    cgroup: Option<CallCgroup>,
+    containment: Containment,
+    temp_dir: Option<CallTempDir>,
+    sandbox: Option<Profile>,
+    env: Vec<(String, String)>,
+    args: Vec<OsString>,
+}
+
+/// Prepares a call: takes a ready supervisor where it can, else the call's cgroup,
+/// and gives the sandbox the call's temporary directory and terminal.
+async fn prepare(spec: &Spec) -> Result<PreparedCall<'_>, ProcessError> {
     let payload = match &spec.stdin {
         Stdin::Closed | Stdin::Live(_) => None,
         Stdin::Bytes(bytes) => Some(bytes.clone()),
@@ -546,14 +496,39 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         }
         profile
     });
+    let args = supervisor_args(spec, cgroup.as_ref(), sandbox.as_ref(), payload.as_deref(), &live);
+    Ok(PreparedCall {
+        program,
+        payload,
+        live,
+        tty,
+        takes_ready,
+        ready,
+        took_spare_cgroup,
+        cgroup,
+        containment,
+        temp_dir,
+        sandbox,
+        env,
+        args,
+    })
+}
 
-    // The supervisor's arguments; the daemon's pid is not among them: a command reads
-    // its supervisor's, and the supervisor learns its parent from the control socket.
+/// The supervisor's arguments; the daemon's pid is not among them: a command reads
+/// its supervisor's, and the supervisor learns its parent from the control socket.
+fn supervisor_args(
+    spec: &Spec,
+    cgroup: Option<&CallCgroup>,
+    sandbox: Option<&Profile>,
+    payload: Option<&[u8]>,
+    live: &Option<std::sync::Arc<LiveInput>>,
+) -> Vec<OsString> {
+    let tty = live.as_ref().is_some_and(|live| live.is_terminal());
     let mut args: Vec<OsString> = vec!["--cwd".into(), spec.cwd.clone().into_os_string()];
     if spec.cwd_dir.is_some() {
         args.push("--cwd-fd".into());
     }
-    for dir in cgroup.iter().flat_map(CallCgroup::dirs) {
+    for dir in cgroup.into_iter().flat_map(CallCgroup::dirs) {
         args.push("--cgroup".into());
         args.push(dir.into());
     }
@@ -561,7 +536,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         args.push("--nofile".into());
         args.push(limit.to_string().into());
     }
-    if let Some(profile) = &sandbox {
+    if let Some(profile) = sandbox {
         args.push("--sandbox".into());
         args.push(confine::describe(profile).into());
         if confine::has_ruleset(profile) {
@@ -571,7 +546,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             args.push("--sandbox-no-network".into());
         }
     }
-    if let Some(bytes) = &payload {
+    if let Some(bytes) = payload {
         args.push("--stdin-bytes".into());
         args.push(bytes.len().to_string().into());
     }
@@ -580,12 +555,37 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     }
     args.push("--".into());
     args.extend(spec.program.argv());
+    args
+}
 
+/// A call whose supervisor runs: what [`wait`] drives and reads.
+struct RunningCall {
+    control: tokio::net::UnixStream,
+    payload: Option<Vec<u8>>,
+    stdout: tokio::net::unix::pipe::Receiver,
+    stderr: tokio::net::unix::pipe::Receiver,
+    /// A terminal's output, read as the command's stdout.
+    terminal_output: Option<tokio::net::unix::pipe::Receiver>,
+    child: SupervisorProcess,
+    guard: TreeGuard,
+    supervisor_pid: Option<Pid>,
+    /// The supervisor binary, when the next ready supervisor is to be forked once
+    /// this call's command runs.
+    refill_ready: Option<PathBuf>,
+    containment: Containment,
+}
+
+/// Starts the call's supervisor (the ready one, or one of its own), hands it the
+/// working directory, the live input and the sandbox's ruleset, and has the spares
+/// this call took made again.
+async fn start(spec: &Spec, call: PreparedCall<'_>) -> Result<RunningCall, ProcessError> {
+    let PreparedCall { program, payload, live, tty, takes_ready, ready, .. } = call;
+    let (cgroup, temp_dir, sandbox) = (call.cgroup, call.temp_dir, call.sandbox);
     // A ready supervisor's call goes first on its control socket; one that cannot be
     // sent that way (too large) lets the supervisor go, and the call starts its own in
     // the cgroup it had.
-    let call = super::spawner::Call { args: &args, env: &env };
-    let ready = ready.and_then(|ready| Some((ready, super::spawner::call_message(call)?)));
+    let message = super::spawner::Call { args: &call.args, env: &call.env };
+    let ready = ready.and_then(|ready| Some((ready, super::spawner::call_message(message)?)));
     let (start, daemon_end, stdout, stderr) = match ready {
         Some((StartedAhead { control, process, stdout, stderr }, message)) => {
             (&control).write_all(&message).map_err(|source| ProcessError::StartSupervisor {
@@ -605,7 +605,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     let stdout = output_receiver(stdout)?;
     let stderr = output_receiver(stderr)?;
     if let Some(dir) = &spec.cwd_dir {
-        super::fs::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
+        super::cwd::send_dir(&daemon_end, dir).map_err(ProcessError::Setup)?;
     }
     let terminal_output = match &live {
         Some(live) => {
@@ -622,11 +622,6 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     daemon_end.set_nonblocking(true).map_err(ProcessError::Setup)?;
     let control = tokio::net::UnixStream::from_std(daemon_end).map_err(ProcessError::Setup)?;
 
-    // Its own process group: a terminal's signals aimed at the daemon's group must
-    // not hit commands, the daemon decides when they die. (On a terminal the
-    // supervisor starts a session of its own instead, which it can only do as no
-    // group's leader.)
-    let own_group = !tty;
     let mut ruleset_sent = None;
     let child = match start {
         Start::Ready(mut process) => {
@@ -636,54 +631,11 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             process.watch();
             SupervisorProcess::Forked(process)
         }
-        Start::New([supervisor_end, stdout_end, stderr_end]) => {
-            // The supervisor is born in the call's cgroup where it can be: entering one
-            // later waits for the kernel (see `CallCgroup::create`).
-            let request = super::spawner::Request {
-                call: Some(call),
-                own_group,
-                cgroup: cgroup.as_ref().and_then(CallCgroup::handle),
-            };
-            // The sandbox's Landlock ruleset is built here, while the spawner forks and
-            // the supervisor sets itself up on the other core; it waits for it on the
-            // control socket.
-            let forked = super::spawner::launch(
-                program,
-                &request,
-                [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
-                || ruleset_sent = Some(send_ruleset(&control, sandbox.as_ref())),
-            )
-            .await
-            .map_err(|source| ProcessError::StartSupervisor {
-                program: program.to_owned(),
-                source,
-            })?;
-            match forked {
-                Some(pid) => SupervisorProcess::Forked(super::spawner::Forked::adopt(pid)),
-                None => {
-                    let mut command = tokio::process::Command::new(program);
-                    command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(&args);
-                    if own_group {
-                        command.process_group(0);
-                    }
-                    command
-                        .env_clear()
-                        .envs(env.iter().map(|(name, value)| (name, value)))
-                        .current_dir("/")
-                        .stdin(Stdio::from(supervisor_end))
-                        .stdout(Stdio::from(stdout_end))
-                        .stderr(Stdio::from(stderr_end));
-                    // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree,
-                    // and its orphans would escape to init. Dropping the control socket
-                    // is the kill.
-                    let child = command.spawn().map_err(|source| {
-                        ProcessError::StartSupervisor { program: program.to_owned(), source }
-                    })?;
-                    SupervisorProcess::Started(child)
-                }
-            }
-            // Either way, the daemon's copies of the supervisor's socket end and of the
-            // pipes' write ends are closed by now: only the supervisor holds them.
+        Start::New(ends) => {
+            let new = NewSupervisor { program, args: &call.args, env: &call.env, tty };
+            let send = || send_ruleset(&control, sandbox.as_ref());
+            start_new_supervisor(new, message, cgroup.as_ref(), ends, send, &mut ruleset_sent)
+                .await?
         }
     };
     let ruleset_sent = ruleset_sent.unwrap_or_else(|| send_ruleset(&control, sandbox.as_ref()));
@@ -692,7 +644,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if temp_dir.is_some() {
         SPARE_TEMP_DIR.refill(CallTempDir::create);
     }
-    if cgroup.is_some() && took_spare_cgroup {
+    if cgroup.is_some() && call.took_spare_cgroup {
         SPARE_CGROUP.refill(make_spare_cgroup);
     }
     if let Some(profile) = sandbox.as_ref().filter(|profile| confine::wants_base(profile)) {
@@ -701,13 +653,8 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     // Where a ready supervisor was taken, or could have been and the spawner is there
     // to fork one, the next is forked once this call's command runs: meanwhile the
     // command's start would have to share a core with the fork.
-    let mut refill_ready =
+    let refill_ready =
         (takes_ready && matches!(child, SupervisorProcess::Forked(_))).then(|| program.to_owned());
-    let mut on_spawned = || {
-        if let Some(program) = refill_ready.take() {
-            ReadySupervisor::refill(program);
-        }
-    };
     let supervisor_pid = pid_from_u32(child.id());
     if let Some(pids) = &spec.pids {
         pids.supervisor.store(child.id(), std::sync::atomic::Ordering::Relaxed);
@@ -721,7 +668,114 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
             message: format!("the sandbox: {message}"),
         });
     }
+    let containment = call.containment;
+    Ok(RunningCall {
+        control,
+        payload,
+        stdout,
+        stderr,
+        terminal_output,
+        child,
+        guard,
+        supervisor_pid,
+        refill_ready,
+        containment,
+    })
+}
 
+/// What a supervisor of the call's own is started with.
+struct NewSupervisor<'a> {
+    program: &'a Path,
+    args: &'a [OsString],
+    env: &'a [(String, String)],
+    tty: bool,
+}
+
+/// Starts a supervisor for this call: forked by the spawner, born in the call's
+/// cgroup where it can be, or else the binary re-executed. `send_ruleset` runs while
+/// the spawner forks (its result lands in `ruleset_sent`).
+async fn start_new_supervisor(
+    new: NewSupervisor<'_>,
+    call: super::spawner::Call<'_>,
+    cgroup: Option<&CallCgroup>,
+    [supervisor_end, stdout_end, stderr_end]: [OwnedFd; 3],
+    send_ruleset: impl FnOnce() -> Result<(), String>,
+    ruleset_sent: &mut Option<Result<(), String>>,
+) -> Result<SupervisorProcess, ProcessError> {
+    let NewSupervisor { program, args, env, tty } = new;
+    // Its own process group: a terminal's signals aimed at the daemon's group must
+    // not hit commands, the daemon decides when they die. (On a terminal the
+    // supervisor starts a session of its own instead, which it can only do as no
+    // group's leader.)
+    let own_group = !tty;
+    // The supervisor is born in the call's cgroup where it can be: entering one later
+    // waits for the kernel (see `CallCgroup::create`).
+    let request = super::spawner::Request {
+        call: Some(call),
+        own_group,
+        cgroup: cgroup.and_then(CallCgroup::handle),
+    };
+    // The sandbox's Landlock ruleset is built here, while the spawner forks and the
+    // supervisor sets itself up on the other core; it waits for it on the control
+    // socket.
+    let forked = super::spawner::launch(
+        program,
+        &request,
+        [supervisor_end.as_fd(), stdout_end.as_fd(), stderr_end.as_fd()],
+        || *ruleset_sent = Some(send_ruleset()),
+    )
+    .await
+    .map_err(|source| ProcessError::StartSupervisor { program: program.to_owned(), source })?;
+    let child = match forked {
+        Some(pid) => SupervisorProcess::Forked(super::spawner::Forked::adopt(pid)),
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command.arg0("toolgate-supervise").arg(SUPERVISE_ARG).args(args);
+            if own_group {
+                command.process_group(0);
+            }
+            command
+                .env_clear()
+                .envs(env.iter().map(|(name, value)| (name, value)))
+                .current_dir("/")
+                .stdin(Stdio::from(supervisor_end))
+                .stdout(Stdio::from(stdout_end))
+                .stderr(Stdio::from(stderr_end));
+            // No `kill_on_drop`: a SIGKILLed supervisor could not kill the tree, and its
+            // orphans would escape to init. Dropping the control socket is the kill.
+            let child = command.spawn().map_err(|source| ProcessError::StartSupervisor {
+                program: program.to_owned(),
+                source,
+            })?;
+            SupervisorProcess::Started(child)
+        }
+    };
+    // Either way, the daemon's copies of the supervisor's socket end and of the pipes'
+    // write ends are closed by now: only the supervisor holds them.
+    Ok(child)
+}
+
+/// A call that has ended, its tree killed or gone: what [`collect`] makes the outcome
+/// of.
+struct EndedCall {
+    control: ControlOutcome,
+    stdout: Capture,
+    stderr: Capture,
+    limit_hit: Option<String>,
+    containment: Containment,
+}
+
+/// Drives the control socket (stdin, deadline, cancellation, the cgroup's limits)
+/// while the output is read, until the supervisor reports the tree gone or is found
+/// gone itself; then lets the supervisor go.
+async fn wait(spec: &Spec, call: RunningCall, deadline: Option<Instant>) -> EndedCall {
+    let RunningCall { control, payload, stdout, stderr, terminal_output, child, guard, .. } = call;
+    let mut refill_ready = call.refill_ready;
+    let mut on_spawned = || {
+        if let Some(program) = refill_ready.take() {
+            ReadySupervisor::refill(program);
+        }
+    };
     let mut stdout_capture = Capture::new(spec.output_cap);
     let mut stderr_capture = Capture::new(spec.output_cap);
     let control_finished = CancellationToken::new();
@@ -735,7 +789,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
                     payload,
                     &cancel,
                     deadline,
-                    supervisor_pid,
+                    call.supervisor_pid,
                     spec.pids.as_deref(),
                     &mut on_spawned,
                 ) => outcome,
@@ -794,7 +848,19 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     } else {
         cleanup.await;
     }
+    EndedCall {
+        control: control_outcome,
+        stdout: stdout_capture,
+        stderr: stderr_capture,
+        limit_hit,
+        containment: call.containment,
+    }
+}
 
+/// The outcome of an ended call, or why it could not be run.
+fn collect(spec: &Spec, call: EndedCall, started: Instant) -> Result<Outcome, ProcessError> {
+    let EndedCall { control: control_outcome, stdout: stdout_capture, .. } = call;
+    let stderr_capture = call.stderr;
     if let Some(message) = control_outcome.spawn_error {
         return Err(ProcessError::Spawn { program: spec.program.display(), message });
     }
@@ -809,7 +875,7 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
     if !control_outcome.finished && !killed {
         return Err(ProcessError::SupervisorLost {
             stopped: control_outcome.supervisor_stopped,
-            contained: containment == Containment::Cgroup,
+            contained: call.containment == Containment::Cgroup,
         });
     }
 
@@ -822,9 +888,9 @@ pub async fn run(spec: Spec) -> Result<Outcome, ProcessError> {
         timed_out: control_outcome.timed_out,
         canceled: control_outcome.canceled,
         duration: started.elapsed(),
-        containment,
+        containment: call.containment,
         sandbox: control_outcome.sandbox,
-        limit_hit,
+        limit_hit: call.limit_hit,
     })
 }
 
@@ -1773,7 +1839,7 @@ fn split_budget(cap: usize, stdout_total: u64, stderr_total: u64) -> (usize, usi
 
 /// One line the supervisor sends the daemon.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Report {
+pub(super) enum Report {
     /// The command started with this pid.
     Spawned(u32),
     /// The command runs in this sandbox (sent before `Spawned`).
@@ -1787,7 +1853,7 @@ enum Report {
 }
 
 impl Report {
-    fn to_line(&self) -> String {
+    pub(super) fn to_line(&self) -> String {
         match self {
             Report::Spawned(pid) => format!("spawned {pid}\n"),
             Report::Sandbox(description) => {
@@ -1803,7 +1869,7 @@ impl Report {
         }
     }
 
-    fn parse(line: &str) -> Option<Report> {
+    pub(super) fn parse(line: &str) -> Option<Report> {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         match word {
             "spawned" => rest.parse().ok().map(Report::Spawned),
@@ -1827,738 +1893,6 @@ impl Report {
 // ---------------------------------------------------------------------------------
 // The supervisor process.
 
-/// Runs the supervisor if this process was started as one (`argv[1]` is
-/// [`SUPERVISE_ARG`]), returning its exit code; `None` otherwise. The `toolgate`
-/// binary calls this first thing in `main`.
-pub fn supervise_if_requested() -> Option<i32> {
-    SELF_SUPERVISES.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut args = std::env::args_os();
-    let _program = args.next();
-    match args.next() {
-        Some(arg) if arg == SUPERVISE_ARG => {
-            crate::sys::schedule_commands_normally();
-            Some(supervise_main(args))
-        }
-        Some(arg) if arg == super::spawner::SPAWNER_ARG => {
-            crate::sys::schedule_commands_normally();
-            Some(super::spawner::serve(supervise_forked))
-        }
-        _ => None,
-    }
-}
-
-/// The supervisor's entry point, given the arguments after [`SUPERVISE_ARG`]:
-/// `[--cwd DIR] [--cgroup DIR]... [--stdin-bytes N] -- PROGRAM [ARGS...]`, with the
-/// control socket as stdin. Returns the process exit code.
-pub fn supervise_main(args: impl IntoIterator<Item = OsString>) -> i32 {
-    supervise_with_env(args, None, 0)
-}
-
-/// The supervisor's entry point in a child forked by the spawner: the same arguments,
-/// and the command's environment given here rather than inherited; or neither, for a
-/// supervisor started ahead of its call ([`supervise_when_called`]).
-/// `entered`: how many of its `--cgroup`s (the first ones) it was born in.
-fn supervise_forked(call: Option<super::spawner::Given>, entered: usize) -> i32 {
-    match call {
-        Some(call) => supervise_with_env(call.args, Some(call.env), entered),
-        None => supervise_when_called(entered),
-    }
-}
-
-/// A supervisor started ahead of its call: it sets itself up, then waits for the call
-/// on its control socket (the same arguments and environment a spawned one is given),
-/// and supervises it. It ends quietly when the daemon lets it go (closing the socket)
-/// or a kill signal arrives first.
-fn supervise_when_called(entered: usize) -> i32 {
-    let failed = |err: SuperviseError| {
-        eprintln!("toolgate {SUPERVISE_ARG}: {err}");
-        1
-    };
-    let mut prepared = match prepare(false) {
-        Ok(Some(prepared)) => prepared,
-        Ok(None) => return 0,
-        Err(err) => return failed(err),
-    };
-    // Started now, it waits too; without it, a sandboxed command starts one.
-    prepared.launcher = super::launch::Launcher::start().ok();
-    let Some(call) = await_call(&prepared) else {
-        return 0;
-    };
-    let mut args = match SuperviseArgs::parse(call.args) {
-        Ok(args) if args.tty => {
-            // It leads a process group, so it cannot start a terminal's session.
-            eprintln!("toolgate {SUPERVISE_ARG}: a supervisor started ahead takes no terminal");
-            return 2;
-        }
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("toolgate {SUPERVISE_ARG}: {message}");
-            return 2;
-        }
-    };
-    args.env = Some(call.env);
-    args.cgroup.drain(..entered.min(args.cgroup.len()));
-    supervise_prepared(prepared, args).map_or_else(failed, |()| 0)
-}
-
-/// Waits for the call of a supervisor started ahead; `None` when the daemon let it go
-/// or a kill signal came first.
-fn await_call(prepared: &Prepared) -> Option<super::spawner::Given> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    loop {
-        let mut fds = [
-            PollFd::new(prepared.signals.as_fd(), PollFlags::POLLIN),
-            PollFd::new(prepared.control.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return None,
-        }
-        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|events| !events.is_empty());
-        if ready(&fds[0]) {
-            while let Ok(Some(info)) = prepared.signals.read_signal() {
-                if info.ssi_signo != Signal::SIGCHLD as u32 {
-                    return None;
-                }
-            }
-        }
-        if ready(&fds[1]) {
-            return super::spawner::read_call(&prepared.control).ok();
-        }
-    }
-}
-
-fn supervise_with_env(
-    args: impl IntoIterator<Item = OsString>,
-    env: Option<Vec<(OsString, OsString)>>,
-    entered: usize,
-) -> i32 {
-    let mut args = match SuperviseArgs::parse(args) {
-        Ok(args) => args,
-        Err(message) => {
-            // Goes to the daemon's stderr pipe, which it quotes in its error.
-            eprintln!("toolgate {SUPERVISE_ARG}: {message}");
-            return 2;
-        }
-    };
-    args.env = env;
-    args.cgroup.drain(..entered.min(args.cgroup.len()));
-    match supervise(args) {
-        Ok(()) => 0,
-        Err(err) => {
-            eprintln!("toolgate {SUPERVISE_ARG}: {err}");
-            1
-        }
-    }
-}
-
-/// The supervisor's command line.
-#[derive(Debug, PartialEq, Eq)]
-struct SuperviseArgs {
-    cwd: Option<PathBuf>,
-    /// `--cwd-fd`: the working directory arrives as a descriptor on the control socket.
-    cwd_fd: bool,
-    /// The call's cgroups (v2, and v1 `pids` on a hybrid hierarchy), entered before
-    /// anything is started.
-    cgroup: Vec<PathBuf>,
-    /// The sandbox the command enters, as described in its report (`--sandbox`).
-    sandbox: Option<String>,
-    /// `--sandbox-ruleset`: its Landlock ruleset arrives on the control socket.
-    sandbox_ruleset: bool,
-    /// `--sandbox-no-network`: the command enters the seccomp filter without the
-    /// network.
-    sandbox_no_network: bool,
-    /// Bytes of stdin payload to read from the control socket before starting.
-    stdin_bytes: Option<usize>,
-    /// `--live-stdin`: the command's stdin (a pipe) arrives on the control socket.
-    live_stdin: bool,
-    /// `--tty`: a terminal arrives on the control socket; it becomes the command's
-    /// controlling terminal, stdin, stdout and stderr.
-    tty: bool,
-    /// `--nofile N`: the soft limit on open files the command starts with (the one the
-    /// daemon was started with, before it raised its own).
-    nofile: Option<u64>,
-    argv: Vec<OsString>,
-    /// The command's environment, when it is not the supervisor's own (a supervisor
-    /// forked by the spawner).
-    env: Option<Vec<(OsString, OsString)>>,
-}
-
-impl SuperviseArgs {
-    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<SuperviseArgs, String> {
-        let mut args = args.into_iter();
-        let mut parsed = SuperviseArgs {
-            cwd: None,
-            cwd_fd: false,
-            cgroup: Vec::new(),
-            sandbox: None,
-            sandbox_ruleset: false,
-            sandbox_no_network: false,
-            stdin_bytes: None,
-            live_stdin: false,
-            tty: false,
-            nofile: None,
-            argv: vec![],
-            env: None,
-        };
-        loop {
-            let Some(arg) = args.next() else {
-                return Err("missing `--` before the command".to_owned());
-            };
-            let arg = arg.to_str().map(str::to_owned).ok_or("option is not UTF-8")?;
-            match arg.as_str() {
-                "--" => break,
-                "--cgroup" => {
-                    let dir = args.next().ok_or("--cgroup needs a value")?;
-                    parsed.cgroup.push(PathBuf::from(dir));
-                }
-                "--sandbox" => {
-                    let described = args.next().ok_or("--sandbox needs a value")?;
-                    let described =
-                        described.into_string().map_err(|_| "--sandbox is not UTF-8")?;
-                    parsed.sandbox = Some(described);
-                }
-                "--sandbox-ruleset" => parsed.sandbox_ruleset = true,
-                "--sandbox-no-network" => parsed.sandbox_no_network = true,
-                "--stdin-bytes" => {
-                    parsed.stdin_bytes = Some(parse_number(args.next(), "--stdin-bytes")?);
-                }
-                "--nofile" => parsed.nofile = Some(parse_number(args.next(), "--nofile")?),
-                "--cwd-fd" => parsed.cwd_fd = true,
-                "--live-stdin" => parsed.live_stdin = true,
-                "--tty" => parsed.tty = true,
-                "--cwd" => {
-                    let dir = args.next().ok_or("--cwd needs a value")?;
-                    parsed.cwd = Some(PathBuf::from(dir));
-                }
-                other => return Err(format!("unknown option {other:?}")),
-            }
-        }
-        parsed.argv = args.collect();
-        if parsed.argv.is_empty() {
-            return Err("no command given".to_owned());
-        }
-        Ok(parsed)
-    }
-}
-
-fn parse_number<T: std::str::FromStr>(value: Option<OsString>, option: &str) -> Result<T, String> {
-    value
-        .as_deref()
-        .and_then(OsStr::to_str)
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| format!("{option} needs a number"))
-}
-
-/// Why the supervisor itself failed (as opposed to the command).
-#[derive(Debug, thiserror::Error)]
-enum SuperviseError {
-    #[error("{what}: {source}")]
-    Sys { what: &'static str, source: Errno },
-    #[error("{what}: {source}")]
-    Io { what: &'static str, source: std::io::Error },
-}
-
-/// Takes over the signals that make the supervisor kill the tree — the daemon's death
-/// signal (SIGTERM) and whatever an operator might send — and the children's changes
-/// (SIGCHLD): they are blocked, and arrive on the returned descriptor, which the
-/// supervisor's one loop reads ([`watch`]). Taken first thing, so that a signal can only
-/// kill the supervisor outright before it has started anything.
-///
-/// A blocked mask is inherited by a child, so the command starts with it cleared
-/// (see [`supervise`]); nothing is left blocked for the command and what it starts.
-///
-/// On a terminal, the keyboard's signals (Ctrl-C, Ctrl-\\, Ctrl-Z and background
-/// terminal access) reach the whole foreground group, the supervisor included: they
-/// stay blocked, and so only act on the command.
-fn take_signals(tty: bool) -> nix::Result<nix::sys::signalfd::SignalFd> {
-    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-
-    let (kill, keyboard): (&[Signal], &[Signal]) = if tty {
-        (
-            &[Signal::SIGTERM, Signal::SIGHUP],
-            &[Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU],
-        )
-    } else {
-        (&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT], &[])
-    };
-    let mut delivered = SigSet::empty();
-    for signal in kill.iter().chain([&Signal::SIGCHLD]) {
-        delivered.add(*signal);
-    }
-    let mut blocked = delivered;
-    for signal in keyboard {
-        blocked.add(*signal);
-    }
-    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)?;
-    SignalFd::with_flags(&delivered, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-}
-
-/// What a supervisor sets up before it knows its call (one started ahead of its call
-/// does it while it waits).
-struct Prepared {
-    signals: nix::sys::signalfd::SignalFd,
-    control: UnixStream,
-    /// The thread that will start a sandboxed command, started ahead with the process.
-    launcher: Option<super::launch::Launcher>,
-}
-
-/// Takes the signals, starts a terminal's session (`tty`), arms the death signal,
-/// checks the control socket comes from its parent, and hardens the process. `None`
-/// when the daemon is gone already: nothing is to be started.
-fn prepare(tty: bool) -> Result<Option<Prepared>, SuperviseError> {
-    let signals =
-        take_signals(tty).map_err(|source| SuperviseError::Sys { what: "signals", source })?;
-    if tty {
-        super::terminal::new_session()
-            .map_err(|source| SuperviseError::Io { what: "setsid", source })?;
-    }
-    // The death signal is SIGTERM, not SIGKILL: a SIGKILLed supervisor could not kill
-    // the tree, and its orphans would escape to init.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)
-        .map_err(|source| SuperviseError::Sys { what: "PR_SET_PDEATHSIG", source })?;
-    let control = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map(UnixStream::from)
-        .map_err(|source| SuperviseError::Io { what: "control channel", source })?;
-    // The daemon created the control socket: if our parent is someone else now, the
-    // daemon died before the death signal was armed. Start nothing.
-    match nix::sys::socket::getsockopt(&control, nix::sys::socket::sockopt::PeerCredentials) {
-        Ok(creds) if nix::unistd::getppid() == Pid::from_raw(creds.pid()) => {}
-        Ok(_) => return Ok(None),
-        Err(source) => return Err(SuperviseError::Sys { what: "SO_PEERCRED", source }),
-    }
-    // Commands must not reach into the supervisor (forging reports) or, through its
-    // parent link, into the daemon; see `sandbox::harden`.
-    crate::sandbox::harden::make_not_dumpable()
-        .map_err(|source| SuperviseError::Io { what: "PR_SET_DUMPABLE", source })?;
-    crate::sandbox::harden::drop_reaching_capabilities()
-        .map_err(|source| SuperviseError::Io { what: "dropping capabilities", source })?;
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|source| SuperviseError::Sys { what: "PR_SET_CHILD_SUBREAPER", source })?;
-    Ok(Some(Prepared { signals, control, launcher: None }))
-}
-
-fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    match prepare(args.tty)? {
-        Some(prepared) => supervise_prepared(prepared, args),
-        None => Ok(()),
-    }
-}
-
-fn supervise_prepared(prepared: Prepared, args: SuperviseArgs) -> Result<(), SuperviseError> {
-    let Prepared { signals, control, launcher } = prepared;
-    for cgroup in &args.cgroup {
-        std::fs::write(cgroup.join("cgroup.procs"), "0")
-            .map_err(|source| SuperviseError::Io { what: "entering the call's cgroup", source })?;
-    }
-
-    if args.cwd_fd
-        && let Err(err) = super::fs::cwd::enter_received_dir(&control)
-    {
-        send_report(&control, &Report::SpawnError(format!("cannot enter the directory: {err}")));
-        return Ok(());
-    }
-    let live = if args.tty || args.live_stdin {
-        match super::terminal::receive_fd(&control) {
-            Ok(fd) => Some(fd),
-            Err(err) => {
-                send_report(&control, &Report::SpawnError(format!("no input channel: {err}")));
-                return Ok(());
-            }
-        }
-    } else {
-        None
-    };
-    // Sent by the daemon once this process was started, before any stdin payload.
-    let ruleset = if args.sandbox_ruleset {
-        match super::fd_pass::receive(&control, RULESET_MARKER, "the sandbox's ruleset") {
-            Ok(ruleset) => Some(ruleset),
-            Err(_) => return Ok(()), // the daemon gave up before the command started
-        }
-    } else {
-        None
-    };
-    if args.tty
-        && let Some(terminal) = &live
-        && let Err(err) = super::terminal::become_terminal_session(terminal)
-    {
-        send_report(&control, &Report::SpawnError(format!("cannot take the terminal: {err}")));
-        return Ok(());
-    }
-    let payload = match args.stdin_bytes {
-        None => None,
-        Some(len) => {
-            let mut bytes = vec![0u8; len];
-            if (&control).read_exact(&mut bytes).is_err() {
-                return Ok(()); // the daemon gave up before the command started
-            }
-            Some(bytes)
-        }
-    };
-
-    if let Some(cwd) = args.cwd.as_ref().filter(|_| !args.cwd_fd)
-        && let Err(err) = std::env::set_current_dir(cwd)
-    {
-        send_report(&control, &Report::SpawnError(format!("{err} (in {})", cwd.display())));
-        return Ok(());
-    }
-    let io = |what: &'static str| move |source| SuperviseError::Io { what, source };
-    // The command's stdin, the write end of its payload pipe, and its output when it
-    // is not the supervisor's own (a terminal).
-    let (stdin, payload_pipe, output) = match live {
-        Some(fd) if args.tty => (fd.try_clone().map_err(io("the terminal"))?, None, Some(fd)),
-        Some(fd) => (fd, None, None),
-        None if payload.is_some() => {
-            let (read, write) = std::io::pipe().map_err(io("the stdin pipe"))?;
-            (read.into(), Some(write), None)
-        }
-        None => {
-            let null = std::fs::File::open("/dev/null").map_err(io("/dev/null"))?;
-            (OwnedFd::from(null), None, None)
-        }
-    };
-    // The sandbox in force goes out with the spawn's own report: one write, one
-    // wake-up of the daemon.
-    let (described, sandbox) = match args.sandbox {
-        Some(described) => match confine::entry(ruleset, args.sandbox_no_network, args.tty) {
-            Ok(entry) => (Some(Report::Sandbox(described)), Some(entry)),
-            Err(message) => {
-                send_report(&control, &Report::SpawnError(format!("the sandbox: {message}")));
-                return Ok(());
-            }
-        },
-        None => (None, None),
-    };
-    // The supervisor serves one command: its own limit on open files becomes the
-    // command's.
-    if let Some(soft) = args.nofile {
-        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-        let limit = getrlimit(Resource::Nofile);
-        let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(soft), ..limit });
-    }
-    let launch = super::launch::Launch {
-        argv: &args.argv,
-        env: args.env.as_deref(),
-        stdin,
-        output,
-        sandbox,
-        new_session: !args.tty,
-    };
-    let launched = super::launch::spawn(launch, launcher);
-    let command_pid = match launched {
-        Ok(pid) => pid,
-        Err(failed) => {
-            let message = match failed {
-                super::launch::Failed::Sandbox(message) => format!("the sandbox: {message}"),
-                super::launch::Failed::Spawn(err) => err.to_string(),
-            };
-            send_reports(&control, described.iter().chain([&Report::SpawnError(message)]));
-            return Ok(());
-        }
-    };
-    let spawned = Report::Spawned(command_pid.as_raw().unsigned_abs());
-    send_reports(&control, described.iter().chain([&spawned]));
-    let command_pid = Some(command_pid);
-    let own_pid = nix::unistd::getpid();
-
-    if let (Some(bytes), Some(mut stdin)) = (payload, payload_pipe) {
-        // Fails with EPIPE if the command stops reading, which is its right.
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(&bytes);
-        });
-    }
-    let status = watch(&control, &signals, command_pid, own_pid).map(Report::Exited);
-    // The tree is gone: the ends of the output pipes (and of the terminal) this
-    // process still holds go before the last report, so that the daemon has read to
-    // their end when it learns the tree is gone, and need not wait for this process
-    // to finish exiting.
-    release_output();
-    send_reports(&control, status.iter().chain([&Report::Done]));
-    Ok(())
-}
-
-/// Points the supervisor's stdout and stderr at `/dev/null`, letting go of the output
-/// pipes the daemon reads (left as they are if `/dev/null` cannot be opened: the pipes
-/// then end with this process).
-fn release_output() {
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdout(&null);
-        let _ = nix::unistd::dup2_stderr(&null);
-    }
-}
-
-fn send_report(control: &UnixStream, report: &Report) {
-    send_reports(control, [report]);
-}
-
-/// Sends reports in one write, so that the daemon wakes once for all of them.
-fn send_reports<'a>(mut control: impl Write, reports: impl IntoIterator<Item = &'a Report>) {
-    let lines: String = reports.into_iter().map(Report::to_line).collect();
-    // A failed write means the daemon is gone, which the reader thread notices too.
-    let _ = control.write_all(lines.as_bytes());
-}
-
-/// The supervisor's loop once the command runs: reaps children (the command and every
-/// orphan re-parented to it) until there are none, and kills the whole tree when the
-/// command exits (whatever it left behind), when a kill signal arrives, and when the
-/// daemon closes its end of the control socket (or sends anything after the payload,
-/// which is reserved to mean the same). Returns how the command ended.
-fn watch(
-    control: &UnixStream,
-    signals: &nix::sys::signalfd::SignalFd,
-    command: Option<Pid>,
-    own_pid: Pid,
-) -> Option<ExitStatus> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use nix::sys::wait::{WaitPidFlag, waitpid};
-
-    let mut status = None;
-    let mut daemon_listening = true;
-    loop {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(WaitStatus::Exited(pid, code)) if Some(pid) == command => {
-                    status = Some(ExitStatus::Code(code));
-                    kill_tree_if_any(own_pid);
-                }
-                Ok(WaitStatus::Signaled(pid, signal, _)) if Some(pid) == command => {
-                    status = Some(ExitStatus::Signal(signal as i32));
-                    kill_tree_if_any(own_pid);
-                }
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(Errno::ECHILD) => return status,
-                Err(err) => {
-                    // Cannot happen for `waitpid` with valid arguments; never leave a tree.
-                    eprintln!("toolgate {SUPERVISE_ARG}: wait failed: {err}");
-                    kill_tree(own_pid);
-                    return status;
-                }
-            }
-        }
-        let mut fds = [
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
-        ];
-        let watched = if daemon_listening { 2 } else { 1 };
-        match poll(&mut fds[..watched], PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(err) => {
-                eprintln!("toolgate {SUPERVISE_ARG}: poll failed: {err}");
-                kill_tree(own_pid);
-                daemon_listening = false;
-                continue;
-            }
-        }
-        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|events| !events.is_empty());
-        let (signal_ready, control_ready) = (ready(&fds[0]), watched == 2 && ready(&fds[1]));
-        if signal_ready {
-            let mut kill = false;
-            while let Ok(Some(info)) = signals.read_signal() {
-                kill |= info.ssi_signo != Signal::SIGCHLD as u32;
-            }
-            if kill {
-                kill_tree(own_pid);
-            }
-        }
-        if control_ready {
-            let mut buf = [0u8; 64];
-            match (&*control).read(&mut buf) {
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-                // Data, the end, or an error: the daemon wants the tree gone.
-                _ => {
-                    daemon_listening = false;
-                    kill_tree(own_pid);
-                }
-            }
-        }
-    }
-}
-
-/// [`kill_tree`] for the supervisor (`root`) once its command is reaped: with no child
-/// left at all, alive or not, there is no descendant to look for (as the subreaper it
-/// inherits every orphan of the tree), so the common case of a command that started
-/// nothing that outlived it costs one system call instead of a walk of `/proc`.
-fn kill_tree_if_any(root: Pid) {
-    use nix::sys::wait::{Id, WaitPidFlag, waitid};
-    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    if waitid(Id::All, flags) != Err(Errno::ECHILD) {
-        kill_tree(root);
-    }
-}
-
-/// SIGKILLs every descendant of `root`, sweep after sweep, until none is alive.
-fn kill_tree(root: Pid) {
-    let mut pause = KILL_SWEEP_FIRST_PAUSE;
-    while signal_descendants(root) > 0 {
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(KILL_SWEEP_MAX_PAUSE);
-    }
-}
-
-/// One sweep: sends SIGKILL to every current descendant of `root` and returns how
-/// many of them were alive (not yet zombies).
-fn signal_descendants(root: Pid) -> usize {
-    let family = family_of(root.as_raw());
-    let mut members: HashSet<i32> = family.iter().map(|entry| entry.pid).collect();
-    members.insert(root.as_raw());
-    let mut alive = 0;
-    // Frozen first, then killed deepest first (both walks list a parent before its
-    // children). A stopped shell runs no more code, so it cannot see a child die and
-    // print a "Killed" line of its own into the output; and a child killed before its
-    // parent is never orphaned into a part of the process tree outside the family.
-    for entry in &family {
-        signal_verified(entry.pid, &members, TreeSignal::Stop);
-    }
-    for entry in family.iter().rev() {
-        if signal_verified(entry.pid, &members, TreeSignal::Kill) && !entry.zombie {
-            alive += 1;
-        }
-    }
-    alive
-}
-
-/// The two signals a sweep sends.
-#[derive(Clone, Copy)]
-enum TreeSignal {
-    Stop,
-    Kill,
-}
-
-/// Sends `signal` to `pid` if it is still a member of the family. A pidfd pins the
-/// process first, so that a pid reused since the scan can never hit an unrelated
-/// process. Returns whether the signal was sent.
-fn signal_verified(pid: i32, members: &HashSet<i32>, signal: TreeSignal) -> bool {
-    let Some(target) = rustix::process::Pid::from_raw(pid) else {
-        return false;
-    };
-    let still_ours = || read_stat(pid).is_some_and(|entry| members.contains(&entry.ppid));
-    match rustix::process::pidfd_open(target, rustix::process::PidfdFlags::empty()) {
-        Ok(pidfd) => {
-            let signal = match signal {
-                TreeSignal::Stop => rustix::process::Signal::STOP,
-                TreeSignal::Kill => rustix::process::Signal::KILL,
-            };
-            still_ours() && rustix::process::pidfd_send_signal(&pidfd, signal).is_ok()
-        }
-        Err(rustix::io::Errno::SRCH) => false,
-        // Kernels before 5.3 have no pidfd: a plain kill, with the (tiny) reuse race.
-        Err(_) => {
-            let signal = match signal {
-                TreeSignal::Stop => Signal::SIGSTOP,
-                TreeSignal::Kill => Signal::SIGKILL,
-            };
-            still_ours() && nix::sys::signal::kill(Pid::from_raw(pid), signal).is_ok()
-        }
-    }
-}
-
-/// The current descendants of `root`: by following the kernel's child lists down the
-/// tree, which touches only the tree itself, or, where the kernel has no child lists
-/// (built without `CONFIG_PROC_CHILDREN`), by scanning every process.
-fn family_of(root: i32) -> Vec<ProcEntry> {
-    match walk_children(root) {
-        Some(found) => found,
-        None => descendants(&read_process_table(), root),
-    }
-}
-
-/// Breadth-first over `/proc/PID/task/TID/children` (every thread's list: an orphan
-/// is re-parented to whichever thread of the subreaper the kernel picks). `None` when
-/// the root's lists cannot be read at all.
-fn walk_children(root: i32) -> Option<Vec<ProcEntry>> {
-    let mut found = Vec::new();
-    let mut seen = HashSet::from([root]);
-    let mut queue = VecDeque::from([root]);
-    while let Some(parent) = queue.pop_front() {
-        let tasks = match std::fs::read_dir(format!("/proc/{parent}/task")) {
-            Ok(tasks) => tasks,
-            Err(_) if parent == root => return None,
-            Err(_) => continue, // exited meanwhile
-        };
-        let mut read_any = false;
-        for task in tasks.flatten() {
-            let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
-                continue;
-            };
-            read_any = true;
-            for child in list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()) {
-                if seen.insert(child) {
-                    if let Some(entry) = read_stat(child) {
-                        found.push(entry);
-                    }
-                    queue.push_back(child);
-                }
-            }
-        }
-        if !read_any && parent == root {
-            return None;
-        }
-    }
-    Some(found)
-}
-
-/// What `/proc/PID/stat` says about one process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct ProcEntry {
-    pid: i32,
-    ppid: i32,
-    /// Dead and waiting to be reaped (state `Z`, or `X` while being reaped).
-    zombie: bool,
-}
-
-fn read_process_table() -> Vec<ProcEntry> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|entry| {
-        let name = entry.ok()?.file_name();
-        let pid: i32 = name.to_str()?.parse().ok()?;
-        read_stat(pid)
-    })
-    .collect()
-}
-
-fn read_stat(pid: i32) -> Option<ProcEntry> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
-}
-
-/// Parses `PID (COMM) STATE PPID ...`. The command name may contain spaces and
-/// parentheses, so the fields are found after its *last* `)`.
-fn parse_stat(text: &str) -> Option<ProcEntry> {
-    let (pid, _) = text.split_once(' ')?;
-    let pid = pid.parse().ok()?;
-    let after_comm = &text[text.rfind(')')? + 1..];
-    let mut fields = after_comm.split_whitespace();
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some(ProcEntry { pid, ppid, zombie: matches!(state, "Z" | "X" | "x") })
-}
-
-/// Every entry whose chain of parents leads to `root` (excluding `root`).
-fn descendants(table: &[ProcEntry], root: i32) -> Vec<ProcEntry> {
-    let mut children: HashMap<i32, Vec<&ProcEntry>> = HashMap::new();
-    for entry in table {
-        children.entry(entry.ppid).or_default().push(entry);
-    }
-    let mut found = Vec::new();
-    let mut seen = HashSet::from([root]);
-    let mut queue = vec![root];
-    while let Some(parent) = queue.pop() {
-        for child in children.get(&parent).into_iter().flatten() {
-            if seen.insert(child.pid) {
-                found.push(**child);
-                queue.push(child.pid);
-            }
-        }
-    }
-    found
-}
-
 #[cfg(test)]
-#[path = "process_tests.rs"]
+#[path = "run_tests.rs"]
 mod tests;

@@ -1,7 +1,7 @@
 //! A command's working directory, handed over as an open directory rather than a
 //! name.
 //!
-//! The daemon opens the directory beneath a root ([`super::open_dir`]) and sends the
+//! The daemon opens the directory beneath a root (`tools::fs::open_dir`) and sends the
 //! descriptor to the process supervisor over their control socket (`SCM_RIGHTS`); the
 //! supervisor `fchdir`s into it before it starts the command. No one looks the name
 //! up again, so swapping a directory for a symlink after the check cannot move the
@@ -16,13 +16,13 @@ const MARKER: u8 = b'D';
 
 /// Sends `dir` over the Unix stream `socket`, ahead of anything else written to it.
 pub fn send_dir(socket: impl AsFd, dir: impl AsFd) -> io::Result<()> {
-    crate::tools::fd_pass::send(socket, dir, MARKER, "the working directory")
+    crate::exec::fd_pass::send(socket, dir, MARKER, "the working directory")
 }
 
 /// Receives the directory [`send_dir`] sent on `socket` and makes it the current
 /// directory of this process.
 pub fn enter_received_dir(socket: impl AsFd) -> io::Result<()> {
-    let dir = crate::tools::fd_pass::receive(socket, MARKER, "the working directory")?;
+    let dir = crate::exec::fd_pass::receive(socket, MARKER, "the working directory")?;
     rustix::process::fchdir(&dir)?;
     Ok(())
 }
