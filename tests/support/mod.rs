@@ -125,6 +125,21 @@ impl TestDaemon {
         }
     }
 
+    /// SIGKILL, and waits for the end.
+    pub(crate) fn kill(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Starts the daemon again in the same directory, after it was killed (the socket
+    /// it left behind removed first).
+    pub(crate) fn restart(&mut self) {
+        assert!(self.child.is_none(), "the daemon still runs");
+        let _ = std::fs::remove_file(&self.socket);
+        self.spawn();
+    }
+
     /// SIGTERM, and waits for the exit; returns its exit code.
     pub(crate) fn terminate(&mut self) -> Option<i32> {
         self.signal(nix::sys::signal::Signal::SIGTERM);
