@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use jsonrpsee::core::client::{Error, Subscription};
 use serde_json::json;
+use support::{PATIENCE, within};
 use tokio::net::TcpListener;
 use toolgate::agent::{ApprovalDecision, ApprovalScope, Event};
 use toolgate::auth::{HOW_TO_AUTHENTICATE, TokenSet};
@@ -22,13 +25,7 @@ use toolgate::rpc::api::{self, NativeApiClient, NoParams};
 use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
 
-/// A safety net only: every wait ends on an answer, never on time.
-const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "rpc-api-secret-0123456789abcdef";
-
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(PATIENCE, future).await.expect("answered in time")
-}
 
 /// The real binary serving a temporary socket; killed on drop.
 struct Binary {
