@@ -43,6 +43,12 @@ impl TestDaemon {
         std::fs::write(&config_path, config).unwrap();
         std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(0o600)).unwrap();
         prepare(dir.path());
+        TestDaemon::start_in(dir)
+    }
+
+    /// Starts a daemon in a directory the test has laid out: its `config.toml` and
+    /// `workspace/` (`state/`, `run/` and `config-home/` are the daemon's).
+    pub(crate) fn start_in(dir: tempfile::TempDir) -> TestDaemon {
         let socket = dir.path().join("run").join("toolgate.sock");
         let mut daemon = TestDaemon { child: None, dir, socket };
         daemon.spawn();
