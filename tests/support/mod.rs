@@ -26,6 +26,8 @@ pub(crate) struct TestDaemon {
     child: Option<Child>,
     pub(crate) dir: tempfile::TempDir,
     pub(crate) socket: PathBuf,
+    /// Added to the daemon's environment.
+    envs: Vec<(String, String)>,
 }
 
 impl TestDaemon {
@@ -49,8 +51,14 @@ impl TestDaemon {
     /// Starts a daemon in a directory the test has laid out: its `config.toml` and
     /// `workspace/` (`state/`, `run/` and `config-home/` are the daemon's).
     pub(crate) fn start_in(dir: tempfile::TempDir) -> TestDaemon {
+        TestDaemon::start_in_env(dir, &[])
+    }
+
+    /// [`TestDaemon::start_in`], with `envs` added to the daemon's environment.
+    pub(crate) fn start_in_env(dir: tempfile::TempDir, envs: &[(&str, &str)]) -> TestDaemon {
         let socket = dir.path().join("run").join("toolgate.sock");
-        let mut daemon = TestDaemon { child: None, dir, socket };
+        let envs = envs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+        let mut daemon = TestDaemon { child: None, dir, socket, envs };
         daemon.spawn();
         daemon
     }
@@ -65,6 +73,7 @@ impl TestDaemon {
             .arg("--config")
             .arg(self.path("config.toml"))
             .env("TOOLGATE_LOG", "warn")
+            .envs(self.envs.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
