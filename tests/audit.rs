@@ -5,130 +5,49 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+mod support;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{Client, TestDaemon, isolated_env};
 
-/// A daemon started for one test, in its own directory; killed on drop.
-struct TestDaemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
+/// What these tests ask of a daemon besides the common.
+trait Audited {
+    fn log(&self) -> PathBuf;
+    /// SIGTERM, and waits for the exit: the audit log is flushed by then.
+    fn stop(&mut self);
+    /// `toolgate audit verify` with this daemon's configuration and environment.
+    fn verify(&self, file: Option<&Path>) -> Output;
 }
 
-impl TestDaemon {
-    fn start(config: &str) -> TestDaemon {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .current_dir(dir.path().join("workspace"))
-            .envs(isolated_env(dir.path()))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let daemon = TestDaemon { child: Some(child), dir, socket };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&daemon.socket).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn connect(&self) -> Client {
-        let stream = UnixStream::connect(&self.socket).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        Client { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream, next_id: 1 }
-    }
-
+impl Audited for TestDaemon {
     fn log(&self) -> PathBuf {
-        self.dir.path().join("state/toolgate/audit.jsonl")
+        self.path("state/toolgate/audit.jsonl")
     }
 
-    /// SIGTERM, and waits for the exit: the audit log is flushed by then.
     fn stop(&mut self) {
-        let mut child = self.child.take().unwrap();
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "the daemon exited with {status}");
+        assert_eq!(self.terminate(), Some(0), "the daemon failed");
     }
 
-    /// `toolgate audit verify` with this daemon's configuration and environment.
     fn verify(&self, file: Option<&Path>) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        let mut command = self.command();
         command.args(["audit", "verify"]);
         if let Some(file) = file {
             command.arg(file);
         }
-        command
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
-            .current_dir(self.dir.path().join("workspace"))
-            .envs(isolated_env(self.dir.path()))
-            .output()
-            .unwrap()
+        command.arg("--config").arg(self.path("config.toml")).output().unwrap()
     }
 }
 
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn isolated_env(dir: &Path) -> Vec<(&'static str, PathBuf)> {
-    vec![
-        ("HOME", dir.to_owned()),
-        ("XDG_CONFIG_HOME", dir.join("config-home")),
-        ("XDG_STATE_HOME", dir.join("state")),
-        ("XDG_RUNTIME_DIR", dir.join("run")),
-    ]
-}
-
-/// A blocking NDJSON client.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Client {
-    /// One tools/call; returns the tool result.
-    fn call(&mut self, name: &str, arguments: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "call_id": format!("c{id}")}});
-        self.writer.write_all(format!("{request}\n").as_bytes()).unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(self.reader.read_line(&mut line).unwrap() > 0, "the daemon hung up");
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message.get("id") == Some(&json!(id)) {
-                assert!(message.get("error").is_none(), "{message}");
-                return message["result"].clone();
-            }
-        }
-    }
+/// One tools/call whose call id is `c` and the request id (the log names it); returns
+/// the tool result.
+fn call(client: &mut Client, name: &str, arguments: Value) -> Value {
+    let call_id = format!("c{}", client.next_id);
+    client.result("tools/call", json!({"name": name, "arguments": arguments, "call_id": call_id}))
 }
 
 const SECRETS: [&str; 6] = [
@@ -146,24 +65,25 @@ fn secrets_and_contents_stay_out_of_the_audit_log() {
         TestDaemon::start("[permissions]\nmode = \"bypass\"\ndeny = [\"write_file(big.bin)\"]\n");
     let mut client = daemon.connect();
     let run = json!({"command": format!("API_TOKEN={} true", SECRETS[0])});
-    assert_eq!(client.call("run_command", run)["ok"], json!(true));
+    assert_eq!(call(&mut client, "run_command", run)["ok"], json!(true));
     let echo = json!({"command": format!("echo {} >/dev/null", SECRETS[1])});
-    assert_eq!(client.call("run_command", echo)["ok"], json!(true));
+    assert_eq!(call(&mut client, "run_command", echo)["ok"], json!(true));
     let content = format!(
         "db:\n  password={}\n  gitlab: {}\n-----BEGIN RSA PRIVATE KEY-----\n{}\n-----END RSA PRIVATE KEY-----\n",
         SECRETS[2], SECRETS[3], SECRETS[5]
     );
-    let written = client.call("write_file", json!({"path": "settings.yml", "content": content}));
+    let written =
+        call(&mut client, "write_file", json!({"path": "settings.yml", "content": content}));
     assert_eq!(written["ok"], json!(true), "{written}");
     // Arguments that are not valid JSON still have their token removed.
     let raw = format!("{{\"command\": \"true\", \"token\": \"{}\"", SECRETS[4]);
-    assert_eq!(client.call("run_command", Value::String(raw))["ok"], json!(false));
+    assert_eq!(call(&mut client, "run_command", Value::String(raw))["ok"], json!(false));
     // A denied 8 MB write, and 12 MB of junk that is not even JSON.
     let big = "B".repeat(8 * 1024 * 1024);
-    let denied = client.call("write_file", json!({"path": "big.bin", "content": big}));
+    let denied = call(&mut client, "write_file", json!({"path": "big.bin", "content": big}));
     assert_eq!(denied["ok"], json!(false), "{denied}");
     let junk = "{".repeat(12 * 1024 * 1024);
-    assert_eq!(client.call("read_file", Value::String(junk))["ok"], json!(false));
+    assert_eq!(call(&mut client, "read_file", Value::String(junk))["ok"], json!(false));
     daemon.stop();
 
     let text = std::fs::read_to_string(daemon.log()).unwrap();
@@ -219,7 +139,7 @@ fn verify_names_the_record_after_an_erased_one() {
     let mut daemon = TestDaemon::start("[permissions]\nmode = \"bypass\"\n");
     let mut client = daemon.connect();
     for step in ["first", "marker", "last"] {
-        let result = client.call("run_command", json!({"command": format!("echo {step}")}));
+        let result = call(&mut client, "run_command", json!({"command": format!("echo {step}")}));
         assert_eq!(result["ok"], json!(true), "{result}");
     }
     daemon.stop();
@@ -243,7 +163,7 @@ fn erasing_the_newest_record_under_a_running_daemon_shows() {
     let mut daemon = TestDaemon::start("[permissions]\nmode = \"bypass\"\n");
     let mut client = daemon.connect();
     for step in ["zero", "one"] {
-        let result = client.call("run_command", json!({"command": format!("echo {step}")}));
+        let result = call(&mut client, "run_command", json!({"command": format!("echo {step}")}));
         assert_eq!(result["ok"], json!(true), "{result}");
     }
     let log = daemon.log();
@@ -255,7 +175,7 @@ fn erasing_the_newest_record_under_a_running_daemon_shows() {
     }
     let status = Command::new("sed").arg("-i").arg("/echo one/d").arg(&log).status().unwrap();
     assert!(status.success());
-    let result = client.call("run_command", json!({"command": "echo two"}));
+    let result = call(&mut client, "run_command", json!({"command": "echo two"}));
     assert_eq!(result["ok"], json!(true), "{result}");
     daemon.stop();
     let broken = daemon.verify(Some(&log));
@@ -271,8 +191,11 @@ fn the_log_rotates_by_size_and_verify_walks_every_file() {
     );
     let mut client = daemon.connect();
     for idx in 0..40 {
-        let result =
-            client.call("read_file", json!({"path": format!("missing-{idx}-{}", "x".repeat(300))}));
+        let result = call(
+            &mut client,
+            "read_file",
+            json!({"path": format!("missing-{idx}-{}", "x".repeat(300))}),
+        );
         assert_eq!(result["ok"], json!(false));
     }
     daemon.stop();
@@ -300,8 +223,11 @@ fn a_rotated_file_missing_between_kept_ones_breaks_the_chain() {
     );
     let mut client = daemon.connect();
     for idx in 0..60 {
-        let result =
-            client.call("read_file", json!({"path": format!("missing-{idx}-{}", "x".repeat(300))}));
+        let result = call(
+            &mut client,
+            "read_file",
+            json!({"path": format!("missing-{idx}-{}", "x".repeat(300))}),
+        );
         assert_eq!(result["ok"], json!(false));
     }
     daemon.stop();

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -10,53 +12,29 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::TestDaemon;
 
-/// A daemon started for one test, in its own directory; killed on drop.
-struct TestDaemon {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
+/// A daemon whose workspace holds `hello.txt`.
+fn start(config: &str) -> TestDaemon {
+    TestDaemon::start_with(config, |dir| {
+        std::fs::write(dir.join("workspace/hello.txt"), "hello\nworld\n").unwrap();
+    })
 }
 
-impl TestDaemon {
-    fn start(config: &str) -> TestDaemon {
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = dir.path().join("workspace");
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), dir.path())
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .current_dir(&workspace)
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let daemon = TestDaemon { child, dir, socket };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&daemon.socket).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
+/// The client commands run against a daemon.
+trait Commands {
+    fn run(&self, args: &[&str]) -> Output;
+    fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output;
+}
 
-    fn workspace(&self) -> PathBuf {
-        self.dir.path().join("workspace")
-    }
-
+impl Commands for TestDaemon {
     /// Runs `toolgate ARGS --socket S` with stdout and stderr captured (so stdout is
     /// not a terminal) and stdin empty.
     fn run(&self, args: &[&str]) -> Output {
         self.run_with_stdin(args, "")
     }
 
+    /// Runs `toolgate ARGS --socket S` with `stdin` on its standard input.
     fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
         let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_toolgate")), self.dir.path())
             .args(args)
@@ -70,13 +48,6 @@ impl TestDaemon {
             .unwrap();
         child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
         child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -108,7 +79,7 @@ const ACCEPT_EDITS: &str = "[permissions]\nmode = \"accept_edits\"\n";
 
 #[test]
 fn stdout_that_is_not_a_terminal_gets_json_and_so_does_json() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     for command in
         [&["status"][..], &["list"], &["explain", "read_file", r#"{"path":"hello.txt"}"#]]
     {
@@ -134,7 +105,7 @@ fn stdout_that_is_not_a_terminal_gets_json_and_so_does_json() {
 
 #[test]
 fn call_reads_its_arguments_from_stdin_with_a_dash() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let output = daemon.run_with_stdin(&["call", "read_file", "-"], r#"{"path": "hello.txt"}"#);
     assert!(output.status.success(), "{output:?}");
     let result = json_of(&output);
@@ -151,7 +122,7 @@ fn call_reads_its_arguments_from_stdin_with_a_dash() {
 
 #[test]
 fn a_named_session_lets_one_command_edit_what_another_read() {
-    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let daemon = start(ACCEPT_EDITS);
     let edit = r#"{"path":"hello.txt","old_string":"world","new_string":"there"}"#;
 
     // Without a session every command is a session of its own: the edit is stale.
@@ -198,7 +169,7 @@ fn a_named_session_lets_one_command_edit_what_another_read() {
 
 #[test]
 fn explain_refuses_what_confinement_would_refuse() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret"), "s").unwrap();
     std::os::unix::fs::symlink(outside.path(), daemon.workspace().join("link")).unwrap();
@@ -279,57 +250,12 @@ fn completions_and_the_manual_name_every_subcommand() {
     assert!(run(&["--help"]).contains("NO_COLOR"));
 }
 
-/// A blocking NDJSON client on the daemon's socket.
-struct Client {
-    reader: std::io::BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Client {
-    fn connect(socket: &Path) -> Client {
-        let stream = UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client {
-            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-        }
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line =
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(self.writer, "{line}").unwrap();
-        id
-    }
-
-    fn next(&mut self) -> Value {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
-        serde_json::from_str(&line).unwrap()
-    }
-
-    fn result(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        loop {
-            let message = self.next();
-            if message["id"] == id {
-                assert!(message.get("error").is_none(), "{method}: {message}");
-                return message["result"].clone();
-            }
-        }
-    }
-}
-
 #[test]
 fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let command = serde_json::json!({"command": "echo granted"});
 
-    let mut first = Client::connect(&daemon.socket);
+    let mut first = daemon.connect();
     let session = first.result("session/open", serde_json::json!({"name": "shell"}));
     let id = session["session_id"].clone();
     first.result("events/subscribe", serde_json::json!({"session_id": id}));
@@ -338,7 +264,7 @@ fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
         serde_json::json!({"session_id": id, "name": "run_command", "arguments": command}),
     );
     let result = loop {
-        let message = first.next();
+        let message = first.read();
         if message["id"] == call {
             break message["result"].clone();
         }
@@ -355,7 +281,7 @@ fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
 
     // A later connection opening the name gets the session, with its grant: the same
     // call runs without asking (nobody could answer here).
-    let mut second = Client::connect(&daemon.socket);
+    let mut second = daemon.connect();
     let session = second.result("session/open", serde_json::json!({"name": "shell"}));
     assert_eq!(session["session_id"], id);
     let explained = second.result(
@@ -382,7 +308,7 @@ fn a_grant_for_the_session_outlives_the_command_that_gave_it() {
 
 #[test]
 fn status_and_explain_say_what_the_sandbox_grants_and_what_never() {
-    let daemon = TestDaemon::start("[sandbox]\ndeny_read = [\"~/private-notes\"]\n");
+    let daemon = start("[sandbox]\ndeny_read = [\"~/private-notes\"]\n");
     let home = daemon.dir.path().to_owned();
     for dir in [".ssh", ".cache", "private-notes"] {
         std::fs::create_dir_all(home.join(dir)).unwrap();
@@ -612,7 +538,7 @@ fn a_hook_whose_program_cannot_run_is_refused_until_it_can() {
 /// them, and says their answer is known only when the call runs: it runs none of them.
 #[test]
 fn explain_lists_the_hooks_a_call_would_run() {
-    let daemon = TestDaemon::start(
+    let daemon = start(
         "[permissions]\nallow = [\"run_command(git status:*)\"]\n\n\
          [[hooks.pre_tool_use]]\nmatcher = \"Bash\"\ncommand = \"touch pre-hook-ran\"\n\n\
          [[hooks.pre_tool_use]]\nmatcher = \"read_file\"\ncommand = \"touch other-hook-ran\"\n\n\
@@ -830,7 +756,7 @@ fn run_without_terminal(daemon: &TestDaemon, args: &[&str], stdin: &str) -> Outp
 /// any terminal the call is denied, saying why and what would allow it.
 #[test]
 fn arguments_from_stdin_are_approved_on_the_controlling_terminal() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut person = AtTerminal::start(
         &daemon,
         r#"printf '%s' "$ARGS" | exec "$TOOLGATE" call run_command - --socket "$SOCKET""#,
@@ -865,7 +791,7 @@ fn arguments_from_stdin_are_approved_on_the_controlling_terminal() {
 /// named one.
 #[test]
 fn always_this_session_is_offered_only_for_a_named_session() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let script =
         r#"exec "$TOOLGATE" call run_command '{"command": "touch once"}' --socket "$SOCKET""#;
     let mut person = AtTerminal::start(&daemon, script, &[]);
@@ -893,7 +819,7 @@ fn always_this_session_is_offered_only_for_a_named_session() {
 /// nobody, whatever the terminal.
 #[test]
 fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
-    let daemon = TestDaemon::start("[permissions]\nallow = [\"run_command(sleep:*)\"]\n");
+    let daemon = start("[permissions]\nallow = [\"run_command(sleep:*)\"]\n");
     let start = r#"{"command": "sleep 1000", "background": true}"#;
     let output =
         run_without_terminal(&daemon, &["call", "--session", "work", "run_command", start], "");
@@ -917,7 +843,7 @@ fn killing_a_process_asks_nobody_and_an_unknown_one_is_not_found() {
 /// A relative path that is not there: the error names the absolute path looked for.
 #[test]
 fn a_missing_relative_path_names_where_it_was_looked_for() {
-    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let daemon = start(ACCEPT_EDITS);
     let workspace = std::fs::canonicalize(daemon.workspace()).unwrap();
     for (tool, arguments) in [
         ("read_file", r#"{"path": "no-such-dir/notes.txt"}"#),
@@ -938,7 +864,7 @@ fn a_missing_relative_path_names_where_it_was_looked_for() {
 /// or in the JSON; a misspelled tool or argument name gets the likely one meant.
 #[test]
 fn errors_say_things_once_and_suggest_what_was_meant() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     for (tool, arguments, code) in [
         ("read_file", r#"{"path": "/etc/passwd"}"#, "access_denied"),
         ("read_file", r#"{"path": "gone.txt"}"#, "not_found"),
@@ -970,7 +896,7 @@ fn errors_say_things_once_and_suggest_what_was_meant() {
 /// `explain` of an unknown tool fails as a call of it does.
 #[test]
 fn explaining_an_unknown_tool_exits_as_calling_it_does() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let call = daemon.run(&["call", "no_such_tool", "{}"]);
     let explain = daemon.run(&["explain", "no_such_tool", "{}"]);
     assert_eq!(json_of(&explain)["decision"], "unknown_tool");
@@ -983,7 +909,7 @@ fn explaining_an_unknown_tool_exits_as_calling_it_does() {
 /// not say its own), and names the system tools as such.
 #[test]
 fn list_on_a_terminal_wraps_to_its_width() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let script =
         r#""$TOOLGATE" list --socket "$SOCKET" >/dev/tty; printf '\nEND-OF-LIST\n' >/dev/tty"#;
     let mut person = AtTerminal::start(&daemon, script, &[("COLUMNS", "60"), ("NO_COLOR", "1")]);
@@ -1010,7 +936,7 @@ fn list_on_a_terminal_wraps_to_its_width() {
 /// whether the sandbox is enforced with what it grants; the JSON carries them too.
 #[test]
 fn status_on_a_terminal_shows_listeners_roots_mode_and_sandbox() {
-    let daemon = TestDaemon::start(ACCEPT_EDITS);
+    let daemon = start(ACCEPT_EDITS);
     let workspace = std::fs::canonicalize(daemon.workspace()).unwrap().display().to_string();
     let socket = daemon.socket.display().to_string();
     let status = json_of(&daemon.run(&["status"]));

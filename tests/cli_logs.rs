@@ -6,11 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+use support::TestDaemon;
 
 /// A command of the real binary, isolated from the user's configuration and state,
 /// with no logging variables inherited.
@@ -243,19 +245,6 @@ fn no_daemon_is_said_once_with_how_to_start_one() {
     }
 }
 
-/// A daemon for the broken pipe test; killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs `args` with stdout a pipe whose reader is already gone: every write fails
 /// with EPIPE, as when `head -1` has exited.
 fn with_closed_stdout(mut command: Command) -> Output {
@@ -273,24 +262,9 @@ fn a_closed_stdout_ends_quietly() {
     assert_eq!(output.status.code(), Some(141), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stderr), "");
 
-    let socket = dir.path().join("run").join("toolgate.sock");
-    let child = toolgate(dir.path())
-        .args(["serve", "--socket"])
-        .arg(&socket)
-        .env("TOOLGATE_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon { child, socket };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while UnixStream::connect(&daemon.socket).is_err() {
-        assert!(Instant::now() < deadline, "the daemon did not start listening");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let daemon = TestDaemon::start("");
     for args in [&["list"][..], &["list", "--json"], &["status"]] {
-        let mut list = toolgate(dir.path());
+        let mut list = toolgate(daemon.dir.path());
         list.args(args).arg("--socket").arg(&daemon.socket);
         let output = with_closed_stdout(list);
         assert_eq!(output.status.code(), Some(141), "{args:?}: {output:?}");

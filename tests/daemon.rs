@@ -3,212 +3,27 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
+use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use support::{TestDaemon, processes_with};
 
-/// A daemon started for one test, in its own directory; killed on drop.
-struct TestDaemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-}
-
-impl TestDaemon {
-    fn start(config: &str) -> TestDaemon {
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = dir.path().join("workspace");
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let mut daemon = TestDaemon { child: None, dir, socket };
-        daemon.spawn();
-        daemon
-    }
-
-    fn spawn(&mut self) {
-        let dir = self.dir.path();
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&self.socket)
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .current_dir(dir.join("workspace"))
-            .env("HOME", dir)
-            .env("XDG_CONFIG_HOME", dir.join("config-home"))
-            .env("XDG_STATE_HOME", dir.join("state"))
-            .env("XDG_RUNTIME_DIR", dir.join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&self.socket).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn workspace(&self) -> PathBuf {
-        std::fs::canonicalize(self.dir.path().join("workspace")).unwrap()
-    }
-
-    fn connect(&self) -> Client {
-        Client::new(UnixStream::connect(&self.socket).unwrap())
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    fn signal(&self, signal: i32) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the daemon to exit; returns its exit code.
-    fn wait_exit(&mut self) -> Option<i32> {
-        let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "the daemon did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A blocking NDJSON client.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-    /// Notifications read while waiting for a response.
-    notifications: Vec<Value>,
-}
-
-impl Client {
-    fn new(stream: UnixStream) -> Client {
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-            notifications: Vec::new(),
-        }
-    }
-
-    fn send_line(&mut self, line: &str) {
-        self.writer.write_all(line.as_bytes()).unwrap();
-        self.writer.write_all(b"\n").unwrap();
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send_line(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
-        );
-        id
-    }
-
-    fn read(&mut self) -> Value {
-        let mut line = String::new();
-        let n = self.reader.read_line(&mut line).unwrap();
-        assert!(n > 0, "the daemon closed the connection");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// Reads until the response to `id`, keeping notifications.
-    fn response(&mut self, id: u64) -> Value {
-        // Another request's response may have come first and been kept.
-        if let Some(position) =
-            self.notifications.iter().position(|message| message.get("id") == Some(&json!(id)))
-        {
-            return self.notifications.remove(position);
-        }
-        loop {
-            let message = self.read();
-            if message.get("id") == Some(&json!(id)) {
-                return message;
-            }
-            self.notifications.push(message);
-        }
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        self.response(id)
-    }
-
-    fn result(&mut self, method: &str, params: Value) -> Value {
-        let response = self.request(method, params);
-        assert!(response.get("error").is_none(), "{response}");
-        response["result"].clone()
-    }
-
-    /// Reads notifications until one satisfies `matches`.
-    fn event(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
-        if let Some(position) =
-            self.notifications.iter().position(|n| matches(&n["params"]["result"]))
-        {
-            return self.notifications.remove(position)["params"]["result"].clone();
-        }
-        loop {
-            let message = self.read();
-            if message["method"] == "events" && matches(&message["params"]["result"]) {
-                return message["params"]["result"].clone();
-            }
-            self.notifications.push(message);
-        }
-    }
+/// A daemon whose workspace holds `hello.txt`.
+fn start(config: &str) -> TestDaemon {
+    TestDaemon::start_with(config, |dir| {
+        std::fs::write(dir.join("workspace/hello.txt"), "hello\nworld\n").unwrap();
+    })
 }
 
 /// A marker that makes this test's processes findable in /proc.
 fn marker() -> String {
     format!("{}.{}", 900 + std::process::id() % 97, std::process::id())
-}
-
-/// Pids of live processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .map(|stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmdline.contains(needle) && !zombie {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// Waits (bounded) until no live process carries `needle`.
@@ -237,7 +52,7 @@ const BYPASS: &str = "[permissions]\nmode = \"bypass\"\n";
 
 #[test]
 fn lists_and_calls_tools() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     let tools = client.result("tools/list", json!({}));
     let names: Vec<&str> =
@@ -277,7 +92,7 @@ fn lists_and_calls_tools() {
 
 #[test]
 fn call_batch_keeps_order() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     let result = client.result(
         "tools/call_batch",
@@ -307,7 +122,7 @@ fn call_batch_keeps_order() {
 
 #[test]
 fn events_come_in_order_per_call() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     let id = client.send("tools/call", json!({"name": "run_command", "arguments": {"command": "echo one; echo two >&2"}, "call_id": "e1"}));
@@ -330,7 +145,7 @@ fn events_come_in_order_per_call() {
 
 #[test]
 fn events_before_subscribing_are_not_lost() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     client.result(
         "tools/call",
@@ -346,7 +161,7 @@ fn events_before_subscribing_are_not_lost() {
 
 #[test]
 fn tools_cancel_kills_the_running_command() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mark = marker();
     let mut client = daemon.connect();
     let id = client.send("tools/call", json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}, "call_id": "slow"}));
@@ -364,7 +179,7 @@ fn tools_cancel_kills_the_running_command() {
 
 #[test]
 fn cancel_request_notification_cancels_by_request_id() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mark = marker();
     let mut client = daemon.connect();
     let id = client.send(
@@ -382,7 +197,7 @@ fn cancel_request_notification_cancels_by_request_id() {
 
 #[test]
 fn disconnect_mid_call_kills_the_command() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mark = marker();
     let mut client = daemon.connect();
     client.send(
@@ -399,7 +214,7 @@ fn disconnect_mid_call_kills_the_command() {
 
 #[test]
 fn approval_round_trip_over_the_socket() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     let id = client.send(
@@ -437,9 +252,7 @@ fn approval_round_trip_over_the_socket() {
 
 #[test]
 fn dont_ask_denies_without_an_approver() {
-    let daemon = TestDaemon::start(
-        "[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n",
-    );
+    let daemon = start("[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n");
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     let denied = client
@@ -456,9 +269,7 @@ fn more_waiting_calls_than_a_connection_runs_at_once_are_all_answered() {
     // 356 pipelined calls that each wait (a short sleep, 64 at a time per session): past
     // the 256 requests a connection runs at once, it stops reading and goes on
     // writing answers until calls end; every call is answered.
-    let daemon = TestDaemon::start(
-        "[server]\nmax_calls_per_session = 64\n[permissions]\nmode = \"bypass\"\n",
-    );
+    let daemon = start("[server]\nmax_calls_per_session = 64\n[permissions]\nmode = \"bypass\"\n");
     let mut client = daemon.connect();
     let count = 356u64;
     let mut lines = String::new();
@@ -486,7 +297,7 @@ fn more_waiting_calls_than_a_connection_runs_at_once_are_all_answered() {
 
 #[test]
 fn malformed_lines_and_unknown_methods_keep_the_connection() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     client.send_line("{this is not json");
     let error = client.read();
@@ -500,7 +311,7 @@ fn malformed_lines_and_unknown_methods_keep_the_connection() {
 
 #[test]
 fn a_huge_line_is_refused_and_the_daemon_lives() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     let huge = format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{{\"x\":\"{}\"}}}}",
@@ -520,7 +331,7 @@ fn a_huge_line_is_refused_and_the_daemon_lives() {
 
 #[test]
 fn a_client_cannot_widen_its_roots_or_mode() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     let outside = daemon.dir.path().to_string_lossy().into_owned();
     let refused = client.request("session/open", json!({"roots": [outside]}));
@@ -547,7 +358,7 @@ fn a_client_cannot_widen_its_roots_or_mode() {
 
 #[test]
 fn a_second_client_is_unaffected_by_the_first_ones_cancel() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mark_a = format!("{}1", marker());
     let mark_b = format!("{}2", marker());
     let mut first = daemon.connect();
@@ -570,7 +381,7 @@ fn a_second_client_is_unaffected_by_the_first_ones_cancel() {
 
 #[test]
 fn sigterm_with_a_call_in_flight_exits_cleanly() {
-    let mut daemon = TestDaemon::start(&format!("{BYPASS}[server]\nshutdown_grace_ms = 200\n"));
+    let mut daemon = start(&format!("{BYPASS}[server]\nshutdown_grace_ms = 200\n"));
     let mark = marker();
     let mut client = daemon.connect();
     client.send(
@@ -578,7 +389,7 @@ fn sigterm_with_a_call_in_flight_exits_cleanly() {
         json!({"name": "run_command", "arguments": {"command": format!("sleep {mark}")}}),
     );
     wait_started(&format!("sleep {mark}"));
-    daemon.signal(15);
+    daemon.signal(Signal::SIGTERM);
     assert_eq!(daemon.wait_exit(), Some(0));
     assert_gone(&format!("sleep {mark}"));
     assert!(!daemon.socket.exists(), "the socket file was left behind");
@@ -586,12 +397,10 @@ fn sigterm_with_a_call_in_flight_exits_cleanly() {
 
 #[test]
 fn sighup_with_a_broken_config_keeps_the_old_one() {
-    let daemon = TestDaemon::start(
-        "[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n",
-    );
+    let daemon = start("[permissions]\nmode = \"dont_ask\"\nallow = [\"run_command(echo:*)\"]\n");
     let mut client = daemon.connect();
     std::fs::write(daemon.dir.path().join("config.toml"), "[permissions\nmode = ").unwrap();
-    daemon.signal(1);
+    daemon.signal(Signal::SIGHUP);
     // Give the reload a moment, then prove the old rules still hold and the
     // connection survived.
     std::thread::sleep(Duration::from_millis(300));
@@ -607,7 +416,7 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
         "[permissions]\nmode = \"dont_ask\"\ndeny = [\"run_command(echo:*)\"]\n",
     )
     .unwrap();
-    daemon.signal(1);
+    daemon.signal(Signal::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let result = client.result(
@@ -625,7 +434,7 @@ fn sighup_with_a_broken_config_keeps_the_old_one() {
 #[test]
 fn the_socket_is_private() {
     use std::os::unix::fs::PermissionsExt;
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let socket_mode = std::fs::metadata(&daemon.socket).unwrap().permissions().mode() & 0o777;
     let dir_mode =
         std::fs::metadata(daemon.socket.parent().unwrap()).unwrap().permissions().mode() & 0o777;
@@ -635,7 +444,7 @@ fn the_socket_is_private() {
 #[test]
 fn websocket_on_the_unix_socket() {
     use tokio_tungstenite::tungstenite::{Message, client};
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let stream = UnixStream::connect(&daemon.socket).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let (mut socket, _) = client::client("ws://localhost/", stream).unwrap();
@@ -654,7 +463,7 @@ fn websocket_on_the_unix_socket() {
 
 #[test]
 fn the_audit_log_records_calls_with_secrets_redacted() {
-    let daemon = TestDaemon::start(BYPASS);
+    let daemon = start(BYPASS);
     let mut client = daemon.connect();
     client.result("tools/call", json!({"name": "run_command", "arguments": {"command": "true", "api_token": "s3cr3t"}, "call_id": "audited"}));
     let log = daemon.dir.path().join("state/toolgate/audit.jsonl");
@@ -704,10 +513,8 @@ fn tcp_requires_the_bearer_token() {
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "ci:correct-horse-battery\n").unwrap();
     std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let daemon = TestDaemon::start(&format!(
-        "[server]\ntcp = \"{addr}\"\ntoken_file = \"{}\"\n",
-        tokens.display()
-    ));
+    let daemon =
+        start(&format!("[server]\ntcp = \"{addr}\"\ntoken_file = \"{}\"\n", tokens.display()));
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(&addr).is_err() {

@@ -11,6 +11,7 @@
 
 mod auth_support;
 mod mcp_support;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,18 +31,13 @@ use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::Registry;
 
 use auth_support::{Home, NetFace, TOKENS, free_port, run_to_end, start_every_face};
+use support::{dechunk, within};
 
-/// A safety net only: every wait ends on an answer, never on time.
-const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "faces-secret-0123456789abcdef";
 
 const PARSE_ERROR: i64 = -32700;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
-
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(PATIENCE, future).await.expect("answered in time")
-}
 
 /// A frame and the error code (or codes, for a batch: `0` is a success) it must get.
 struct Check {
@@ -323,19 +319,6 @@ impl Face {
                 })
             }
         }
-    }
-}
-
-fn dechunk(mut raw: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let Some((size, rest)) = raw.split_once("\r\n") else { return out };
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        raw = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
     }
 }
 

@@ -1,11 +1,18 @@
 //! End-to-end tests of command hooks: real `/bin/sh` processes running small scripts
 //! written into a temporary directory, driven through the public `Hooks` API.
-#![expect(clippy::unwrap_used, reason = "test setup fails its test by panicking")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test setup fails its test by panicking"
+)]
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::wait_for_file;
 use tokio_util::sync::CancellationToken;
 use toolgate::hooks::{
     HookConfig, HookEvent, HookFailure, HookFormat, HookRunError, HookVerdict, Hooks, OnError,
@@ -123,19 +130,6 @@ async fn wait_until_sleep_alive_is(pid: i32, alive: bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     false
-}
-
-async fn wait_for_file(path: &Path) -> String {
-    let give_up = tokio::time::Instant::now() + SAFETY_TIMEOUT;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text;
-        }
-        assert!(tokio::time::Instant::now() < give_up, "{} never appeared", path.display());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]

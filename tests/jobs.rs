@@ -8,200 +8,33 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{Client, PATIENCE, TestDaemon, alive, processes_with};
 
-/// How long a test waits for something that normally takes milliseconds.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// A daemon started for one test, in its own directory; killed on drop.
-struct TestDaemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-}
-
-impl TestDaemon {
-    fn start(config: &str) -> TestDaemon {
-        let dir = tempfile::tempdir().unwrap();
-        let workspace = dir.path().join("workspace");
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .current_dir(&workspace)
-            .env("HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
-            .env("XDG_STATE_HOME", dir.path().join("state"))
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env_remove("TOOLGATE_SESSION")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let daemon = TestDaemon { child: Some(child), dir, socket };
-        let deadline = Instant::now() + PATIENCE;
-        while UnixStream::connect(&daemon.socket).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn workspace(&self) -> PathBuf {
-        std::fs::canonicalize(self.dir.path().join("workspace")).unwrap()
-    }
-
-    fn connect(&self) -> Client {
-        Client::new(UnixStream::connect(&self.socket).unwrap())
-    }
-
-    fn terminate(&mut self) {
-        let child = self.child.as_mut().unwrap();
-        let status =
-            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                self.child = None;
-                return;
-            }
-            assert!(Instant::now() < deadline, "the daemon did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A blocking NDJSON client.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-    notifications: Vec<Value>,
-    session: Option<String>,
-}
-
-impl Client {
-    fn new(stream: UnixStream) -> Client {
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        Client {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-            notifications: Vec::new(),
-            session: None,
-        }
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.writer.write_all(format!("{line}\n").as_bytes()).unwrap();
-        loop {
-            let mut text = String::new();
-            assert!(self.reader.read_line(&mut text).unwrap() > 0, "the daemon hung up");
-            let message: Value = serde_json::from_str(&text).unwrap();
-            if message.get("id") == Some(&json!(id)) {
-                return message;
-            }
-            self.notifications.push(message);
-        }
-    }
-
-    fn result(&mut self, method: &str, params: Value) -> Value {
-        let response = self.request(method, params);
-        assert!(response.get("error").is_none(), "{response}");
-        response["result"].clone()
-    }
-
-    /// Opens a session of its own (the tests use it for every call) and returns its
-    /// answer (with the resume token).
-    fn open(&mut self) -> Value {
-        let info = self.result("session/open", json!({}));
-        self.session = Some(info["session_id"].as_str().unwrap().to_owned());
-        info
-    }
-
-    fn call(&mut self, name: &str, arguments: Value) -> Value {
-        let mut params = json!({"name": name, "arguments": arguments});
-        if let Some(session) = &self.session {
-            params["session_id"] = json!(session);
-        }
-        self.result("tools/call", params)
-    }
-
-    /// Sends every call before reading any answer (the daemon runs pipelined calls
-    /// side by side); returns the results in the order of the calls.
-    fn call_all(&mut self, calls: &[(&str, Value)]) -> Vec<Value> {
-        let first = self.next_id;
-        let mut batch = String::new();
-        for (name, arguments) in calls {
-            let mut params = json!({"name": name, "arguments": arguments});
-            if let Some(session) = &self.session {
-                params["session_id"] = json!(session);
-            }
-            let line = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
-                "params": params});
-            batch.push_str(&format!("{line}\n"));
-            self.next_id += 1;
-        }
-        self.writer.write_all(batch.as_bytes()).unwrap();
-        let mut results = vec![Value::Null; calls.len()];
-        let mut left = calls.len();
-        while left > 0 {
-            let mut text = String::new();
-            assert!(self.reader.read_line(&mut text).unwrap() > 0, "the daemon hung up");
-            let message: Value = serde_json::from_str(&text).unwrap();
-            let slot = message["id"]
-                .as_u64()
-                .and_then(|id| id.checked_sub(first))
-                .and_then(|idx| usize::try_from(idx).ok())
-                .filter(|&idx| idx < calls.len());
-            match slot {
-                Some(idx) => {
-                    assert!(message.get("error").is_none(), "{message}");
-                    results[idx] = message["result"].clone();
-                    left -= 1;
-                }
-                None => self.notifications.push(message),
-            }
-        }
-        results
-    }
-
+/// What these tests ask of a client besides the common requests.
+trait Processes {
     /// Starts a background process; returns its id.
+    fn start(&mut self, arguments: Value) -> String;
+    /// Reads the process's output from `offset` until `done` holds for all of it
+    /// read so far (or it has ended); returns the text and the next offset.
+    fn read_until(&mut self, id: &str, offset: u64, done: impl Fn(&str) -> bool) -> (String, u64);
+    /// Waits (bounded) until the process has ended; returns process_read's metadata.
+    fn wait_exit(&mut self, id: &str) -> Value;
+}
+
+impl Processes for Client {
     fn start(&mut self, arguments: Value) -> String {
         let result = self.call("run_command", arguments);
         assert_eq!(result["ok"], true, "{result}");
         result["metadata"]["process_id"].as_str().unwrap().to_owned()
     }
 
-    /// Reads the process's output from `offset` until `done` holds for all of it
-    /// read so far (or it has ended); returns the text and the next offset.
     fn read_until(&mut self, id: &str, offset: u64, done: impl Fn(&str) -> bool) -> (String, u64) {
         let deadline = Instant::now() + PATIENCE;
         let mut text = String::new();
@@ -225,21 +58,6 @@ impl Client {
         }
     }
 
-    /// The first event (already read or still to come) that satisfies `matches`.
-    fn event(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
-        loop {
-            if let Some(position) =
-                self.notifications.iter().position(|n| matches(&n["params"]["result"]))
-            {
-                return self.notifications.remove(position)["params"]["result"].clone();
-            }
-            let mut text = String::new();
-            assert!(self.reader.read_line(&mut text).unwrap() > 0, "the daemon hung up");
-            self.notifications.push(serde_json::from_str(&text).unwrap());
-        }
-    }
-
-    /// Waits (bounded) until the process has ended; returns process_read's metadata.
     fn wait_exit(&mut self, id: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -259,23 +77,6 @@ fn marker(test: u32) -> String {
     format!("{}{}{test}", 800 + std::process::id() % 97, std::process::id())
 }
 
-/// Pids of live processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .map(|stat| stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(true);
-        if cmdline.contains(needle) && !zombie {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 fn wait_started(needle: &str, count: usize) -> Vec<i32> {
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -291,13 +92,8 @@ fn wait_started(needle: &str, count: usize) -> Vec<i32> {
 /// Waits (bounded) until every pid is gone (or a zombie).
 fn assert_gone(pids: &[i32]) {
     let deadline = Instant::now() + PATIENCE;
-    let alive = |pid: &i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-            .unwrap_or(false)
-    };
     loop {
-        let left: Vec<i32> = pids.iter().copied().filter(alive).collect();
+        let left: Vec<i32> = pids.iter().copied().filter(|&pid| alive(pid)).collect();
         if left.is_empty() {
             return;
         }

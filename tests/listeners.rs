@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
 mod auth_support;
+mod support;
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{PATIENCE, within};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use toolgate::admission::Limits;
@@ -24,9 +26,6 @@ use toolgate::daemon::{Daemon, Settings};
 use toolgate::mcp::McpOptions;
 use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::Registry;
-
-/// Far above what a passing step needs: only turns a hang into a failure.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 const TOKEN: &str = "listener-7Hq2xLp9Vw4Zr8Nb3Kd6";
 
@@ -230,10 +229,6 @@ fn small_limits() -> Limits {
         auth_deadline: Duration::from_millis(300),
         header_timeout: Duration::from_millis(300),
     }
-}
-
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(PATIENCE, future).await.expect("within the safety timeout")
 }
 
 /// Waits until the peer closes `stream` (reads to its end).

@@ -3,15 +3,17 @@
 //! bearer token, and a call with progress over SSE.
 
 // Helpers below are test code: a failed setup step is a failed test.
-#![allow(clippy::expect_used)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod mcp_support;
+mod support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use mcp_support::TestDaemon;
 use serde_json::{Value, json};
+use support::dechunk;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate::admission::Limits;
 use toolgate::auth::TokenSet;
@@ -54,19 +56,6 @@ async fn serve(options: McpOptions) -> (TestDaemon, SocketAddr) {
     let limits = Limits::new(64);
     tokio::spawn(serve_http(test.daemon.clone(), listener, options, limits, shutdown));
     (test, addr)
-}
-
-fn dechunk(mut raw: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let Some((size, rest)) = raw.split_once("\r\n") else { return out };
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        raw = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
-    }
 }
 
 async fn http(

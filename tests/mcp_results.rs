@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
 mod mcp_support;
+mod support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use mcp_support::{PATIENCE, StdioClient};
 use serde_json::{Value, json};
+use support::dechunk;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate::admission::Limits;
 use toolgate::auth::TokenSet;
@@ -229,19 +231,6 @@ impl Reply {
             serde_json::from_str(&self.body).into_iter().collect()
         };
         messages.into_iter().find(|m| m.get("id").is_some()).expect("a response")
-    }
-}
-
-fn dechunk(mut raw: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let Some((size, rest)) = raw.split_once("\r\n") else { return out };
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        raw = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
     }
 }
 

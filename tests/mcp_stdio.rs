@@ -5,11 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
 mod mcp_support;
+mod support;
 
 use std::time::Duration;
 
-use mcp_support::{PATIENCE, StdioClient, TestDaemon, process_alive, read_pid};
+use mcp_support::{PATIENCE, StdioClient, TestDaemon, process_alive};
 use serde_json::{Value, json};
+use support::{wait_for_file, wait_until_dead};
 use toolgate::mcp::McpOptions;
 
 const LATEST_LEGACY: &str = "2025-11-25";
@@ -20,27 +22,6 @@ fn modern_meta(capabilities: Value) -> Value {
         "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}
     })
-}
-
-/// Waits (bounded) until a file appears: the tool wrote it once its child started.
-async fn wait_for_file(path: &std::path::Path) -> i32 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(pid) = read_pid(path) {
-            return pid;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{} never appeared", path.display());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Waits (bounded) until a process is gone.
-async fn wait_until_dead(pid: i32) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while process_alive(pid) {
-        assert!(tokio::time::Instant::now() < deadline, "process {pid} still alive");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]
@@ -205,7 +186,7 @@ async fn live_output_becomes_progress_notifications() {
     assert_eq!(text, "line-1\nline-2\nline-3\nline-4\nline-5\n");
 
     // Then cancel it: the process dies and no response is ever sent for id 1.
-    let pid = wait_for_file(&test.root().join("p1")).await;
+    let pid = wait_for_file(&test.root().join("p1")).await.trim().parse().unwrap();
     client
         .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "user"}}))
         .await;
@@ -305,7 +286,7 @@ async fn a_client_that_disconnects_mid_call_leaves_nothing_running() {
             "name": "stream_lines", "arguments": {"lines": 1, "pid_file": "p2"}
         }}))
         .await;
-    let pid = wait_for_file(&test.root().join("p2")).await;
+    let pid = wait_for_file(&test.root().join("p2")).await.trim().parse().unwrap();
     assert!(process_alive(pid));
     client.close().await;
     // The disconnect cancels the call: its process dies and the call is gone (bounded
@@ -391,7 +372,7 @@ async fn client_roots_narrow_the_session() {
         ]}}))
         .await;
     // The session's cwd is now the narrowed root: the pid file lands in sub/.
-    let pid = wait_for_file(&sub.join("where")).await;
+    let pid = wait_for_file(&sub.join("where")).await.trim().parse().unwrap();
     assert!(!test.root().join("where").exists());
     client.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})).await;
     wait_until_dead(pid).await;

@@ -11,72 +11,37 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+mod support;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::{Client, TestDaemon};
 
 const MIB: u64 = 1024 * 1024;
 
-/// `toolgate serve` on a private socket with `config`, its workspace root a fresh
-/// directory. Killed on drop.
-struct Daemon {
-    child: Option<std::process::Child>,
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
+/// `toolgate serve` on a private socket with `config`, its workspace holding
+/// `small.txt`.
+fn start(config: &str) -> TestDaemon {
+    TestDaemon::start_with(config, |dir| {
+        std::fs::write(dir.join("workspace/small.txt"), "hello\n").unwrap();
+    })
 }
 
-impl Daemon {
-    fn start(config: &str) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        let home = base.join("home");
-        let config_dir = home.join(".config/toolgate");
-        std::fs::create_dir_all(&config_dir).unwrap();
-        std::fs::create_dir_all(home.join(".local/state")).unwrap();
-        let root = base.join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("small.txt"), "hello\n").unwrap();
-        std::fs::write(config_dir.join("config.toml"), config).unwrap();
-        let socket = base.join("run/toolgate.sock");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .current_dir(&root)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
-            .env("XDG_RUNTIME_DIR", base.join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let daemon = Daemon { child: Some(child), _dir: dir, socket };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(&daemon.socket).is_err() {
-            assert!(std::time::Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// The workspace root (the daemon's working directory).
-    fn root(&self) -> PathBuf {
-        std::fs::canonicalize(self._dir.path()).unwrap().join("root")
-    }
-
+/// The daemon's memory, read from `/proc/<pid>`.
+trait Memory {
     /// Page faults the daemon has taken that needed no reading from disk (a page of
     /// memory handed to it for the first time, mostly).
+    fn minor_faults(&self) -> u64;
+    /// The highest RSS seen, sampled every 100 ms for 4 s (at least `idle`), printed
+    /// next to `idle`.
+    fn highest_rss_over_four_seconds(&self, idle: u64) -> u64;
+    /// A `/proc/<pid>/status` field in bytes (`VmRSS`, `VmHWM`).
+    fn status(&self, field: &str) -> u64;
+}
+
+impl Memory for TestDaemon {
     fn minor_faults(&self) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
         // The fields after the command's name, which ends with the last ')'.
@@ -84,8 +49,6 @@ impl Daemon {
         fields[7].parse().unwrap()
     }
 
-    /// The highest RSS seen, sampled every 100 ms for 4 s (at least `idle`), printed
-    /// next to `idle`.
     fn highest_rss_over_four_seconds(&self, idle: u64) -> u64 {
         let mut highest = idle;
         for _ in 0..40 {
@@ -96,65 +59,45 @@ impl Daemon {
         highest
     }
 
-    /// A `/proc/<pid>/status` field in bytes (`VmRSS`, `VmHWM`).
     fn status(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         let line = status.lines().find(|line| line.starts_with(field)).unwrap();
         let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         kib * 1024
     }
-
-    fn connect(&self) -> Client {
-        let stream = UnixStream::connect(&self.socket).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        Client { reader: BufReader::new(stream.try_clone().unwrap()), stream, next: 0 }
-    }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-struct Client {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-    next: u64,
-}
-
-impl Client {
+/// Requests whose parameters are already serialized (the probes are too large to go
+/// through a `Value` twice).
+trait Raw {
     /// Sends one request line (already serialized) and returns its id.
+    fn send_raw(&mut self, method: &str, params: &str) -> u64;
+    /// Reads until the response to `id`; its `result` (an error fails the test).
+    fn answer(&mut self, id: u64) -> Value;
+}
+
+impl Raw for Client {
     fn send_raw(&mut self, method: &str, params: &str) -> u64 {
-        self.next += 1;
-        let id = self.next;
-        let line =
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
-        self.stream.write_all(line.as_bytes()).unwrap();
-        self.stream.write_all(b"\n").unwrap();
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#
+        ));
         id
     }
 
-    /// Reads until the response to `id`; its `result` (an error fails the test).
     fn answer(&mut self, id: u64) -> Value {
-        loop {
-            let mut line = String::new();
-            assert!(self.reader.read_line(&mut line).unwrap() > 0, "the daemon hung up");
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == json!(id) {
-                assert!(message.get("error").is_none(), "{message}");
-                return message["result"].clone();
-            }
-        }
+        let message = self.response(id);
+        assert!(message.get("error").is_none(), "{message}");
+        message["result"].clone()
     }
+}
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send_raw(method, &params.to_string());
-        self.answer(id)
-    }
+/// A client whose reads wait as long as a daemon handling the largest probe may take.
+fn connect(daemon: &TestDaemon) -> Client {
+    let client = daemon.connect();
+    client.writer.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    client
 }
 
 /// The ~15 MB argument text of the probe: 440,000 small objects.
@@ -175,7 +118,7 @@ fn hostile_todos() -> String {
 /// Waits (bounded) for the daemon's resident set to come within `slack` of `target`;
 /// returns the last reading. Freed memory goes back to the system as the allocator
 /// gets to it, not necessarily before the answer is written.
-fn settle(daemon: &Daemon, target: u64, slack: u64) -> u64 {
+fn settle(daemon: &TestDaemon, target: u64, slack: u64) -> u64 {
     let mut rss = daemon.status("VmRSS:");
     for _ in 0..50 {
         if rss <= target + slack {
@@ -189,10 +132,10 @@ fn settle(daemon: &Daemon, target: u64, slack: u64) -> u64 {
 
 #[test]
 fn one_huge_call_costs_a_small_multiple_of_its_size_and_is_given_back() {
-    let daemon = Daemon::start("[permissions]\nmode = \"plan\"\n");
-    let mut client = daemon.connect();
+    let daemon = start("[permissions]\nmode = \"plan\"\n");
+    let mut client = connect(&daemon);
     // Warm up what every call uses (threads, the audit writer, the registry's paths).
-    let warm = client.request(
+    let warm = client.result(
         "tools/call",
         json!({"name": "todo_write", "arguments": {"todos": [{"content": "a", "status": "pending"}]}}),
     );
@@ -224,7 +167,7 @@ fn one_huge_call_costs_a_small_multiple_of_its_size_and_is_given_back() {
         "peak {peak} for {size} bytes of arguments (idle {idle})"
     );
     // The session is still usable, and its list was not replaced.
-    let state = client.request("session/update", json!({}));
+    let state = client.result("session/update", json!({}));
     assert_eq!(state["todos"].as_array().map(Vec::len), Some(1), "{state}");
     drop(client);
     let after = settle(&daemon, idle, 8 * MIB);
@@ -234,9 +177,9 @@ fn one_huge_call_costs_a_small_multiple_of_its_size_and_is_given_back() {
 
 #[test]
 fn sessions_with_large_task_lists_give_their_memory_back_when_they_end() {
-    let daemon = Daemon::start("");
-    let mut client = daemon.connect();
-    let small = client.request(
+    let daemon = start("");
+    let mut client = connect(&daemon);
+    let small = client.result(
         "tools/call",
         json!({"name": "todo_write", "arguments": {"todos": [{"content": "a", "status": "pending"}]}}),
     );
@@ -247,12 +190,12 @@ fn sessions_with_large_task_lists_give_their_memory_back_when_they_end() {
     let too_long: Vec<Value> =
         (0..1001).map(|_| json!({"content": "x", "status": "pending"})).collect();
     let refused = client
-        .request("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_long}}));
+        .result("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_long}}));
     assert_eq!(refused["ok"], false, "{refused}");
     let too_big: Vec<Value> =
         (0..300).map(|_| json!({"content": "y".repeat(1000), "status": "pending"})).collect();
-    let refused = client
-        .request("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_big}}));
+    let refused =
+        client.result("tools/call", json!({"name": "todo_write", "arguments": {"todos": too_big}}));
     assert_eq!(refused["error_type"], "too_large", "{refused}");
 
     // As many sessions as one connection may open, each with the largest list allowed.
@@ -263,23 +206,13 @@ fn sessions_with_large_task_lists_give_their_memory_back_when_they_end() {
     let mut sessions = 0;
     loop {
         let id = client.send_raw("session/open", "{}");
-        let line = {
-            let mut line = String::new();
-            loop {
-                line.clear();
-                assert!(client.reader.read_line(&mut line).unwrap() > 0);
-                let message: Value = serde_json::from_str(&line).unwrap();
-                if message["id"] == json!(id) {
-                    break message;
-                }
-            }
-        };
+        let line = client.response(id);
         let Some(session) = line["result"]["session_id"].as_str() else {
             // The connection's limit of sessions.
             assert!(line["error"].is_object(), "{line}");
             break;
         };
-        let result = client.request(
+        let result = client.result(
             "tools/call",
             json!({"name": "todo_write", "session_id": session, "arguments": arguments}),
         );
@@ -297,15 +230,15 @@ fn sessions_with_large_task_lists_give_their_memory_back_when_they_end() {
 
 #[test]
 fn a_subscriber_that_stops_reading_costs_a_bounded_queue() {
-    let daemon = Daemon::start("[permissions]\nmode = \"bypass\"\n");
-    let mut client = daemon.connect();
-    let warm = client.request(
+    let daemon = start("[permissions]\nmode = \"bypass\"\n");
+    let mut client = connect(&daemon);
+    let warm = client.result(
         "tools/call",
         json!({"name": "run_command", "arguments": {"command": "echo warm"}}),
     );
     assert_eq!(warm["ok"], true, "{warm}");
     let idle = daemon.status("VmRSS:");
-    client.request("events/subscribe", json!({}));
+    client.result("events/subscribe", json!({}));
     // Output as fast as a command can make it, for a few seconds, while this client
     // reads nothing.
     let id = client.send_raw(
@@ -335,24 +268,24 @@ fn an_upstream_flooding_progress_to_a_subscriber_that_stops_reading_costs_a_boun
         fixture = fixture.display().to_string(),
         state = state.path().display().to_string(),
     );
-    let daemon = Daemon::start(&config);
-    let mut client = daemon.connect();
+    let daemon = start(&config);
+    let mut client = connect(&daemon);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let listed = client.request("tools/list", json!({}));
+        let listed = client.result("tools/list", json!({}));
         if listed.to_string().contains("mcp__fx__slow") {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the upstream never listed its tools");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let warm = client.request(
+    let warm = client.result(
         "tools/call",
         json!({"name": "mcp__fx__slow", "arguments": {"steps": 1, "delay_ms": 0}}),
     );
     assert_eq!(warm["ok"], true, "{warm}");
     let idle = daemon.status("VmRSS:");
-    client.request("events/subscribe", json!({}));
+    client.result("events/subscribe", json!({}));
     // 400 progress messages of 300 KB each (120 MB), while this client reads nothing.
     let id = client.send_raw(
         "tools/call",
@@ -373,14 +306,14 @@ fn an_upstream_flooding_progress_to_a_subscriber_that_stops_reading_costs_a_boun
 
 #[test]
 fn large_reads_that_follow_each_other_share_one_buffer_given_back_once_they_stop() {
-    let daemon = Daemon::start("");
+    let daemon = start("");
     let text = "a line of a large file, read whole again and again\n".repeat(180_000);
     let pages = text.len() as u64 / 4096;
-    std::fs::write(daemon.root().join("large.txt"), &text).unwrap();
-    let mut client = daemon.connect();
+    std::fs::write(daemon.workspace().join("large.txt"), &text).unwrap();
+    let mut client = connect(&daemon);
     let mut read = |path: &str| {
         let result =
-            client.request("tools/call", json!({"name": "read_file", "arguments": {"path": path}}));
+            client.result("tools/call", json!({"name": "read_file", "arguments": {"path": path}}));
         assert_eq!(result["ok"], true, "{result}");
     };
     read("small.txt");
@@ -411,19 +344,18 @@ fn doubling(edits: usize) -> Vec<Value> {
 
 #[test]
 fn edits_that_would_grow_a_file_past_the_read_limit_are_refused_before_they_are_made() {
-    let daemon =
-        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
+    let daemon = start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
     let original = "x".repeat(64 * 1024);
-    let path = daemon.root().join("grow.txt");
+    let path = daemon.workspace().join("grow.txt");
     std::fs::write(&path, &original).unwrap();
-    let mut client = daemon.connect();
+    let mut client = connect(&daemon);
     let read = client
-        .request("tools/call", json!({"name": "read_file", "arguments": {"path": "grow.txt"}}));
+        .result("tools/call", json!({"name": "read_file", "arguments": {"path": "grow.txt"}}));
     assert_eq!(read["ok"], true, "{read}");
     let idle = daemon.status("VmHWM:");
 
     // Eleven doublings ask for 128 MiB; the fifth already passes the 1 MiB limit.
-    let refused = client.request(
+    let refused = client.result(
         "tools/call",
         json!({"name": "edit_file", "arguments": {"path": "grow.txt", "edits": doubling(11)}}),
     );
@@ -437,15 +369,15 @@ fn edits_that_would_grow_a_file_past_the_read_limit_are_refused_before_they_are_
     // A new file built by its edits is bounded the same way, and not created.
     let mut edits = vec![json!({"old_string": "", "new_string": original})];
     edits.extend(doubling(11));
-    let refused = client.request(
+    let refused = client.result(
         "tools/call",
         json!({"name": "edit_file", "arguments": {"path": "new.txt", "edits": edits}}),
     );
     assert_eq!(refused["error_type"], "too_large", "{refused}");
-    assert!(!daemon.root().join("new.txt").exists(), "the refused file was created");
+    assert!(!daemon.workspace().join("new.txt").exists(), "the refused file was created");
 
     // Up to the limit, the same edits are made.
-    let made = client.request(
+    let made = client.result(
         "tools/call",
         json!({"name": "edit_file", "arguments": {"path": "grow.txt", "edits": doubling(4)}}),
     );
@@ -464,22 +396,22 @@ fn edits_that_would_grow_a_file_past_the_read_limit_are_refused_before_they_are_
 fn an_edit_whose_call_timed_out_stops_and_lets_go_of_its_file() {
     // The default deadline only ends the test early should the file stay locked.
     let daemon =
-        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\ndefault_timeout_ms = 30000\n");
+        start("[permissions]\nmode = \"bypass\"\n\n[limits]\ndefault_timeout_ms = 30000\n");
     let mut text = "a".repeat(8 * 1024 * 1024);
     text.push_str("\nend\n");
-    let path = daemon.root().join("work.txt");
+    let path = daemon.workspace().join("work.txt");
     std::fs::write(&path, &text).unwrap();
-    let mut client = daemon.connect();
-    let hasty = client.request("session/open", json!({}));
+    let mut client = connect(&daemon);
+    let hasty = client.result("session/open", json!({}));
     let hasty = hasty["session_id"].as_str().unwrap().to_owned();
     for session in [Value::Null, json!(hasty)] {
-        let read = client.request(
+        let read = client.result(
             "tools/call",
             json!({"name": "read_file", "session_id": session, "arguments": {"path": "work.txt"}}),
         );
         assert_eq!(read["ok"], true, "{read}");
     }
-    client.request("session/update", json!({"session_id": hasty, "timeout_ms": 300}));
+    client.result("session/update", json!({"session_id": hasty, "timeout_ms": 300}));
     // A thousand edits, each over eight million matches: far more work than the
     // call's deadline leaves it.
     let edits: Vec<Value> = (0..1200)
@@ -488,14 +420,14 @@ fn an_edit_whose_call_timed_out_stops_and_lets_go_of_its_file() {
             json!({"old_string": old, "new_string": new, "replace_all": true})
         })
         .collect();
-    let slow = client.request(
+    let slow = client.result(
         "tools/call",
         json!({"name": "edit_file", "session_id": hasty,
                "arguments": {"path": "work.txt", "edits": edits}}),
     );
     assert_eq!(slow["error_type"], "timeout", "{slow}");
     // The next edit of the file gets its lock: the edits behind the answer stopped.
-    let next = client.request(
+    let next = client.result(
         "tools/call",
         json!({"name": "edit_file",
                "arguments": {"path": "work.txt", "old_string": "end", "new_string": "done"}}),
@@ -506,8 +438,7 @@ fn an_edit_whose_call_timed_out_stops_and_lets_go_of_its_file() {
 
 #[test]
 fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_made() {
-    let daemon =
-        Daemon::start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
+    let daemon = start("[permissions]\nmode = \"bypass\"\n\n[limits]\nmax_read_bytes = 1048576\n");
     // A notebook whose keys are indented 300,000 columns: a cell written in its style
     // repeats twice that on every line of its source.
     let indent = " ".repeat(300_000);
@@ -517,11 +448,11 @@ fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_m
          ],\n\"metadata\": {{}},\n\"nbformat\": 4,\n\"nbformat_minor\": 5\n}}\n"
     );
     assert!(notebook.len() < 1024 * 1024);
-    let path = daemon.root().join("deep.ipynb");
+    let path = daemon.workspace().join("deep.ipynb");
     std::fs::write(&path, &notebook).unwrap();
-    let mut client = daemon.connect();
+    let mut client = connect(&daemon);
     let read = client
-        .request("tools/call", json!({"name": "read_file", "arguments": {"path": "deep.ipynb"}}));
+        .result("tools/call", json!({"name": "read_file", "arguments": {"path": "deep.ipynb"}}));
     assert_eq!(read["ok"], true, "{read}");
     let idle = daemon.status("VmHWM:");
 
@@ -533,7 +464,7 @@ fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_m
                "source": source}),
     ] {
         let refused =
-            client.request("tools/call", json!({"name": "notebook_edit", "arguments": arguments}));
+            client.result("tools/call", json!({"name": "notebook_edit", "arguments": arguments}));
         let now = std::fs::metadata(&path).unwrap().len();
         assert_eq!(refused["ok"], false, "{refused}: the notebook is now {now} bytes");
         assert_eq!(refused["error_type"], "too_large", "{refused}");
@@ -549,7 +480,7 @@ fn a_notebook_edit_that_would_grow_past_the_read_limit_is_refused_before_it_is_m
     );
 
     // An edit that stays within the limit is made.
-    let emptied = client.request(
+    let emptied = client.result(
         "tools/call",
         json!({"name": "notebook_edit", "arguments": {"path": "deep.ipynb", "cell_id": "c1", "source": ""}}),
     );

@@ -5,15 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::TestDaemon;
 use tokio_util::sync::CancellationToken;
 use toolgate::permission::{
     CallContext, Mode, PermissionEngine, Policy, RuleConfig, ToolFacts, Verdict,
@@ -401,86 +402,11 @@ fn permission_rules_see_every_path_of_a_patch() {
 // ------------------------------------------------------------------------------
 // kill -9 of the real daemon in the middle of a 20-file patch.
 
-struct Daemon {
-    child: Option<Child>,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn spawn(dir: &Path) -> Daemon {
-        let socket = dir.join("run").join("toolgate.sock");
-        let _ = std::fs::remove_file(&socket);
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .current_dir(dir.join("workspace"))
-            .env("HOME", dir)
-            .env("XDG_CONFIG_HOME", dir.join("config-home"))
-            .env("XDG_STATE_HOME", dir.join("state"))
-            .env("XDG_RUNTIME_DIR", dir.join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&socket).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Daemon { child: Some(child), dir: dir.to_path_buf(), socket }
-    }
-
-    fn kill9(&mut self) {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = &self.dir;
-    }
-}
-
-fn request(
-    stream: &mut UnixStream,
-    reader: &mut BufReader<UnixStream>,
-    id: u64,
-    method: &str,
-    params: Value,
-) -> Value {
-    let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
-    stream.write_all(line.as_bytes()).unwrap();
-    stream.write_all(b"\n").unwrap();
-    loop {
-        let mut answer = String::new();
-        assert!(reader.read_line(&mut answer).unwrap() > 0, "the daemon closed the connection");
-        let answer: Value = serde_json::from_str(&answer).unwrap();
-        if answer["id"] == json!(id) {
-            return answer;
-        }
-    }
-}
-
 #[test]
 fn kill_9_during_a_20_file_patch_leaves_all_old_or_all_new_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = std::fs::canonicalize(dir.path()).unwrap().join("t");
-    let workspace = dir.join("workspace");
-    std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::write(dir.join("config.toml"), "[permissions]\nmode = \"bypass\"\n").unwrap();
+    let mut daemon = TestDaemon::start("[permissions]\nmode = \"bypass\"\n");
+    daemon.kill();
+    let workspace = daemon.path("workspace");
     let old_content = |idx: usize| format!("// file {idx}\nconst VALUE: u32 = {idx};\n");
     let mut patch = String::from("*** Begin Patch\n");
     for idx in 0..20 {
@@ -495,25 +421,13 @@ fn kill_9_during_a_20_file_patch_leaves_all_old_or_all_new_after_restart() {
         for idx in 0..20 {
             std::fs::write(workspace.join(format!("f{idx:02}.rs")), old_content(idx)).unwrap();
         }
-        let mut daemon = Daemon::spawn(&dir);
-        let mut stream = UnixStream::connect(&daemon.socket).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        daemon.restart();
+        let mut client = daemon.connect();
         for idx in 0..20 {
-            let read = request(
-                &mut stream,
-                &mut reader,
-                idx + 1,
-                "tools/call",
-                json!({"name": "read_file", "arguments": {"path": format!("f{idx:02}.rs")}}),
-            );
-            assert_eq!(read["result"]["ok"], true, "{read}");
+            let read = client.call("read_file", json!({"path": format!("f{idx:02}.rs")}));
+            assert_eq!(read["ok"], true, "{read}");
         }
-        let line = json!({"jsonrpc": "2.0", "id": 100, "method": "tools/call",
-            "params": {"name": "apply_patch", "arguments": {"patch": patch}}})
-        .to_string();
-        stream.write_all(line.as_bytes()).unwrap();
-        stream.write_all(b"\n").unwrap();
+        client.send("tools/call", json!({"name": "apply_patch", "arguments": {"patch": patch}}));
         // The kill lands at a pseudo-random point of the commit: right away, or once
         // that many staged files are seen (or the patch is seen finished).
         seed ^= seed << 13;
@@ -543,10 +457,9 @@ fn kill_9_during_a_20_file_patch_leaves_all_old_or_all_new_after_restart() {
                 std::thread::yield_now();
             }
         }
-        daemon.kill9();
-        drop(daemon);
+        daemon.kill();
         // The restart recovers before it listens.
-        let restarted = Daemon::spawn(&dir);
+        daemon.restart();
         let contents: Vec<String> = (0..20)
             .map(|idx| std::fs::read_to_string(workspace.join(format!("f{idx:02}.rs"))).unwrap())
             .collect();
@@ -568,11 +481,11 @@ fn kill_9_during_a_20_file_patch_leaves_all_old_or_all_new_after_restart() {
             .filter(|name| name.ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "staged files left: {leftovers:?}");
-        let journals = dir.join("state").join("toolgate").join("patches");
+        let journals = daemon.path("state/toolgate/patches");
         if journals.exists() {
             assert_eq!(std::fs::read_dir(&journals).unwrap().count(), 0, "a journal was left");
         }
-        drop(restarted);
+        daemon.kill();
     }
     println!("kill -9 rounds: {saw_old} left the old state, {saw_new} the new one");
 }

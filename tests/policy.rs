@@ -4,76 +4,28 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{Client, TestDaemon};
 
-/// A daemon started for one test, in its own directory; killed on drop. The directory
-/// holds `workspace/` (the root), `outside/` next to it, and the configuration.
-struct TestDaemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
+/// A daemon for one test; next to its `workspace/` (the root) is `outside/`.
+fn start(config: &str) -> TestDaemon {
+    start_with(config, |_| {})
 }
 
-impl TestDaemon {
-    fn start(config: &str) -> TestDaemon {
-        TestDaemon::start_with(config, |_| {})
-    }
-
-    /// Starts a daemon after `prepare` has set up the directory.
-    fn start_with(config: &str, prepare: impl FnOnce(&Path)) -> TestDaemon {
-        let dir = private_tempdir();
-        std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
-        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-        write_private(&dir.path().join("config.toml"), config);
-        prepare(dir.path());
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .current_dir(dir.path().join("workspace"))
-            .envs(test_env(dir.path()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut daemon = TestDaemon { child: Some(child), dir, socket };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&daemon.socket).is_err() {
-            if let Some(status) = daemon.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("the daemon exited at start-up: {status}");
-            }
-            assert!(Instant::now() < deadline, "the daemon did not start listening");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
-    }
-
-    fn connect(&self) -> Client {
-        Client::new(UnixStream::connect(&self.socket).unwrap())
-    }
-}
-
-impl Drop for TestDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// Starts a daemon after `prepare` has set up the directory.
+fn start_with(config: &str, prepare: impl FnOnce(&Path)) -> TestDaemon {
+    TestDaemon::start_with(config, |dir| {
+        std::fs::create_dir_all(dir.join("outside")).unwrap();
+        prepare(dir);
+    })
 }
 
 /// A temporary directory only its owner can write (configuration directories must be).
@@ -99,78 +51,11 @@ fn test_env(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     ]
 }
 
-/// A blocking NDJSON client.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-    notifications: Vec<Value>,
+trait ExplainCommand {
+    fn explain_command(&mut self, command: &str) -> Value;
 }
 
-impl Client {
-    fn new(stream: UnixStream) -> Client {
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Client {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-            notifications: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.writer.write_all(format!("{line}\n").as_bytes()).unwrap();
-        id
-    }
-
-    fn read(&mut self) -> Value {
-        let mut line = String::new();
-        let n = self.reader.read_line(&mut line).unwrap();
-        assert!(n > 0, "the daemon closed the connection");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    fn response(&mut self, id: u64) -> Value {
-        // Another request's response may have come first and been kept.
-        if let Some(position) =
-            self.notifications.iter().position(|message| message.get("id") == Some(&json!(id)))
-        {
-            return self.notifications.remove(position);
-        }
-        loop {
-            let message = self.read();
-            if message.get("id") == Some(&json!(id)) {
-                return message;
-            }
-            self.notifications.push(message);
-        }
-    }
-
-    fn result(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        let response = self.response(id);
-        assert!(response.get("error").is_none(), "{response}");
-        response["result"].clone()
-    }
-
-    fn event(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
-        if let Some(position) =
-            self.notifications.iter().position(|n| matches(&n["params"]["result"]))
-        {
-            return self.notifications.remove(position)["params"]["result"].clone();
-        }
-        loop {
-            let message = self.read();
-            if message["method"] == "events" && matches(&message["params"]["result"]) {
-                return message["params"]["result"].clone();
-            }
-            self.notifications.push(message);
-        }
-    }
-
+impl ExplainCommand for Client {
     fn explain_command(&mut self, command: &str) -> Value {
         self.result(
             "tools/explain",
@@ -196,7 +81,7 @@ fn links(dir: &Path) {
 
 #[test]
 fn redirects_through_a_symlink_to_outside_are_not_auto_allowed() {
-    let daemon = TestDaemon::start_with(GIT_STATUS_ALLOWED, links);
+    let daemon = start_with(GIT_STATUS_ALLOWED, links);
     let mut client = daemon.connect();
     // Still allowed: a redirection that stays inside.
     let inside = client.explain_command("git status > sub/x");
@@ -225,7 +110,7 @@ fn redirects_through_a_symlink_to_outside_are_not_auto_allowed() {
 
 #[test]
 fn redirects_that_cannot_be_resolved_ask() {
-    let daemon = TestDaemon::start_with(GIT_STATUS_ALLOWED, links);
+    let daemon = start_with(GIT_STATUS_ALLOWED, links);
     let mut client = daemon.connect();
     let explained = client.explain_command("git status > loop/x");
     assert_eq!(explained["decision"], "ask", "{explained}");
@@ -244,7 +129,7 @@ fn asked(client: &mut Client, command: &str) -> (Value, u64) {
 
 #[test]
 fn a_session_grant_is_never_wider_than_what_was_shown() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     // A command no rule could describe safely: the grant is this exact command.
@@ -279,7 +164,7 @@ fn a_session_grant_is_never_wider_than_what_was_shown() {
 
 #[test]
 fn no_session_grant_is_offered_where_none_could_apply() {
-    let daemon = TestDaemon::start("[permissions]\nask = [\"run_command(git push:*)\"]\n");
+    let daemon = start("[permissions]\nask = [\"run_command(git push:*)\"]\n");
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     let (request, id) = asked(&mut client, "git push --dry-run 2>/dev/null; true");
@@ -295,7 +180,7 @@ fn no_session_grant_is_offered_where_none_could_apply() {
 
 #[test]
 fn the_reason_names_every_part_that_needs_approval() {
-    let daemon = TestDaemon::start("[permissions]\nallow = [\"run_command(ls:*)\"]\n");
+    let daemon = start("[permissions]\nallow = [\"run_command(ls:*)\"]\n");
     let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
     let (request, id) = asked(&mut client, "ls -la; rm -rf X; cat /etc/hostname");
@@ -383,7 +268,7 @@ fn prompt_screens(python: &Path, daemon: &TestDaemon, cases: &Value) -> Vec<Valu
 #[test]
 fn the_approval_prompt_shows_the_dangerous_part_on_a_real_terminal() {
     let Some(python) = pyte_python() else { return };
-    let daemon = TestDaemon::start_with("", |dir| {
+    let daemon = start_with("", |dir| {
         std::fs::create_dir(dir.join("workspace/victim")).unwrap();
     });
     let run = |command: String| json!({"tool": "run_command", "arguments": {"command": command}});
@@ -514,7 +399,7 @@ fn rules_naming_no_tool_are_errors_with_file_and_line() {
 
 #[test]
 fn a_specifier_on_a_skill_tool_matches_its_arguments() {
-    let daemon = TestDaemon::start_with(
+    let daemon = start_with(
         "[permissions]\nmode = \"bypass\"\ndeny = [\"say(text=*secret*)\"]\n",
         |dir| {
             let skills = dir.join("config-home/toolgate/skills");
@@ -603,7 +488,7 @@ fn configuration_others_can_write_is_refused() {
 #[test]
 fn skill_files_others_can_write_do_not_load() {
     let skill = "name = \"NAME\"\ndescription = \"x\"\ncommand = [\"true\"]\n[input_schema]\ntype = \"object\"\n";
-    let daemon = TestDaemon::start_with("", |dir| {
+    let daemon = start_with("", |dir| {
         let skills = dir.join("config-home/toolgate/skills");
         std::fs::create_dir_all(&skills).unwrap();
         write_private(&skills.join("kept.toml"), &skill.replace("NAME", "kept"));
@@ -630,9 +515,8 @@ fn skill_files_others_can_write_do_not_load() {
 
 #[test]
 fn a_repository_planted_by_file_edits_runs_nothing_through_an_allowed_git_command() {
-    let daemon = TestDaemon::start(
-        "[permissions]\nmode = \"accept_edits\"\nallow = [\"run_command(git branch:*)\"]\n",
-    );
+    let daemon =
+        start("[permissions]\nmode = \"accept_edits\"\nallow = [\"run_command(git branch:*)\"]\n");
     let mut client = daemon.connect();
     let mut call = |name: &str, arguments: Value| {
         client.result("tools/call", json!({"name": name, "arguments": arguments}))
@@ -704,7 +588,7 @@ fn edit_git_config(client: &mut Client, config: &Path) -> Vec<Value> {
 
 #[test]
 fn git_files_stay_protected_when_the_deny_list_is_replaced() {
-    let daemon = TestDaemon::start_with(OWN_DENY_LIST, nested_repository);
+    let daemon = start_with(OWN_DENY_LIST, nested_repository);
     let mut client = daemon.connect();
     for (tool, result) in ["write_file", "edit_file", "apply_patch"]
         .iter()
@@ -741,7 +625,7 @@ fn git_files_stay_protected_when_the_deny_list_is_replaced() {
 #[test]
 fn a_named_switch_turns_the_git_protection_off() {
     let config = format!("{OWN_DENY_LIST}unprotect = [\"git\"]\n");
-    let daemon = TestDaemon::start_with(&config, nested_repository);
+    let daemon = start_with(&config, nested_repository);
     let mut client = daemon.connect();
     for (tool, result) in ["write_file", "edit_file", "apply_patch"]
         .iter()
@@ -777,9 +661,7 @@ fn check_config_lists_the_protections_in_force() {
 
 #[test]
 fn a_deny_rule_on_a_git_subcommand_sees_through_global_options() {
-    let daemon = TestDaemon::start(
-        "[permissions]\nmode = \"bypass\"\ndeny = [\"run_command(git push:*)\"]\n",
-    );
+    let daemon = start("[permissions]\nmode = \"bypass\"\ndeny = [\"run_command(git push:*)\"]\n");
     let mut client = daemon.connect();
     for command in ["git -C . push", "git --no-pager push origin", "nice -n 5 git -c k=v push"] {
         let explained = client.explain_command(command);
@@ -894,7 +776,7 @@ fn check_config_warns_about_rules_that_never_do_what_they_look_like() {
 /// well as `read_file`'s path. Outside the roots, the confinement layer denies.
 #[test]
 fn explain_confines_the_paths_of_every_file_tool() {
-    let daemon = TestDaemon::start("");
+    let daemon = start("");
     let mut client = daemon.connect();
     let explain = |client: &mut Client, tool: &str, arguments: Value| {
         client.result("tools/explain", json!({"name": tool, "arguments": arguments}))

@@ -5,14 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use jsonrpsee::core::client::{Error, Subscription};
 use serde_json::json;
+use support::{PATIENCE, TestDaemon, within};
 use tokio::net::TcpListener;
 use toolgate::agent::{ApprovalDecision, ApprovalScope, Event};
 use toolgate::auth::{HOW_TO_AUTHENTICATE, TokenSet};
@@ -22,79 +25,13 @@ use toolgate::rpc::api::{self, NativeApiClient, NoParams};
 use toolgate::rpc::tcp::{self, TcpOptions};
 use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
 
-/// A safety net only: every wait ends on an answer, never on time.
-const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "rpc-api-secret-0123456789abcdef";
 
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(PATIENCE, future).await.expect("answered in time")
-}
-
-/// The real binary serving a temporary socket; killed on drop.
-struct Binary {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-}
-
-impl Binary {
-    async fn start() -> Binary {
-        Binary::start_with(tempfile::tempdir().unwrap(), "", |_| {}).await
-    }
-
-    /// The binary in `dir` (its workspace, home and runtime directories go there) with
-    /// `config`; `adjust` may add to its command (its environment).
-    async fn start_with(
-        dir: tempfile::TempDir,
-        config: &str,
-        adjust: impl FnOnce(&mut Command),
-    ) -> Binary {
-        let workspace = dir.path().join("workspace");
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::write(workspace.join("hello.txt"), "hello\nworld\n").unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let socket = dir.path().join("run").join("toolgate.sock");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-        command
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .current_dir(&workspace)
-            .env("HOME", dir.path())
-            .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
-            .env("XDG_STATE_HOME", dir.path().join("state"))
-            .env("XDG_RUNTIME_DIR", dir.path().join("run"))
-            .env("TOOLGATE_LOG", "warn")
-            .env_remove("TOOLGATE_SESSION")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        adjust(&mut command);
-        let child = command.spawn().unwrap();
-        let binary = Binary { child, dir, socket };
-        // Listening is seen by connecting, never by waiting a while.
-        within(async {
-            while tokio::net::UnixStream::connect(&binary.socket).await.is_err() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-        binary
-    }
-
-    fn workspace(&self) -> PathBuf {
-        self.dir.path().join("workspace")
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The real binary serving a temporary socket, its workspace holding `hello.txt`.
+fn start() -> TestDaemon {
+    TestDaemon::start_with("", |dir| {
+        std::fs::write(dir.join("workspace/hello.txt"), "hello\nworld\n").unwrap();
+    })
 }
 
 /// Runs until its call is canceled: a long call.
@@ -236,11 +173,11 @@ fn types(events: &[Event]) -> Vec<String> {
 
 #[tokio::test]
 async fn the_typed_client_calls_subscribes_and_answers_on_the_unix_socket() {
-    let binary = Binary::start().await;
+    let binary = start();
     let client = api::connect_unix(&binary.socket).await.unwrap();
 
     let status = within(client.daemon_status(NoParams {})).await.unwrap();
-    assert_eq!(status.pid, binary.child.id());
+    assert_eq!(i64::from(status.pid), i64::from(binary.pid()));
     let listed = within(client.tools_list(ToolsListParams::default())).await.unwrap();
     assert!(listed.tools.iter().any(|tool| tool.name == "read_file"), "{listed:?}");
     assert_eq!(listed.sources.get("read_file").map(String::as_str), Some("builtin"));
@@ -616,10 +553,8 @@ async fn the_readme_websocket_agent_answers_the_approval_and_stops_at_its_result
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let config =
         format!("[server]\ntcp = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n", tokens.display());
-    let binary = Binary::start_with(dir, &config, |command| {
-        command.env("PATH", &path);
-    })
-    .await;
+    std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+    let binary = TestDaemon::start_in_env(dir, &[("PATH", &path)]);
     within(async {
         while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -670,7 +605,7 @@ async fn the_readme_websocket_agent_answers_the_approval_and_stops_at_its_result
 fn the_cli_speaks_through_the_typed_client() {
     // `toolgate call` on the Unix socket: the CLI's own path, end to end.
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let binary = runtime.block_on(Binary::start());
+    let binary = start();
     let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["call", "read_file", r#"{"path": "hello.txt"}"#, "--json", "--socket"])
         .arg(&binary.socket)

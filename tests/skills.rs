@@ -3,11 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::Client;
 use tokio_util::sync::CancellationToken;
 use toolgate::skills::{SkillDir, Skills, Skipped};
 use toolgate::tools::{Call, Env, ErrorType, OutputSink, Registry, Safety, ToolResult, ToolSource};
@@ -738,41 +741,13 @@ async fn an_untrusted_directory_makes_every_command_skill_side_effect() {
 
 // --- Trust, against the real daemon -----------------------------------------------
 
-/// A blocking NDJSON client of the daemon's socket (events skipped).
-struct Client {
-    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
-    writer: std::os::unix::net::UnixStream,
-    next_id: u64,
+/// What these tests ask of the daemon: a session in a mode, and its decision on a call.
+trait Trust {
+    fn session(&mut self, mode: &str) -> String;
+    fn explain(&mut self, session: &str, tool: &str, arguments: Value) -> String;
 }
 
-impl Client {
-    fn connect(socket: &Path) -> Client {
-        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        Client {
-            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-        }
-    }
-
-    fn result(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        std::io::Write::write_all(&mut self.writer, format!("{line}\n").as_bytes()).unwrap();
-        loop {
-            let mut text = String::new();
-            let n = std::io::BufRead::read_line(&mut self.reader, &mut text).unwrap();
-            assert!(n > 0, "the daemon closed the connection");
-            let message: Value = serde_json::from_str(&text).unwrap();
-            if message.get("id") == Some(&json!(id)) {
-                assert!(message.get("error").is_none(), "{message}");
-                return message["result"].clone();
-            }
-        }
-    }
-
+impl Trust for Client {
     fn session(&mut self, mode: &str) -> String {
         let opened = self.result("session/open", json!({"mode": mode}));
         opened["session_id"].as_str().unwrap().to_owned()
@@ -823,7 +798,7 @@ impl Daemon {
     }
 
     fn client(&self) -> Client {
-        Client::connect(&self.socket)
+        Client::new(std::os::unix::net::UnixStream::connect(&self.socket).unwrap())
     }
 }
 

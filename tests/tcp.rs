@@ -1,7 +1,13 @@
 //! End-to-end tests of the TCP transport: a real listener on 127.0.0.1:0 served by
 //! `rpc::tcp::serve`, driven by raw HTTP/1.1 over `TcpStream` and by a
 //! `tokio-tungstenite` WebSocket client.
-#![expect(clippy::unwrap_used, reason = "test setup fails its test by panicking")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test setup fails its test by panicking"
+)]
+
+mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +17,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
@@ -19,10 +26,6 @@ use toolgate::auth::{TokenError, TokenSet};
 use toolgate::daemon::{Daemon, Settings};
 use toolgate::rpc::tcp::{self, TcpError, TcpOptions};
 use toolgate::tools::{Definition, Registry, Safety, Tool, ToolContext, ToolResult};
-
-/// Safety net around every network step: far above anything a passing test needs, so
-/// it only turns a hang into a failure.
-const SAFETY_TIMEOUT: Duration = Duration::from_secs(30);
 
 const TOKEN: &str = "ci-secret-0123456789abcdef";
 const OTHER_TOKEN: &str = "laptop-secret-fedcba9876543210";
@@ -145,10 +148,6 @@ impl Drop for Server {
 
 type WsClient =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(SAFETY_TIMEOUT, future).await.unwrap()
-}
 
 /// Polls a condition until it holds (the safety timeout turns "never" into a failure).
 async fn eventually(mut condition: impl FnMut() -> bool) {

@@ -4,12 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use support::TestDaemon;
 use tokio_util::sync::CancellationToken;
 use toolgate::config::McpServerConfig;
 use toolgate::tools::{
@@ -528,78 +531,6 @@ fn python() -> String {
         .clone()
 }
 
-/// A blocking NDJSON client of the daemon's socket.
-struct SocketClient {
-    reader: std::io::BufReader<std::os::unix::net::UnixStream>,
-    writer: std::os::unix::net::UnixStream,
-    next_id: u64,
-    events: Vec<serde_json::Value>,
-}
-
-impl SocketClient {
-    fn connect(socket: &Path) -> SocketClient {
-        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        SocketClient {
-            reader: std::io::BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-            next_id: 1,
-            events: Vec::new(),
-        }
-    }
-
-    fn read(&mut self) -> serde_json::Value {
-        let mut line = String::new();
-        let n = std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap();
-        assert!(n > 0, "the daemon closed the connection");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    fn result(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        std::io::Write::write_all(&mut self.writer, format!("{line}\n").as_bytes()).unwrap();
-        loop {
-            let message = self.read();
-            if message.get("id") == Some(&json!(id)) {
-                assert!(message.get("error").is_none(), "{message}");
-                return message["result"].clone();
-            }
-            self.events.push(message);
-        }
-    }
-
-    /// Reads until an event of this type arrives.
-    fn event(&mut self, kind: &str) -> serde_json::Value {
-        if let Some(idx) = self.events.iter().position(|e| e["params"]["result"]["type"] == kind) {
-            return self.events.remove(idx);
-        }
-        loop {
-            let message = self.read();
-            if message["params"]["result"]["type"] == kind {
-                return message;
-            }
-        }
-    }
-}
-
-/// The daemon under test; killed if the test ends early.
-struct DaemonProcess(std::process::Child);
-
-impl DaemonProcess {
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), signal).unwrap();
-    }
-}
-
-impl Drop for DaemonProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn poll_until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + PATIENCE;
     while !check() {
@@ -617,7 +548,8 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
     let root = std::fs::canonicalize(tmp.path()).unwrap();
     let workspace = root.join("workspace");
     let skills = root.join("skills");
-    let state = root.join("state");
+    // The fixture's own state (`state/` is the daemon's).
+    let state = root.join("fixture-state");
     for dir in [&workspace, &skills, &state] {
         std::fs::create_dir_all(dir).unwrap();
     }
@@ -639,28 +571,8 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
     );
     let config = root.join("config.toml");
     std::fs::write(&config, &with_server).unwrap();
-    let socket = root.join("run").join("toolgate.sock");
-    let mut daemon = DaemonProcess(
-        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(&config)
-            .current_dir(&workspace)
-            .env("XDG_CONFIG_HOME", root.join("config-home"))
-            .env("XDG_STATE_HOME", root.join("state-home"))
-            .env("XDG_RUNTIME_DIR", root.join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    // The socket file appears at bind(), a moment before listen(): wait for a connect.
-    poll_until("the daemon to listen", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
-    let mut client = SocketClient::connect(&socket);
+    let mut daemon = TestDaemon::start_in(tmp);
+    let mut client = daemon.connect();
     client.result("events/subscribe", json!({}));
 
     poll_until("the upstream to be ready", || {
@@ -691,10 +603,10 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
         .unwrap();
 
     // Reload without the server: its tools go, the session hears about it.
-    client.events.clear();
+    client.notifications.clear();
     std::fs::write(&config, &base).unwrap();
     daemon.signal(nix::sys::signal::Signal::SIGHUP);
-    client.event("tools_list_changed");
+    client.event(|event| event["type"] == "tools_list_changed");
     poll_until("the proxied tools to go", || {
         let listed = client.result("tools/list", json!({}));
         listed["tools"]
@@ -724,13 +636,7 @@ fn the_daemon_serves_upstreams_and_skills_and_reloads_them() {
         .parse()
         .unwrap();
     drop(client);
-    daemon.signal(nix::sys::signal::Signal::SIGTERM);
-    let mut code = None;
-    poll_until("the daemon to exit", || {
-        code = daemon.0.try_wait().unwrap().map(|status| status.code());
-        code.is_some()
-    });
-    assert_eq!(code, Some(Some(0)));
+    assert_eq!(daemon.terminate(), Some(0));
     poll_until("the upstream to die with the daemon", || !alive(second_pid));
 }
 
@@ -1015,27 +921,8 @@ fn upstream_stdio_servers_run_in_the_sandbox_unless_they_opt_out() {
         ),
     )
     .unwrap();
-    let socket = root.join("run").join("toolgate.sock");
-    let _daemon = DaemonProcess(
-        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--config")
-            .arg(&config)
-            .current_dir(&workspace)
-            .env("XDG_CONFIG_HOME", root.join("config-home"))
-            .env("XDG_STATE_HOME", root.join("state-home"))
-            .env("XDG_RUNTIME_DIR", root.join("run"))
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("LISTEN_FDS")
-            .env("TOOLGATE_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    poll_until("the daemon to listen", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
-    let mut client = SocketClient::connect(&socket);
+    let daemon = TestDaemon::start_in(tmp);
+    let mut client = daemon.connect();
     let status = client.result("daemon/status", json!({}));
     if status["sandbox"]["landlock_abi"].as_i64().unwrap_or(0) == 0 {
         eprintln!("skipped: no Landlock in this kernel ({})", status["sandbox"]);
