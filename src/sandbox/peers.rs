@@ -34,14 +34,36 @@ pub fn unix_peer_is_ours(pid: i32) -> bool {
     let Some(pid) = rustix::process::Pid::from_raw(pid) else {
         return true;
     };
-    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
-        return true;
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty());
+    judge(pid.as_raw_nonzero().get(), pidfd)
+}
+
+/// [`unix_peer_is_ours`] with the peer's pidfd (or why there is none). Without
+/// `pidfd_open` (kernels before 5.3, or an emulator that does not know the call), the
+/// process's start time, read before and after the look-up, tells that its pid was not
+/// handed to another meanwhile; any other failure refuses.
+fn judge(pid: i32, pidfd: rustix::io::Result<std::os::fd::OwnedFd>) -> bool {
+    let same_process: Box<dyn FnOnce() -> bool> = match pidfd {
+        // The answer is about the process that connected only if it still lives: then
+        // its pid was not handed to another meanwhile.
+        Ok(pidfd) => Box::new(move || alive(&pidfd)),
+        Err(rustix::io::Errno::NOSYS) => match start_time(pid) {
+            Some(started) => Box::new(move || start_time(pid) == Some(started)),
+            None => return true,
+        },
+        Err(_) => return true,
     };
-    let raw = pid.as_raw_nonzero().get();
-    let ours = descends_from_daemon(raw) || in_a_call_cgroup(raw);
-    // The answer is about the process that connected only if it still lives: then
-    // its pid was not handed to another meanwhile.
-    ours || !alive(&pidfd)
+    let ours = descends_from_daemon(pid) || in_a_call_cgroup(pid);
+    ours || !same_process()
+}
+
+/// When the process `pid` started, in clock ticks since boot (`/proc/PID/stat`'s 22nd
+/// field, counted after the command name, which may hold spaces and parentheses).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Fields 3 onwards; the start time is field 22.
+    after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether the process of `pidfd` has not exited (a pidfd turns readable when it
@@ -220,6 +242,11 @@ mod tests {
             .unwrap_or_else(|err| panic!("{err}"));
         assert!(unix_peer_is_ours(child.id() as i32));
         assert!(descendants().contains(&(child.id() as i32)));
+        // Without pidfd_open, judged the same by the start time.
+        let without = || Err(rustix::io::Errno::NOSYS);
+        assert!(judge(child.id() as i32, without()));
+        assert!(!judge(parent, without()), "the parent refused without pidfd_open");
+        assert!(judge(parent, Err(rustix::io::Errno::PERM)), "another failure admitted");
         let _ = child.kill();
         let _ = child.wait();
     }
