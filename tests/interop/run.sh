@@ -13,7 +13,8 @@
 #      `toolgate doctor --print-config` prints: they parse it, list toolgate as an MCP
 #      server, and leave the model none of their own file and shell tools.
 # Installs go to target/interop-cache (reruns are fast). Loopback only.
-# The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here).
+# The server is `toolgate mcp` (TOOLGATE_BIN, default: the debug build here, with the
+# `conformance` feature: the fixtures the conformance suite calls).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -30,7 +31,7 @@ log() { echo "interop: $*" >&2; }
 
 # --- the server -----------------------------------------------------------------
 if [[ -z "${TOOLGATE_BIN:-}" ]]; then
-  (cd "$repo" && cargo build --quiet --bin toolgate)
+  (cd "$repo" && cargo build --quiet --features conformance --bin toolgate)
   TOOLGATE_BIN="$repo/target/debug/toolgate"
 fi
 # Isolated from the user's configuration and state.
